@@ -1,0 +1,43 @@
+# weft: see README.md. `make demo` and `make test` install what they are missing.
+GO      ?= go
+BIN     := bin
+PKGS    := ./...
+DEBS    := etcd-server iperf3 iputils-ping iptables iproute2 containernetworking-plugins
+export CGO_ENABLED ?= 0
+
+.PHONY: all deps build test unit vet demo bench clean
+
+all: build
+
+# deps installs the Debian packages the tests, demo and benchmarks use (idempotent).
+deps:
+	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+build:
+	$(GO) build -o $(BIN)/weftd ./cmd/weftd
+	$(GO) build -o $(BIN)/weft-bench ./cmd/weft-bench
+
+vet:
+	$(GO) vet $(PKGS)
+
+# test runs everything, e2e in network namespaces included, as root.
+test: deps build vet
+	WEFT_E2E=1 WEFT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 40m $(PKGS)
+
+# unit runs the tests that need nothing from outside.
+unit:
+	$(GO) test -short $(PKGS)
+
+demo: deps build
+	$(BIN)/weft-bench demo
+
+bench: deps build
+	$(GO) test -run '^$$' -bench . -benchmem ./proxy/
+	$(BIN)/weft-bench run --out bench/out
+
+clean:
+	rm -rf $(BIN) bench/out

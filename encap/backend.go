@@ -1,0 +1,51 @@
+// Package encap holds the Backend interface and the backends that carry traffic to
+// the other hosts' subnets: udp (a userspace data path, see proxy/), vxlan and host-gw
+// (kernel data paths programmed via netlink).
+package encap
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/netip"
+
+	"github.com/weftnet/weft/lease"
+)
+
+// ErrUnknownBackend is returned for a Backend.Type weft does not know.
+var ErrUnknownBackend = errors.New("unknown backend type")
+
+// ErrBadOption is wrapped by errors about the Backend options of the network config.
+var ErrBadOption = errors.New("bad backend option")
+
+// ExternalInterface is the underlay interface traffic leaves by.
+type ExternalInterface struct {
+	Name     string
+	Index    int
+	MTU      int
+	IfaceIP  netip.Addr // address of the interface
+	PublicIP netip.Addr // address peers send to (--public-ip, else IfaceIP)
+}
+
+// Backend carries traffic to the subnets of other hosts. The daemon calls, in order:
+// Attrs (before acquiring a lease), Register (once the lease is held), then Run in a
+// goroutine while it passes lease events to HandleEvents, and Close at the end.
+type Backend interface {
+	// Type is the BackendType published in leases ("udp", "vxlan", "host-gw", "alloc").
+	Type() string
+	// BackendData is the BackendData published in our lease (may be nil).
+	BackendData(ctx context.Context) (json.RawMessage, error)
+	// Register configures the local data path for our lease: devices, addresses, routes.
+	// It may be called again with a new lease if ours changes.
+	Register(ctx context.Context, own lease.Lease) error
+	// MTU is the MTU pods should use (written as FLANNEL_MTU); valid after BackendData.
+	MTU() int
+	// HandleEvents applies changes to the other hosts' leases. It must not block for
+	// long; incompatible leases are ignored (see lease.CompatibleWith).
+	HandleEvents(ctx context.Context, events []lease.Event)
+	// Run runs the data path and periodic work until ctx ends.
+	Run(ctx context.Context) error
+	// Close releases what the backend holds. Kernel data paths are left in place so a
+	// restart does not interrupt traffic.
+	Close() error
+}

@@ -1,0 +1,23 @@
+// Package etcdtest starts a real etcd server for a test and stops it at cleanup.
+package etcdtest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/weftnet/weft/internal/etcdproc"
+	"github.com/weftnet/weft/internal/testenv"
+)
+
+// Start runs etcd for t (loopback, free port, v2 API enabled) and removes it at cleanup.
+// A missing etcd binary fails the test under WEFT_E2E=1 and skips it otherwise.
+func Start(t testing.TB) *etcdproc.Server {
+	t.Helper()
+	testenv.NeedTools(t, "etcd")
+	s, err := etcdproc.Start(context.Background(), etcdproc.Options{})
+	if err != nil {
+		t.Fatalf("etcd: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}

@@ -1,0 +1,91 @@
+// Package lease holds the network configuration and the subnet leases of a weft
+// cluster: their model, their encoding in etcd (flannel's layout), the registries that
+// store them (etcd v3, etcd v2) and the Manager that acquires, renews and watches them.
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"time"
+)
+
+// DefaultPrefix is flannel's etcd prefix.
+const DefaultPrefix = "/coreos.com/network"
+
+// DefaultTTL is the lifetime of a lease, as in flannel.
+const DefaultTTL = 24 * time.Hour
+
+// Attrs is the JSON value stored under a subnet key. Field names match flanneld's so a
+// cluster can mix both daemons; flanneld ignores HostID.
+type Attrs struct {
+	PublicIP    netip.Addr      `json:"PublicIP"`
+	BackendType string          `json:"BackendType,omitempty"`
+	BackendData json.RawMessage `json:"BackendData,omitempty"`
+	// HostID is a stable identity of the host (weft's addition): two hosts presenting
+	// the same PublicIP must not silently share one subnet.
+	HostID string `json:"WeftHostID,omitempty"`
+}
+
+// Lease is one host's claim on a subnet.
+type Lease struct {
+	Subnet     netip.Prefix
+	Attrs      Attrs
+	Expiration time.Time
+}
+
+// EventType says what happened to a lease.
+type EventType int
+
+const (
+	Added EventType = iota + 1
+	Removed
+)
+
+func (t EventType) String() string {
+	switch t {
+	case Added:
+		return "added"
+	case Removed:
+		return "removed"
+	}
+	return "unknown"
+}
+
+// Event is a change to one lease. An Added event for a subnet that is already known
+// replaces its attributes.
+type Event struct {
+	Type  EventType
+	Lease Lease
+}
+
+// Manager is what weftd needs from a source of leases (etcd or Kubernetes).
+type Manager interface {
+	// Config returns the network configuration, waiting (with a log line) until it
+	// exists or ctx ends.
+	Config(ctx context.Context) (*Config, error)
+	// Acquire leases a subnet for attrs, in the order DESIGN.md gives, and writes
+	// subnet.env and the state file.
+	Acquire(ctx context.Context, attrs Attrs) (Lease, error)
+	// Hold keeps own alive until ctx ends: renews it before expiry, re-acquires it when
+	// it is deleted (preferring the same subnet) and calls changed with the new lease
+	// when it differs. It returns ctx's error.
+	Hold(ctx context.Context, own Lease, changed func(Lease)) error
+	// Watch sends the leases of the other hosts (never our own subnet): first one batch
+	// of Added events for the current leases (possibly empty), then changes. After any
+	// gap it re-lists and sends exactly the difference. It never reports an error as an
+	// empty snapshot and keeps the last known leases while the store is unreachable.
+	// It returns ctx's error.
+	Watch(ctx context.Context, own netip.Prefix, events chan<- []Event) error
+}
+
+// CompatibleWith reports whether a peer's lease can be reached by a backend of type
+// backendType. flanneld's udp leases carry no BackendType, so an empty type counts as
+// udp.
+func CompatibleWith(backendType string, l Lease) bool {
+	t := l.Attrs.BackendType
+	if t == "" {
+		t = "udp"
+	}
+	return t == backendType
+}
