@@ -64,8 +64,9 @@ type Manager interface {
 	// Config returns the network configuration, waiting (with a log line) until it
 	// exists or ctx ends.
 	Config(ctx context.Context) (*Config, error)
-	// Acquire leases a subnet for attrs, in the order DESIGN.md gives, and writes
-	// subnet.env and the state file.
+	// Acquire leases a subnet for attrs, in the order DESIGN.md gives, and records it
+	// in the durable state file. The caller writes subnet.env (WriteSubnetEnv), since
+	// FLANNEL_MTU comes from the backend.
 	Acquire(ctx context.Context, attrs Attrs) (Lease, error)
 	// Hold keeps own alive until ctx ends: renews it before expiry, re-acquires it when
 	// it is deleted (preferring the same subnet) and calls changed with the new lease
