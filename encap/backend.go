@@ -49,3 +49,9 @@ type Backend interface {
 	// restart does not interrupt traffic.
 	Close() error
 }
+
+// StatsReporter is implemented by backends that keep counters; weftd serves them as
+// JSON on its health endpoint (/stats).
+type StatsReporter interface {
+	Stats() any
+}
