@@ -1,0 +1,212 @@
+// Package proxy is the userspace data path of weft's udp backend: a lock-free subnet
+// table and workers that move IPv4 packets between TUN queues and UDP sockets in
+// batches (recvmmsg/sendmmsg), checking and counting what they drop.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+
+	"go.uber.org/zap"
+)
+
+// Defaults of Config.
+const (
+	DefaultPort         = 8285
+	DefaultBatch        = 64
+	DefaultSocketBuffer = 8 << 20
+	maxBatch            = 1024
+	minIngressLen       = 9216 // datagrams up to jumbo frames from peers with a larger MTU
+)
+
+// ErrConfig is wrapped by errors about a bad Config.
+var ErrConfig = errors.New("bad proxy config")
+
+// Config tunes the data path. Zero values take the defaults; every kernel feature can
+// be switched off here or by an environment variable (see ApplyEnv).
+type Config struct {
+	// Port is the UDP port of every host (flannel: 8285).
+	Port int
+	// MTU is the TUN device's MTU: the largest packet read from it.
+	MTU int
+	// Batch is the most packets moved per system call (default 64).
+	Batch int
+	// SocketBuffer is the size asked for each socket's send and receive buffers
+	// (SO_*BUFFORCE as root, else SO_*BUF); negative leaves the kernel's default.
+	SocketBuffer int
+	// NoReusePort gives up SO_REUSEPORT; only one worker can then bind the port.
+	NoReusePort bool
+	// NoMmsg uses one sendmsg/recvmsg per packet instead of sendmmsg/recvmmsg.
+	NoMmsg bool
+}
+
+// ApplyEnv overrides c from WEFT_UDP_BATCH, WEFT_UDP_SOCKBUF, WEFT_UDP_NO_REUSEPORT
+// and WEFT_UDP_NO_MMSG.
+func (c *Config) ApplyEnv() error {
+	for _, v := range []struct {
+		name string
+		dst  *int
+	}{{"WEFT_UDP_BATCH", &c.Batch}, {"WEFT_UDP_SOCKBUF", &c.SocketBuffer}} {
+		if s := os.Getenv(v.name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				return fmt.Errorf("%w: %s=%q: %w", ErrConfig, v.name, s, err)
+			}
+			*v.dst = n
+		}
+	}
+	for _, v := range []struct {
+		name string
+		dst  *bool
+	}{{"WEFT_UDP_NO_REUSEPORT", &c.NoReusePort}, {"WEFT_UDP_NO_MMSG", &c.NoMmsg}} {
+		if s := os.Getenv(v.name); s != "" {
+			b, err := strconv.ParseBool(s)
+			if err != nil {
+				return fmt.Errorf("%w: %s=%q: %w", ErrConfig, v.name, s, err)
+			}
+			*v.dst = b
+		}
+	}
+	return nil
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Port == 0 {
+		c.Port = DefaultPort
+	}
+	if c.Batch == 0 {
+		c.Batch = DefaultBatch
+	}
+	if c.SocketBuffer == 0 {
+		c.SocketBuffer = DefaultSocketBuffer
+	}
+	switch {
+	case c.Port < 1 || c.Port > 65535:
+		return c, fmt.Errorf("%w: port %d", ErrConfig, c.Port)
+	case c.MTU < 68 || c.MTU > 65535:
+		return c, fmt.Errorf("%w: MTU %d", ErrConfig, c.MTU)
+	case c.Batch < 1 || c.Batch > maxBatch:
+		return c, fmt.Errorf("%w: batch %d (1 to %d)", ErrConfig, c.Batch, maxBatch)
+	}
+	return c, nil
+}
+
+// Proxy runs one worker per TUN queue, each with its own UDP socket on Config.Port.
+// It owns the queues it is given: Close closes them.
+type Proxy struct {
+	table   *Table
+	workers []*worker
+	cnts    []counters
+	log     *zap.Logger
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// New opens one UDP socket per queue (in the network namespace of the calling thread)
+// and prepares the workers; Run starts them.
+func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if len(queues) == 0 {
+		return nil, fmt.Errorf("%w: no TUN queues", ErrConfig)
+	}
+	if len(queues) > 1 && cfg.NoReusePort {
+		return nil, fmt.Errorf("%w: %d queues need SO_REUSEPORT", ErrConfig, len(queues))
+	}
+	p := &Proxy{table: table, cnts: make([]counters, len(queues)), log: log}
+	opts := sockOpts{port: cfg.Port, reusePort: !cfg.NoReusePort, bufBytes: cfg.SocketBuffer, mmsg: !cfg.NoMmsg}
+	for i, q := range queues {
+		w := newWorker(q, table, cfg.Batch, cfg.MTU, max(cfg.MTU, minIngressLen), &p.cnts[i], log)
+		rb := make([][]byte, len(w.ibufs))
+		for j, b := range w.ibufs {
+			rb[j] = b[Headroom:]
+		}
+		w.conn, err = listenUDP(opts, cfg.Batch, rb, log)
+		if err != nil && i == 0 && opts.reusePort && len(queues) == 1 {
+			log.Warn("SO_REUSEPORT refused; one socket", zap.Error(err))
+			opts.reusePort = false
+			w.conn, err = listenUDP(opts, cfg.Batch, rb, log)
+		}
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.workers = append(p.workers, w)
+	}
+	rcv, snd := p.workers[0].conn.bufSizes()
+	log.Info("udp data path ready", zap.Int("workers", len(p.workers)), zap.Int("port", cfg.Port),
+		zap.Int("batch", cfg.Batch), zap.Int("mtu", cfg.MTU), zap.Int("rcvbuf", rcv), zap.Int("sndbuf", snd),
+		zap.Bool("reuseport", opts.reusePort), zap.Bool("mmsg", opts.mmsg))
+	return p, nil
+}
+
+// Table is the proxy's subnet table.
+func (p *Proxy) Table() *Table { return p.table }
+
+// Run runs the workers until ctx ends or one of them fails, then closes the sockets
+// and queues, waits for every worker and returns the failure (nil when ctx ended).
+func (p *Proxy) Run(ctx context.Context) error {
+	errc := make(chan error, 2*len(p.workers))
+	for _, w := range p.workers {
+		go func() { errc <- w.egress() }()
+		go func() { errc <- w.ingress() }()
+	}
+	var first error
+	select {
+	case <-ctx.Done():
+	case first = <-errc:
+		first = fmt.Errorf("udp data path stopped: %w", first)
+	}
+	p.Close()
+	for range 2*len(p.workers) - btoi(first != nil) {
+		<-errc
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return first
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Close closes the sockets and the TUN queues (those that have a Close method); the
+// workers blocked on them return.
+func (p *Proxy) Close() error {
+	p.closeMu.Lock()
+	defer p.closeMu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	var errs []error
+	for _, w := range p.workers {
+		if w.conn != nil {
+			errs = append(errs, w.conn.close())
+		}
+		if c, ok := w.tun.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Stats sums the workers' counters.
+func (p *Proxy) Stats() Stats {
+	s := Stats{Drops: make(map[string]uint64, numDropReasons)}
+	for i := range p.cnts {
+		p.cnts[i].addTo(&s)
+	}
+	return s
+}

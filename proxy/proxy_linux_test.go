@@ -1,0 +1,80 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket/layers"
+
+	"github.com/weftnet/weft/internal/testenv"
+)
+
+func TestTwoHosts(t *testing.T) {
+	testenv.NeedTools(t, "ping", "iperf3")
+	l := newLab(t, labOpts{queues: 2})
+	a, b := l.hosts[0], l.hosts[1]
+	ctx := context.Background()
+	for _, c := range []struct {
+		name     string
+		from     int
+		src, dst string
+	}{
+		{"flannel0 a to b", 0, labSubnet[0].Addr().String(), labSubnet[1].Addr().String()},
+		{"flannel0 b to a", 1, labSubnet[1].Addr().String(), labSubnet[0].Addr().String()},
+		{"pod a to b", 0, labPod[0].String(), labPod[1].String()},
+		{"pod b to a", 1, labPod[1].String(), labPod[0].String()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := l.hosts[c.from].ns.Run(ctx, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-I", c.src, c.dst)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+		})
+	}
+	bps := iperf3(t, a.ns, b.ns, labPod[0], labPod[1], 2)
+	t.Logf("iperf3 TCP a->b: %.2f Gbit/s", bps/1e9)
+	sa, sb := a.px.Stats(), b.px.Stats()
+	t.Logf("a: %+v", sa)
+	t.Logf("b: %+v", sb)
+	if sa.TxPackets == 0 || sb.RxPackets == 0 {
+		t.Fatalf("no packets counted: a tx %d, b rx %d", sa.TxPackets, sb.RxPackets)
+	}
+
+	t.Run("inject from non-lease address", func(t *testing.T) {
+		mustRun(t, b.ns, "ip", "addr", "add", "192.0.2.99/24", "dev", "wb")
+		before := a.px.Stats().Dropped(DropUnknownSource)
+		// A well-formed inner packet from b's subnet to a's pod, sent from 192.0.2.99.
+		pkt := ipv4Packet(labPod[1], labPod[0], 64, layers.IPProtocolUDP, make([]byte, 8))
+		err := b.ns.Do(func() error {
+			c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP("192.0.2.99")},
+				&net.UDPAddr{IP: labUnder[0].AsSlice(), Port: DefaultPort})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write(pkt)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "unknown_source drop", 5*time.Second, func() bool {
+			return a.px.Stats().Dropped(DropUnknownSource) > before
+		})
+	})
+
+	t.Run("no lease gives net unreachable", func(t *testing.T) {
+		out, err := a.ns.Run(ctx, "ping", "-c", "1", "-W", "2", "-I", labPod[0].String(), "198.18.77.1")
+		if err == nil {
+			t.Fatalf("ping to a subnet without lease succeeded: %s", out)
+		}
+		if !containsAny(out, "Net Unreachable", "Destination Net Unreachable") {
+			t.Fatalf("no net unreachable in ping output: %s", out)
+		}
+		if a.px.Stats().Dropped(DropNoRoute) == 0 || a.px.Stats().ICMPSent == 0 {
+			t.Fatalf("no_route / icmp not counted: %+v", a.px.Stats())
+		}
+	})
+}

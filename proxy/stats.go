@@ -1,0 +1,98 @@
+package proxy
+
+import (
+	"math/bits"
+	"sync/atomic"
+)
+
+// DropReason says why a packet was dropped.
+type DropReason uint8
+
+const (
+	DropNone DropReason = iota
+	// DropMalformed: not IPv4, IHL < 5, header longer than the packet, or (ingress)
+	// total length differs from the datagram's length.
+	DropMalformed
+	// DropUnknownSource: a datagram from an address that holds no lease.
+	DropUnknownSource
+	// DropSpoofedSource: the inner source is not in a subnet of the sender.
+	DropSpoofedSource
+	// DropNotLocal: the inner destination is not in our subnet.
+	DropNotLocal
+	// DropTTL: TTL <= 1.
+	DropTTL
+	// DropNoRoute: egress to a subnet of the network that has no lease (ICMP net
+	// unreachable is sent back, rate limited).
+	DropNoRoute
+	// DropNotOverlay: egress to an address outside the network or in our own subnet.
+	DropNotOverlay
+	// DropSendError: the UDP send failed.
+	DropSendError
+	// DropTUNError: the write to the TUN device failed.
+	DropTUNError
+	numDropReasons
+)
+
+var dropNames = [numDropReasons]string{
+	"none", "malformed", "unknown_source", "spoofed_source", "not_local", "ttl",
+	"no_route", "not_overlay", "send_error", "tun_error",
+}
+
+func (r DropReason) String() string {
+	if r < numDropReasons {
+		return dropNames[r]
+	}
+	return "unknown"
+}
+
+// histBuckets is the number of batch size buckets: [1], [2,3], [4,7], ... [64,127], [128,∞).
+const histBuckets = 8
+
+// Stats is a snapshot of the data path's counters (summed over workers).
+type Stats struct {
+	TxPackets uint64 `json:"tx_packets"` // sent to peers
+	TxBytes   uint64 `json:"tx_bytes"`
+	TxBatches uint64 `json:"tx_batches"` // TUN reads that returned packets
+	RxPackets uint64 `json:"rx_packets"` // written to the TUN device
+	RxBytes   uint64 `json:"rx_bytes"`
+	RxBatches uint64 `json:"rx_batches"` // recvmmsg calls that returned datagrams
+	ICMPSent  uint64 `json:"icmp_sent"`
+	// Drops counts dropped packets by reason (DropReason.String).
+	Drops map[string]uint64 `json:"drops"`
+	// TxBatchSizes and RxBatchSizes are histograms of batch sizes; bucket i counts
+	// batches of [2^i, 2^(i+1)) packets, the last one everything larger.
+	TxBatchSizes [histBuckets]uint64 `json:"tx_batch_sizes"`
+	RxBatchSizes [histBuckets]uint64 `json:"rx_batch_sizes"`
+}
+
+// Dropped returns the count for one reason.
+func (s Stats) Dropped(r DropReason) uint64 { return s.Drops[r.String()] }
+
+// counters are one worker's; each field is written by one goroutine, read by Stats.
+type counters struct {
+	txPackets, txBytes, txBatches atomic.Uint64
+	rxPackets, rxBytes, rxBatches atomic.Uint64
+	icmpSent                      atomic.Uint64
+	drops                         [numDropReasons]atomic.Uint64
+	txHist, rxHist                [histBuckets]atomic.Uint64
+	_                             [64]byte // keep workers' counters off each other's cache lines
+}
+
+func bucket(n int) int { return min(bits.Len(uint(n))-1, histBuckets-1) }
+
+func (c *counters) addTo(s *Stats) {
+	s.TxPackets += c.txPackets.Load()
+	s.TxBytes += c.txBytes.Load()
+	s.TxBatches += c.txBatches.Load()
+	s.RxPackets += c.rxPackets.Load()
+	s.RxBytes += c.rxBytes.Load()
+	s.RxBatches += c.rxBatches.Load()
+	s.ICMPSent += c.icmpSent.Load()
+	for r := DropReason(1); r < numDropReasons; r++ {
+		s.Drops[r.String()] += c.drops[r].Load()
+	}
+	for i := range histBuckets {
+		s.TxBatchSizes[i] += c.txHist[i].Load()
+		s.RxBatchSizes[i] += c.rxHist[i].Load()
+	}
+}

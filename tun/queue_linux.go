@@ -1,0 +1,136 @@
+package tun
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Queue is one file descriptor of a TUN device. Read drains the queue without
+// blocking once a packet is in hand; Write writes a batch. Neither allocates.
+type Queue struct {
+	name string
+	f    *os.File
+	rc   syscall.RawConn
+
+	// read state, used by readFn inside rc.Read
+	rbufs  [][]byte
+	rsizes []int
+	roff   int
+	rn     int
+	rerr   error
+	readFn func(uintptr) bool
+
+	// write state, used by writeFn inside rc.Write, guarded by wmu
+	wmu     sync.Mutex
+	wbufs   [][]byte
+	woff    int
+	wi      int
+	wn      int
+	werr    error
+	writeFn func(uintptr) bool
+}
+
+func newQueue(name string, f *os.File) (*Queue, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("tun %s: raw conn: %w", name, err)
+	}
+	q := &Queue{name: name, f: f, rc: rc}
+	q.readFn = q.doRead
+	q.writeFn = q.doWrite
+	return q, nil
+}
+
+// Read reads at least one packet and then as many more as are ready, up to len(bufs):
+// packet i goes to bufs[i][offset:] and its size to sizes[i]. It returns the number of
+// packets read; an error comes with n == 0 (or after the packets read before it).
+func (q *Queue) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	q.rbufs, q.rsizes, q.roff, q.rn, q.rerr = bufs, sizes, offset, 0, nil
+	err := q.rc.Read(q.readFn)
+	n, rerr := q.rn, q.rerr
+	q.rbufs, q.rsizes = nil, nil
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			err = ErrClosed
+		}
+		return n, fmt.Errorf("tun %s: read: %w", q.name, err)
+	}
+	return n, nil
+}
+
+func (q *Queue) doRead(fd uintptr) bool {
+	for q.rn < len(q.rbufs) {
+		n, err := unix.Read(int(fd), q.rbufs[q.rn][q.roff:])
+		switch {
+		case err == nil:
+			q.rsizes[q.rn] = n
+			q.rn++
+		case errors.Is(err, unix.EINTR):
+		case errors.Is(err, unix.EAGAIN):
+			return q.rn > 0 // nothing yet: wait for the poller
+		default:
+			q.rerr = err
+			return true
+		}
+	}
+	return true
+}
+
+// Write writes bufs[i][offset:] as one packet each. It tries every packet; n counts
+// those the kernel took and err is the first failure. Writes may come from several
+// goroutines.
+func (q *Queue) Write(bufs [][]byte, offset int) (int, error) {
+	q.wmu.Lock()
+	defer q.wmu.Unlock()
+	q.wbufs, q.woff, q.wi, q.wn, q.werr = bufs, offset, 0, 0, nil
+	err := q.rc.Write(q.writeFn)
+	n, werr := q.wn, q.werr
+	q.wbufs = nil
+	if err == nil {
+		err = werr
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			err = ErrClosed
+		}
+		return n, fmt.Errorf("tun %s: write: %w", q.name, err)
+	}
+	return n, nil
+}
+
+func (q *Queue) doWrite(fd uintptr) bool {
+	for q.wi < len(q.wbufs) {
+		_, err := unix.Write(int(fd), q.wbufs[q.wi][q.woff:])
+		switch {
+		case err == nil:
+			q.wn++
+			q.wi++
+		case errors.Is(err, unix.EINTR):
+		case errors.Is(err, unix.EAGAIN):
+			return false // wait until writable, resume at wi
+		default:
+			if q.werr == nil {
+				q.werr = err
+			}
+			q.wi++
+		}
+	}
+	return true
+}
+
+// Close closes the queue; a blocked Read returns ErrClosed.
+func (q *Queue) Close() error {
+	if err := q.f.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+		return fmt.Errorf("tun %s: close queue: %w", q.name, err)
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+// Package tun opens the TUN device of weft's udp backend (flannel0) with one or more
+// queues and configures it: address, MTU, link state and the route of the overlay.
+//
+// A Queue is read and written in batches, wireguard-go style: the caller owns the
+// buffers and leaves offset bytes of headroom in front of each packet, so a later
+// offload (virtio-net header, GSO) can use that room without new copies.
+package tun
+
+import (
+	"errors"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+)
+
+// ErrClosed is returned by reads and writes on a closed queue.
+var ErrClosed = errors.New("tun queue closed")
+
+// Config says which device to open and how to set it up.
+type Config struct {
+	// Name of the device, e.g. "flannel0".
+	Name string
+	// Queues is the number of queues (file descriptors) to open; more than one needs
+	// IFF_MULTI_QUEUE. 0 means 1.
+	Queues int
+	// NoMultiQueue forces a single queue (the kernel feature switched off).
+	NoMultiQueue bool
+	// TxQueueLen, if positive, sets the device's transmit queue length.
+	TxQueueLen int
+	// Netlink is the handle the device is configured through; nil makes one bound to
+	// the network namespace of the calling thread.
+	Netlink *netlink.Handle
+}
+
+// Setup is the layer-3 configuration of an open device.
+type Setup struct {
+	// Addr is given to the device as a /32 (flannel: the subnet's network address).
+	Addr netip.Addr
+	// MTU of the device.
+	MTU int
+	// Routes are routed to the device (flannel: the whole overlay Network).
+	Routes []netip.Prefix
+}

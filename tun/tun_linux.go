@@ -1,0 +1,190 @@
+package tun
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/songgao/water"
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// Device is an open TUN device and its queues.
+type Device struct {
+	name      string
+	queues    []*Queue
+	h         *netlink.Handle
+	ownHandle bool
+	log       *zap.Logger
+}
+
+// Open creates (or attaches to) the TUN device cfg.Name and opens its queues. When the
+// kernel refuses a multi-queue device, it falls back to one queue and logs why. A stale
+// device of the same name that cannot be attached to is removed and made again.
+func Open(cfg Config, log *zap.Logger) (*Device, error) {
+	if cfg.Name == "" || len(cfg.Name) >= unix.IFNAMSIZ {
+		return nil, fmt.Errorf("tun %q: bad device name", cfg.Name)
+	}
+	d := &Device{name: cfg.Name, h: cfg.Netlink, log: log}
+	if d.h == nil {
+		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		if err != nil {
+			return nil, fmt.Errorf("tun %s: netlink handle: %w", cfg.Name, err)
+		}
+		d.h, d.ownHandle = h, true
+	}
+	n := max(cfg.Queues, 1)
+	mq := n > 1 && !cfg.NoMultiQueue
+	if !mq {
+		n = 1
+	}
+	q, err := openQueue(cfg.Name, mq)
+	if err != nil && mq {
+		log.Warn("multi-queue TUN refused; using one queue", zap.String("dev", cfg.Name), zap.Error(err))
+		mq, n = false, 1
+		q, err = openQueue(cfg.Name, false)
+	}
+	if err != nil && d.removeStale() {
+		q, err = openQueue(cfg.Name, mq)
+	}
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	d.queues = append(d.queues, q)
+	for len(d.queues) < n {
+		q, err := openQueue(cfg.Name, true)
+		if err != nil {
+			d.Close()
+			return nil, err
+		}
+		d.queues = append(d.queues, q)
+	}
+	if cfg.TxQueueLen > 0 {
+		link, err := d.link()
+		if err == nil {
+			err = d.h.LinkSetTxQLen(link, cfg.TxQueueLen)
+		}
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("tun %s: set txqueuelen %d: %w", d.name, cfg.TxQueueLen, err)
+		}
+	}
+	log.Info("TUN device open", zap.String("dev", d.name), zap.Int("queues", len(d.queues)),
+		zap.Bool("multiqueue", mq))
+	return d, nil
+}
+
+func openQueue(name string, mq bool) (*Queue, error) {
+	ifc, err := water.New(water.Config{
+		DeviceType:             water.TUN,
+		PlatformSpecificParams: water.PlatformSpecificParams{Name: name, MultiQueue: mq},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tun %s: open queue: %w", name, err)
+	}
+	f, ok := ifc.ReadWriteCloser.(*os.File)
+	if !ok {
+		ifc.Close()
+		return nil, fmt.Errorf("tun %s: open queue: water returned %T, not a file", name, ifc.ReadWriteCloser)
+	}
+	return newQueue(name, f)
+}
+
+// removeStale deletes a device of our name left behind (e.g. by a crashed flanneld
+// with persist set) and reports whether it did.
+func (d *Device) removeStale() bool {
+	link, err := d.h.LinkByName(d.name)
+	if err != nil || link.Type() != "tuntap" {
+		return false
+	}
+	if err := d.h.LinkDel(link); err != nil {
+		return false
+	}
+	d.log.Warn("removed stale TUN device", zap.String("dev", d.name))
+	return true
+}
+
+// Name is the device's name.
+func (d *Device) Name() string { return d.name }
+
+// Queues are the device's queues; each must be read by one goroutine at a time and
+// written by one goroutine at a time.
+func (d *Device) Queues() []*Queue { return d.queues }
+
+func (d *Device) link() (netlink.Link, error) { return d.h.LinkByName(d.name) }
+
+// Configure gives the device its address (as /32, replacing any other IPv4 address),
+// MTU and routes, and sets it up. Calling it again with a new Setup moves the device
+// to it.
+func (d *Device) Configure(s Setup) error {
+	link, err := d.link()
+	if err != nil {
+		return fmt.Errorf("tun %s: find link: %w", d.name, err)
+	}
+	if s.MTU > 0 {
+		if err := d.h.LinkSetMTU(link, s.MTU); err != nil {
+			return fmt.Errorf("tun %s: set mtu %d: %w", d.name, s.MTU, err)
+		}
+	}
+	if !s.Addr.Is4() {
+		return fmt.Errorf("tun %s: address %v is not IPv4", d.name, s.Addr)
+	}
+	addrs, err := d.h.AddrList(link, unix.AF_INET)
+	if err != nil {
+		return fmt.Errorf("tun %s: list addresses: %w", d.name, err)
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok && ip != s.Addr {
+			if err := d.h.AddrDel(link, &a); err != nil {
+				return fmt.Errorf("tun %s: remove old address %v: %w", d.name, ip, err)
+			}
+		}
+	}
+	addr := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(s.Addr, 32))}
+	if err := d.h.AddrReplace(link, addr); err != nil {
+		return fmt.Errorf("tun %s: add address %v/32: %w", d.name, s.Addr, err)
+	}
+	if err := d.h.LinkSetUp(link); err != nil {
+		return fmt.Errorf("tun %s: set up: %w", d.name, err)
+	}
+	for _, r := range s.Routes {
+		rt := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(r.Masked()), Scope: netlink.SCOPE_LINK}
+		if err := d.h.RouteReplace(rt); err != nil {
+			return fmt.Errorf("tun %s: route %v: %w", d.name, r, err)
+		}
+	}
+	return nil
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// Close closes every queue and removes the device (a userspace data path dies with its
+// process, so leaving the device would only black-hole the overlay).
+func (d *Device) Close() error {
+	var errs []error
+	for _, q := range d.queues {
+		errs = append(errs, q.Close())
+	}
+	d.queues = nil
+	if d.h != nil {
+		// The kernel removes a non-persistent device with its last queue; make sure.
+		if link, err := d.link(); err == nil {
+			var nf netlink.LinkNotFoundError
+			if err := d.h.LinkDel(link); err != nil && !errors.As(err, &nf) && !errors.Is(err, unix.ENODEV) {
+				errs = append(errs, fmt.Errorf("tun %s: delete: %w", d.name, err))
+			}
+		}
+		if d.ownHandle {
+			d.h.Close()
+		}
+		d.h = nil
+	}
+	return errors.Join(errs...)
+}

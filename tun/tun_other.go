@@ -1,0 +1,29 @@
+//go:build !linux
+
+package tun
+
+import (
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+)
+
+// Device is not implemented on this platform.
+type Device struct{}
+
+// Queue is not implemented on this platform.
+type Queue struct{}
+
+// Open fails: weft's TUN device is Linux only.
+func Open(cfg Config, log *zap.Logger) (*Device, error) {
+	return nil, fmt.Errorf("tun %s: %w", cfg.Name, errors.ErrUnsupported)
+}
+
+func (d *Device) Name() string                          { return "" }
+func (d *Device) Queues() []*Queue                      { return nil }
+func (d *Device) Configure(Setup) error                 { return errors.ErrUnsupported }
+func (d *Device) Close() error                          { return nil }
+func (q *Queue) Read([][]byte, []int, int) (int, error) { return 0, errors.ErrUnsupported }
+func (q *Queue) Write([][]byte, int) (int, error)       { return 0, errors.ErrUnsupported }
+func (q *Queue) Close() error                           { return nil }
