@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/weftnet/weft/internal/netns"
+	"github.com/weftnet/weft/internal/testenv"
+)
+
+// BenchmarkThroughputVsVXLAN measures, in one run and between the same two
+// namespaces, iperf3 TCP throughput and ping RTT over the udp data path and over a
+// plain kernel VXLAN, and reports the ratios. Run it with -benchtime=1x;
+// WEFT_BENCH_SECS sets the iperf3 duration (default 5), WEFT_BENCH_QUEUES the queues
+// per host (default the number of CPUs).
+func BenchmarkThroughputVsVXLAN(b *testing.B) {
+	testenv.NeedTools(b, "ping", "iperf3")
+	secs := envInt("WEFT_BENCH_SECS", 5)
+	queues := envInt("WEFT_BENCH_QUEUES", min(runtime.NumCPU(), 8))
+	cfg := Config{}
+	if err := cfg.ApplyEnv(); err != nil {
+		b.Fatal(err)
+	}
+	l := newLab(b, labOpts{queues: queues, cfg: cfg})
+	a, z := l.hosts[0], l.hosts[1]
+	vx := [2]netip.Addr{netip.MustParseAddr("198.18.200.1"), netip.MustParseAddr("198.18.200.2")}
+	for i, h := range l.hosts {
+		dev := []string{"wa", "wb"}[i]
+		mustRun(b, h.ns, "ip", "link", "add", "vx0", "type", "vxlan", "id", "42", "local", labUnder[i].String(),
+			"remote", labUnder[1-i].String(), "dstport", "4789", "dev", dev)
+		mustRun(b, h.ns, "ip", "addr", "add", vx[i].String()+"/24", "dev", "vx0")
+		mustRun(b, h.ns, "ip", "link", "set", "vx0", "up")
+	}
+	b.ResetTimer()
+	for range b.N {
+		kern := iperf3(b, a.ns, z.ns, vx[0], vx[1], secs)
+		udp := iperf3(b, a.ns, z.ns, labPod[0], labPod[1], secs)
+		kernRTT := pingRTT(b, a.ns, vx[0], vx[1])
+		udpRTT := pingRTT(b, a.ns, labPod[0], labPod[1])
+		b.ReportMetric(kern/1e9, "vxlan-Gbit/s")
+		b.ReportMetric(udp/1e9, "udp-Gbit/s")
+		b.ReportMetric(udp/kern, "udp/vxlan")
+		b.ReportMetric(kernRTT, "vxlan-rtt-ms")
+		b.ReportMetric(udpRTT, "udp-rtt-ms")
+		b.ReportMetric(udpRTT/kernRTT, "rtt-udp/vxlan")
+	}
+	b.StopTimer()
+	b.Logf("a: %+v", a.px.Stats())
+	b.Logf("b: %+v", z.px.Stats())
+}
+
+var rttRe = regexp.MustCompile(`= [0-9.]+/([0-9.]+)/`)
+
+// pingRTT returns the average RTT in ms of 50 pings.
+func pingRTT(t testing.TB, n *netns.NS, src, dst netip.Addr) float64 {
+	t.Helper()
+	out, err := n.Run(context.Background(), "ping", "-q", "-c", "50", "-i", "0.01", "-I", src.String(), dst.String())
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	m := rttRe.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no rtt in ping output: %s", out)
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
