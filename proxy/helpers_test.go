@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+	"go.uber.org/zap"
 )
 
 // ipv4Packet builds an IPv4 packet with gopacket (checksum and lengths computed).
@@ -45,3 +46,5 @@ func containsAny(s string, subs ...string) bool {
 	}
 	return false
 }
+
+func nopLogger() *zap.Logger { return zap.NewNop() }
