@@ -1,0 +1,127 @@
+package encap
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/weftnet/weft/internal/netns"
+	"github.com/weftnet/weft/internal/netnstest"
+	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/proxy"
+)
+
+// TestUDPBackendTwoHosts runs the udp backend in two namespaces linked by a veth:
+// Register opens flannel0 there, HandleEvents fills the table, ping crosses both ways,
+// a removed lease answers net unreachable, Close removes flannel0.
+func TestUDPBackendTwoHosts(t *testing.T) {
+	testenv.NeedTools(t, "ping")
+	nss := [2]*netns.NS{netnstest.New(t, "weft-udpa"), netnstest.New(t, "weft-udpb")}
+	if err := netns.Veth(nss[0], "ua", nss[1], "ub"); err != nil {
+		t.Fatal(err)
+	}
+	under := [2]netip.Addr{netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.12")}
+	leases := [2]lease.Lease{
+		{Subnet: netip.MustParsePrefix("198.18.11.0/24"), Attrs: lease.Attrs{PublicIP: under[0], BackendType: "udp"}},
+		{Subnet: netip.MustParsePrefix("198.18.12.0/24"), Attrs: lease.Attrs{PublicIP: under[1]}}, // flanneld: no type
+	}
+	cfg := &lease.Config{Network: netip.MustParsePrefix("198.18.0.0/16"), SubnetLen: 24, BackendType: "udp",
+		Backend: []byte(`{"Type":"udp","Workers":2}`)}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var bes [2]Backend
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		for _, be := range bes {
+			if be != nil {
+				if err := be.Close(); err != nil {
+					t.Errorf("close: %v", err)
+				}
+			}
+		}
+	})
+	for i, n := range nss {
+		dev := []string{"ua", "ub"}[i]
+		if _, err := n.Run(ctx, "ip", "addr", "add", under[i].String()+"/24", "dev", dev); err != nil {
+			t.Fatal(err)
+		}
+		ext := ExternalInterface{Name: dev, MTU: 1500, IfaceIP: under[i], PublicIP: under[i]}
+		be, err := NewUDP(cfg, ext, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bes[i] = be
+		if be.MTU() != 1472 {
+			t.Fatalf("MTU %d, want 1472", be.MTU())
+		}
+		if err := n.Do(func() error { return be.Register(ctx, leases[i]) }); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := be.Run(ctx); err != nil {
+				t.Errorf("run: %v", err)
+			}
+		}()
+		other := leases[1-i]
+		vx := lease.Lease{Subnet: netip.MustParsePrefix("198.18.40.0/24"),
+			Attrs: lease.Attrs{PublicIP: netip.MustParseAddr("192.0.2.40"), BackendType: "vxlan"}}
+		be.HandleEvents(ctx, []lease.Event{{Type: lease.Added, Lease: other}, {Type: lease.Added, Lease: vx},
+			{Type: lease.Added, Lease: leases[i]}})
+	}
+	ping := func(from int, dst netip.Addr) (string, error) {
+		return nss[from].Run(ctx, "ping", "-c", "2", "-i", "0.2", "-W", "2", dst.String())
+	}
+	for i := range 2 {
+		if out, err := ping(i, leases[1-i].Subnet.Addr()); err != nil {
+			t.Fatalf("ping from host %d: %v\n%s", i, err, out)
+		}
+	}
+	st, ok := bes[0].(StatsReporter)
+	if !ok {
+		t.Fatal("udp backend is not a StatsReporter")
+	}
+	s := st.Stats().(proxy.Stats)
+	if s.TxPackets < 2 || s.RxPackets < 2 {
+		t.Fatalf("stats: %+v", s)
+	}
+	for _, dst := range []string{"198.18.40.1", "198.18.11.1"} { // vxlan lease, own subnet
+		if out, err := ping(1, netip.MustParseAddr(dst)); err == nil {
+			t.Fatalf("ping %s went through: %s", dst, out)
+		}
+	}
+
+	bes[0].HandleEvents(ctx, []lease.Event{{Type: lease.Removed, Lease: leases[1]}})
+	out, _ := ping(0, leases[1].Subnet.Addr())
+	if !strings.Contains(out, "Net Unreachable") {
+		t.Fatalf("no net unreachable after removal: %s", out)
+	}
+
+	cancel()
+	wg.Wait()
+	for i, be := range bes {
+		if err := be.Close(); err != nil {
+			t.Fatal(err)
+		}
+		bes[i] = nil
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			out, err := nss[i].Run(context.Background(), "ip", "link", "show", UDPDevice)
+			if err != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("flannel0 still there after Close: %s", out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
