@@ -26,7 +26,7 @@ func BenchmarkThroughputVsVXLAN(b *testing.B) {
 	if err := cfg.ApplyEnv(); err != nil {
 		b.Fatal(err)
 	}
-	l := newLab(b, labOpts{queues: queues, cfg: cfg})
+	l := newLab(b, labOpts{queues: queues, cfg: cfg, offload: os.Getenv("WEFT_BENCH_OFFLOAD") == "1"})
 	a, z := l.hosts[0], l.hosts[1]
 	vx := [2]netip.Addr{netip.MustParseAddr("198.18.200.1"), netip.MustParseAddr("198.18.200.2")}
 	for i, h := range l.hosts {

@@ -43,8 +43,9 @@ type lab struct {
 }
 
 type labOpts struct {
-	queues int
-	cfg    Config
+	queues  int
+	offload bool
+	cfg     Config
 }
 
 func newLab(t testing.TB, o labOpts) *lab {
@@ -91,7 +92,7 @@ func newLab(t testing.TB, o labOpts) *lab {
 		}
 		h.table = table
 		err = h.ns.Do(func() error {
-			d, err := tun.Open(tun.Config{Name: "flannel0", Queues: o.queues}, log)
+			d, err := tun.Open(tun.Config{Name: "flannel0", Queues: o.queues, Offload: o.offload}, log)
 			if err != nil {
 				return err
 			}

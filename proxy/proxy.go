@@ -128,11 +128,11 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 		for j, b := range w.ibufs {
 			rb[j] = b[Headroom:]
 		}
-		w.conn, err = listenUDP(opts, cfg.Batch, rb, log)
+		w.conn, err = listenUDP(opts, len(w.seghdr), rb, log)
 		if err != nil && i == 0 && opts.reusePort && len(queues) == 1 {
 			log.Warn("SO_REUSEPORT refused; one socket", zap.Error(err))
 			opts.reusePort = false
-			w.conn, err = listenUDP(opts, cfg.Batch, rb, log)
+			w.conn, err = listenUDP(opts, len(w.seghdr), rb, log)
 		}
 		if err != nil {
 			p.Close()

@@ -13,7 +13,20 @@ import (
 
 func TestTwoHosts(t *testing.T) {
 	testenv.NeedTools(t, "ping", "iperf3")
-	l := newLab(t, labOpts{queues: 2})
+	for _, o := range []struct {
+		name string
+		labOpts
+	}{
+		{"plain", labOpts{queues: 2}},
+		{"one queue, no mmsg", labOpts{queues: 1, cfg: Config{NoMmsg: true, NoReusePort: true}}},
+		{"offload", labOpts{queues: 2, offload: true}},
+	} {
+		t.Run(o.name, func(t *testing.T) { testTwoHosts(t, o.labOpts) })
+	}
+}
+
+func testTwoHosts(t *testing.T, o labOpts) {
+	l := newLab(t, o)
 	a, b := l.hosts[0], l.hosts[1]
 	ctx := context.Background()
 	for _, c := range []struct {

@@ -81,7 +81,7 @@ func listenUDP(o sockOpts, batch int, rbufs [][]byte, log *zap.Logger) (*udpConn
 	}
 	u := &udpConn{
 		c: c, rc: rc, port: uint16(o.port), mmsg: o.mmsg,
-		shdrs: make([]unix.Mmsghdr, batch), siov: make([]unix.Iovec, batch),
+		shdrs: make([]unix.Mmsghdr, batch), siov: make([]unix.Iovec, 2*batch),
 		snames: make([]unix.RawSockaddrInet4, batch),
 		rhdrs:  make([]unix.Mmsghdr, len(rbufs)), riov: make([]unix.Iovec, len(rbufs)),
 		rnames: make([]unix.RawSockaddrInet4, len(rbufs)), rbufs: rbufs,
@@ -89,7 +89,7 @@ func listenUDP(o sockOpts, batch int, rbufs [][]byte, log *zap.Logger) (*udpConn
 	for i := range u.shdrs {
 		u.shdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.snames[i]))
 		u.shdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet4
-		u.shdrs[i].Hdr.Iov = &u.siov[i]
+		u.shdrs[i].Hdr.Iov = &u.siov[2*i]
 		u.shdrs[i].Hdr.SetIovlen(1)
 		u.snames[i].Family = unix.AF_INET
 		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&u.snames[i].Port))[:], u.port)
@@ -125,8 +125,19 @@ func (u *udpConn) bufSizes() (rcv, snd int) {
 
 // stage puts pkt, for the host at ip (big-endian), into send slot i.
 func (u *udpConn) stage(i int, pkt []byte, ip uint32) {
-	u.siov[i].Base = &pkt[0]
-	u.siov[i].SetLen(len(pkt))
+	u.siov[2*i].Base = &pkt[0]
+	u.siov[2*i].SetLen(len(pkt))
+	u.shdrs[i].Hdr.SetIovlen(1)
+	binary.BigEndian.PutUint32(u.snames[i].Addr[:], ip)
+}
+
+// stage2 puts a datagram made of hdr and payload into send slot i.
+func (u *udpConn) stage2(i int, hdr, payload []byte, ip uint32) {
+	u.siov[2*i].Base = &hdr[0]
+	u.siov[2*i].SetLen(len(hdr))
+	u.siov[2*i+1].Base = &payload[0]
+	u.siov[2*i+1].SetLen(len(payload))
+	u.shdrs[i].Hdr.SetIovlen(2)
 	binary.BigEndian.PutUint32(u.snames[i].Addr[:], ip)
 }
 

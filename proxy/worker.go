@@ -26,11 +26,15 @@ type worker struct {
 	log   *zap.Logger
 
 	// egress (TUN -> UDP), owned by the egress goroutine
-	ebufs  [][]byte
-	esizes []int
-	icmp   [1][]byte
-	ebkt   tokenBucket // ICMP errors
-	elog   tokenBucket // log lines of the egress side
+	vnet    bool // the queue has TUN offloads: virtio-net headers, super packets
+	ebufs   [][]byte
+	esizes  []int
+	seghdr  [][]byte // per send slot: segment headers (offload), else only counts slots
+	nslot   int      // slots staged
+	pending int      // bytes staged
+	icmp    [1][]byte
+	ebkt    tokenBucket // ICMP errors
+	elog    tokenBucket // log lines of the egress side
 
 	// ingress (UDP -> TUN), owned by the ingress goroutine
 	ibufs [][]byte
@@ -41,19 +45,41 @@ type worker struct {
 func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, cnt *counters, log *zap.Logger) *worker {
 	w := &worker{
 		tun: tun, table: table, cnt: cnt, log: log,
-		ebufs: make([][]byte, batch), esizes: make([]int, batch),
 		ibufs: make([][]byte, batch), iout: make([][]byte, 0, batch),
 		ebkt: tokenBucket{burst: 10, every: int64(10 * time.Millisecond)},
 		elog: tokenBucket{burst: 1, every: int64(time.Second)},
 		ibkt: tokenBucket{burst: 1, every: int64(time.Second)},
 	}
+	reads, slots := batch, batch
+	if v, ok := tun.(interface{ VnetHdr() bool }); ok && v.VnetHdr() {
+		// Reads bring up to 64 KiB each, cut into many segments.
+		w.vnet = true
+		egressLen = maxSuperPacket
+		reads, slots = min(batch, offloadReads), batch*offloadSlotsPerRead
+	}
+	w.ebufs, w.esizes = make([][]byte, reads), make([]int, reads)
 	for i := range w.ebufs {
 		w.ebufs[i] = make([]byte, Headroom+egressLen)
+	}
+	w.seghdr = make([][]byte, slots)
+	for i := range w.seghdr {
+		if w.vnet {
+			w.seghdr[i] = make([]byte, maxSegHeaders)
+		}
+	}
+	for i := range w.ibufs {
 		w.ibufs[i] = make([]byte, Headroom+ingressLen)
 	}
 	w.icmp[0] = make([]byte, Headroom+icmpBufLen)
 	return w
 }
+
+// With TUN offloads a worker reads at most offloadReads super packets per batch and
+// has offloadSlotsPerRead send slots per packet of Config.Batch.
+const (
+	offloadReads        = 16
+	offloadSlotsPerRead = 4
+)
 
 // egress forwards what the TUN queue gives until it fails (closed).
 func (w *worker) egress() error {
@@ -68,12 +94,20 @@ func (w *worker) egress() error {
 	}
 }
 
-// egressBatch routes the n packets in ebufs and sends them in one batch.
+// egressBatch routes the n packets in ebufs and sends them, in as few sendmmsg calls
+// as the send slots allow. TCP super packets (TUN offload) are cut into segments here.
 func (w *worker) egressBatch(n int) {
 	s := w.table.Load()
-	k, bytes := 0, 0
 	for i := range n {
 		pkt := w.ebufs[i][Headroom : Headroom+w.esizes[i]]
+		var vh vnetHdr
+		if w.vnet {
+			vh = parseVnetHdr(w.ebufs[i][Headroom-vnetHdrLen : Headroom])
+			if vh.gsoType == vnetGSONone && vh.flags&vnetNeedsCsum != 0 && !finishChecksum(pkt, vh) {
+				w.cnt.drops[DropMalformed].Add(1)
+				continue
+			}
+		}
 		p, r := s.RouteEgress(pkt)
 		if r != DropNone {
 			w.cnt.drops[r].Add(1)
@@ -82,25 +116,62 @@ func (w *worker) egressBatch(n int) {
 			}
 			continue
 		}
-		w.conn.stage(k, pkt, p.ip)
-		k++
-		bytes += len(pkt)
+		if vh.gsoType == vnetGSONone {
+			if w.nslot == len(w.seghdr) {
+				w.flush()
+			}
+			w.conn.stage(w.nslot, pkt, p.ip)
+			w.nslot++
+			w.pending += len(pkt)
+			continue
+		}
+		if vh.gsoType&^vnetGSOECN != vnetGSOTCPv4 || !w.stageTSO(pkt, p, int(vh.gsoSize)) {
+			w.cnt.drops[DropMalformed].Add(1)
+		}
 	}
-	c := w.cnt
-	c.txBatches.Add(1)
-	c.txHist[bucket(n)].Add(1)
-	if k == 0 {
+	w.flush()
+	w.cnt.txBatches.Add(1)
+	w.cnt.txHist[bucket(n)].Add(1)
+}
+
+// stageTSO cuts a TCPv4 super packet into segments of gsoSize payload bytes, each a
+// datagram of its own headers (in seghdr) and a slice of pkt's payload.
+func (w *worker) stageTSO(pkt []byte, p *Peer, gsoSize int) bool {
+	ihl, hl, ok := tsoLayout(pkt)
+	payload := pkt[hl:]
+	if !ok || gsoSize == 0 || len(payload) == 0 {
+		return false
+	}
+	for i, off := 0, 0; off < len(payload); i, off = i+1, off+gsoSize {
+		seg := payload[off:min(off+gsoSize, len(payload))]
+		if w.nslot == len(w.seghdr) {
+			w.flush()
+		}
+		h := w.seghdr[w.nslot][:hl]
+		segmentHeaders(h, pkt, ihl, hl, i, off, seg, off+gsoSize >= len(payload))
+		w.conn.stage2(w.nslot, h, seg, p.ip)
+		w.nslot++
+		w.pending += hl + len(seg)
+	}
+	return true
+}
+
+// flush sends the staged slots.
+func (w *worker) flush() {
+	if w.nslot == 0 {
 		return
 	}
-	failed, err := w.conn.send(k)
+	c := w.cnt
+	failed, err := w.conn.send(w.nslot)
 	if failed > 0 {
 		c.drops[DropSendError].Add(uint64(failed))
 		if w.elog.allow(time.Now().UnixNano()) {
 			w.log.Debug("udp send failed", zap.Int("packets", failed), zap.Error(err))
 		}
 	}
-	c.txPackets.Add(uint64(k - failed))
-	c.txBytes.Add(uint64(bytes)) // bytes of the packets handed to the kernel
+	c.txPackets.Add(uint64(w.nslot - failed))
+	c.txBytes.Add(uint64(w.pending)) // bytes handed to the kernel
+	w.nslot, w.pending = 0, 0
 }
 
 // unreachable answers pkt with ICMP net unreachable through the TUN, rate limited.

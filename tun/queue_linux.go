@@ -16,6 +16,7 @@ type Queue struct {
 	name string
 	f    *os.File
 	rc   syscall.RawConn
+	vnet bool // packets carry a virtio-net header in front
 
 	// read state, used by readFn inside rc.Read
 	rbufs  [][]byte
@@ -48,9 +49,13 @@ func newQueue(name string, f *os.File) (*Queue, error) {
 }
 
 // Read reads at least one packet and then as many more as are ready, up to len(bufs):
-// packet i goes to bufs[i][offset:] and its size to sizes[i]. It returns the number of
+// packet i goes to bufs[i][offset:] and its size to sizes[i]; with VnetHdr its
+// virtio-net header goes to the VnetHdrLen bytes before offset. It returns the number of
 // packets read; an error comes with n == 0 (or after the packets read before it).
 func (q *Queue) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	if q.vnet {
+		offset -= VnetHdrLen
+	}
 	q.rbufs, q.rsizes, q.roff, q.rn, q.rerr = bufs, sizes, offset, 0, nil
 	err := q.rc.Read(q.readFn)
 	n, rerr := q.rn, q.rerr
@@ -72,6 +77,9 @@ func (q *Queue) doRead(fd uintptr) bool {
 		n, err := unix.Read(int(fd), q.rbufs[q.rn][q.roff:])
 		switch {
 		case err == nil:
+			if q.vnet {
+				n -= VnetHdrLen
+			}
 			q.rsizes[q.rn] = n
 			q.rn++
 		case errors.Is(err, unix.EINTR):
@@ -91,6 +99,9 @@ func (q *Queue) doRead(fd uintptr) bool {
 func (q *Queue) Write(bufs [][]byte, offset int) (int, error) {
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
+	if q.vnet {
+		offset -= VnetHdrLen
+	}
 	q.wbufs, q.woff, q.wi, q.wn, q.werr = bufs, offset, 0, 0, nil
 	err := q.rc.Write(q.writeFn)
 	n, werr := q.wn, q.werr

@@ -25,6 +25,10 @@ type Config struct {
 	Queues int
 	// NoMultiQueue forces a single queue (the kernel feature switched off).
 	NoMultiQueue bool
+	// Offload opens the queues with a virtio-net header and TCPv4 segmentation and
+	// checksum offload (Queue.VnetHdr); if the kernel refuses, Open falls back to
+	// plain queues.
+	Offload bool
 	// TxQueueLen, if positive, sets the device's transmit queue length.
 	TxQueueLen int
 	// Netlink is the handle the device is configured through; nil makes one bound to

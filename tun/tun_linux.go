@@ -42,14 +42,23 @@ func Open(cfg Config, log *zap.Logger) (*Device, error) {
 	if !mq {
 		n = 1
 	}
-	q, err := openQueue(cfg.Name, mq)
+	open := openQueue
+	if cfg.Offload {
+		open = openOffloadQueue
+	}
+	q, err := open(cfg.Name, mq)
+	if err != nil && cfg.Offload {
+		log.Warn("TUN offloads refused; plain queues", zap.String("dev", cfg.Name), zap.Error(err))
+		open = openQueue
+		q, err = open(cfg.Name, mq)
+	}
 	if err != nil && mq {
 		log.Warn("multi-queue TUN refused; using one queue", zap.String("dev", cfg.Name), zap.Error(err))
 		mq, n = false, 1
-		q, err = openQueue(cfg.Name, false)
+		q, err = open(cfg.Name, false)
 	}
 	if err != nil && d.removeStale() {
-		q, err = openQueue(cfg.Name, mq)
+		q, err = open(cfg.Name, mq)
 	}
 	if err != nil {
 		d.Close()
@@ -57,7 +66,7 @@ func Open(cfg Config, log *zap.Logger) (*Device, error) {
 	}
 	d.queues = append(d.queues, q)
 	for len(d.queues) < n {
-		q, err := openQueue(cfg.Name, true)
+		q, err := open(cfg.Name, true)
 		if err != nil {
 			d.Close()
 			return nil, err
@@ -75,7 +84,7 @@ func Open(cfg Config, log *zap.Logger) (*Device, error) {
 		}
 	}
 	log.Info("TUN device open", zap.String("dev", d.name), zap.Int("queues", len(d.queues)),
-		zap.Bool("multiqueue", mq))
+		zap.Bool("multiqueue", mq), zap.Bool("offload", d.queues[0].vnet))
 	return d, nil
 }
 

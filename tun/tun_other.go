@@ -27,3 +27,8 @@ func (d *Device) Close() error                          { return nil }
 func (q *Queue) Read([][]byte, []int, int) (int, error) { return 0, errors.ErrUnsupported }
 func (q *Queue) Write([][]byte, int) (int, error)       { return 0, errors.ErrUnsupported }
 func (q *Queue) Close() error                           { return nil }
+
+// VnetHdrLen is the size of the virtio-net header (unused on this platform).
+const VnetHdrLen = 10
+
+func (q *Queue) VnetHdr() bool { return false }

@@ -1,0 +1,133 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// The virtio-net header in front of packets of a TUN queue with offloads
+// (struct virtio_net_hdr, in the host's byte order).
+const (
+	vnetHdrLen     = 10
+	vnetNeedsCsum  = 1
+	vnetGSONone    = 0
+	vnetGSOTCPv4   = 1
+	vnetGSOECN     = 0x80
+	tcpFlagFIN     = 0x01
+	tcpFlagPSH     = 0x08
+	tcpFlagCWR     = 0x80
+	protoTCP       = 6
+	maxSegHeaders  = 60 + 60 // IPv4 and TCP headers with every option
+	maxSuperPacket = 65535
+)
+
+type vnetHdr struct {
+	flags      uint8
+	gsoType    uint8
+	hdrLen     uint16
+	gsoSize    uint16
+	csumStart  uint16
+	csumOffset uint16
+}
+
+func parseVnetHdr(b []byte) vnetHdr {
+	e := binary.NativeEndian
+	return vnetHdr{b[0], b[1], e.Uint16(b[2:]), e.Uint16(b[4:]), e.Uint16(b[6:]), e.Uint16(b[8:])}
+}
+
+func (h vnetHdr) put(b []byte) {
+	e := binary.NativeEndian
+	b[0], b[1] = h.flags, h.gsoType
+	e.PutUint16(b[2:], h.hdrLen)
+	e.PutUint16(b[4:], h.gsoSize)
+	e.PutUint16(b[6:], h.csumStart)
+	e.PutUint16(b[8:], h.csumOffset)
+}
+
+// sum adds b to the ones' complement accumulator ac, 8 bytes at a time (the grouping
+// does not change the folded 16-bit sum).
+func sum(b []byte, ac uint64) uint64 {
+	var c uint64
+	for len(b) >= 32 {
+		ac, c = bits.Add64(ac, binary.BigEndian.Uint64(b), c)
+		ac, c = bits.Add64(ac, binary.BigEndian.Uint64(b[8:]), c)
+		ac, c = bits.Add64(ac, binary.BigEndian.Uint64(b[16:]), c)
+		ac, c = bits.Add64(ac, binary.BigEndian.Uint64(b[24:]), c)
+		b = b[32:]
+	}
+	for len(b) >= 8 {
+		ac, c = bits.Add64(ac, binary.BigEndian.Uint64(b), c)
+		b = b[8:]
+	}
+	var tail uint64
+	for i := range b { // up to 7 bytes, placed as in a big-endian word
+		tail |= uint64(b[i]) << (56 - 8*i)
+	}
+	ac, c = bits.Add64(ac, tail, c)
+	ac, c = bits.Add64(ac, c, 0)
+	return ac + c
+}
+
+// fold folds an accumulator to 16 bits (not complemented).
+func fold(ac uint64) uint16 {
+	ac = (ac >> 32) + (ac & 0xffffffff)
+	ac = (ac >> 32) + (ac & 0xffffffff)
+	ac = (ac >> 16) + (ac & 0xffff)
+	ac = (ac >> 16) + (ac & 0xffff)
+	ac = (ac >> 16) + (ac & 0xffff)
+	return uint16(ac)
+}
+
+// finishChecksum completes a checksum the kernel left partial (VIRTIO_NET_HDR_F_
+// NEEDS_CSUM): the field holds the pseudo-header sum; the rest is summed from
+// csumStart. It reports false when the offsets do not fit the packet.
+func finishChecksum(pkt []byte, h vnetHdr) bool {
+	start, field := int(h.csumStart), int(h.csumStart)+int(h.csumOffset)
+	if field+2 > len(pkt) || start > field {
+		return false
+	}
+	binary.BigEndian.PutUint16(pkt[field:], ^fold(sum(pkt[start:], 0)))
+	return true
+}
+
+// tsoLayout checks a TCPv4 super packet and returns its header lengths.
+func tsoLayout(pkt []byte) (ihl, hl int, ok bool) {
+	ihl = int(pkt[0]&0x0f) * 4
+	if pkt[9] != protoTCP || len(pkt) < ihl+20 {
+		return 0, 0, false
+	}
+	thl := int(pkt[ihl+12]>>4) * 4
+	if thl < 20 || ihl+thl > len(pkt) {
+		return 0, 0, false
+	}
+	return ihl, ihl + thl, true
+}
+
+// segmentHeaders writes into h the IPv4 and TCP headers of segment i (payload seg,
+// at byte off of the super packet's payload) of the super packet pkt, whose headers
+// are hl bytes (IPv4 header ihl). last marks the final segment. The TCP checksum
+// covers seg.
+func segmentHeaders(h, pkt []byte, ihl, hl, i, off int, seg []byte, last bool) {
+	copy(h, pkt[:hl])
+	be := binary.BigEndian
+	be.PutUint16(h[2:], uint16(hl+len(seg)))
+	be.PutUint16(h[4:], be.Uint16(pkt[4:])+uint16(i))
+	be.PutUint16(h[10:], 0)
+	be.PutUint16(h[10:], ^fold(sum(h[:ihl], 0)))
+	t := h[ihl:hl]
+	be.PutUint32(t[4:], be.Uint32(pkt[ihl+4:])+uint32(off))
+	fl := pkt[ihl+13]
+	if !last {
+		fl &^= tcpFlagFIN | tcpFlagPSH
+	}
+	if i > 0 {
+		fl &^= tcpFlagCWR
+	}
+	t[13] = fl
+	be.PutUint16(t[16:], 0)
+	// pseudo header: addresses, protocol, TCP length
+	ac := sum(h[12:20], uint64(protoTCP)+uint64(len(t)+len(seg)))
+	ac = sum(t, ac)
+	ac = sum(seg, ac)
+	be.PutUint16(t[16:], ^fold(ac))
+}
