@@ -28,7 +28,7 @@ const (
 	DropNotOverlay
 	// DropSendError: the UDP send failed.
 	DropSendError
-	// DropTUNError: the write to the TUN device failed.
+	// DropTUNError: a write to the TUN device failed (a coalesced run counts once).
 	DropTUNError
 	numDropReasons
 )
@@ -53,9 +53,10 @@ type Stats struct {
 	TxPackets uint64 `json:"tx_packets"` // sent to peers
 	TxBytes   uint64 `json:"tx_bytes"`
 	TxBatches uint64 `json:"tx_batches"` // TUN reads that returned packets
-	RxPackets uint64 `json:"rx_packets"` // written to the TUN device
+	RxPackets uint64 `json:"rx_packets"` // datagrams accepted for the TUN device
 	RxBytes   uint64 `json:"rx_bytes"`
 	RxBatches uint64 `json:"rx_batches"` // recvmmsg calls that returned datagrams
+	RxWrites  uint64 `json:"rx_writes"`  // TUN writes (a coalesced TCP run is one)
 	ICMPSent  uint64 `json:"icmp_sent"`
 	// Drops counts dropped packets by reason (DropReason.String).
 	Drops map[string]uint64 `json:"drops"`
@@ -72,6 +73,7 @@ func (s Stats) Dropped(r DropReason) uint64 { return s.Drops[r.String()] }
 type counters struct {
 	txPackets, txBytes, txBatches atomic.Uint64
 	rxPackets, rxBytes, rxBatches atomic.Uint64
+	rxWrites                      atomic.Uint64
 	icmpSent                      atomic.Uint64
 	drops                         [numDropReasons]atomic.Uint64
 	txHist, rxHist                [histBuckets]atomic.Uint64
@@ -87,6 +89,7 @@ func (c *counters) addTo(s *Stats) {
 	s.RxPackets += c.rxPackets.Load()
 	s.RxBytes += c.rxBytes.Load()
 	s.RxBatches += c.rxBatches.Load()
+	s.RxWrites += c.rxWrites.Load()
 	s.ICMPSent += c.icmpSent.Load()
 	for r := DropReason(1); r < numDropReasons; r++ {
 		s.Drops[r.String()] += c.drops[r].Load()

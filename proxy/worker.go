@@ -37,15 +37,19 @@ type worker struct {
 	elog    tokenBucket // log lines of the egress side
 
 	// ingress (UDP -> TUN), owned by the ingress goroutine
-	ibufs [][]byte
-	iout  [][]byte
-	ibkt  tokenBucket // log lines of the ingress side
+	ibufs  [][]byte
+	isizes []int
+	isrc   []uint32
+	iout   [][]byte
+	gro    [][]byte    // coalescing buffers (offload only)
+	ibkt   tokenBucket // log lines of the ingress side
 }
 
 func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, cnt *counters, log *zap.Logger) *worker {
 	w := &worker{
 		tun: tun, table: table, cnt: cnt, log: log,
 		ibufs: make([][]byte, batch), iout: make([][]byte, 0, batch),
+		isizes: make([]int, batch), isrc: make([]uint32, batch),
 		ebkt: tokenBucket{burst: 10, every: int64(10 * time.Millisecond)},
 		elog: tokenBucket{burst: 1, every: int64(time.Second)},
 		ibkt: tokenBucket{burst: 1, every: int64(time.Second)},
@@ -69,6 +73,9 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, cnt *cou
 	}
 	for i := range w.ibufs {
 		w.ibufs[i] = make([]byte, Headroom+ingressLen)
+	}
+	if w.vnet {
+		w.gro = [][]byte{make([]byte, Headroom+groMaxLen), make([]byte, Headroom+groMaxLen)}
 	}
 	w.icmp[0] = make([]byte, Headroom+icmpBufLen)
 	return w
@@ -204,37 +211,85 @@ func (w *worker) ingress() error {
 	}
 }
 
-// ingressBatch checks the n datagrams in ibufs and writes the good ones to the TUN.
+// ingressBatch takes the n datagrams the socket received and delivers them.
 func (w *worker) ingressBatch(n int) {
+	for i := range n {
+		w.isizes[i], w.isrc[i] = w.conn.size(i), w.conn.src(i)
+	}
+	w.ingressProcess(n)
+}
+
+// ingressProcess checks the n datagrams in ibufs (sizes isizes, sources isrc),
+// coalesces TCP runs when the queue has offloads, and writes them to the TUN.
+func (w *worker) ingressProcess(n int) {
 	s := w.table.Load()
 	c := w.cnt
 	out := w.iout[:0]
-	bytes := 0
+	accepted, bytes, gi := 0, 0, 0
+	var run groRun
+	runIdx := -1
 	for i := range n {
-		size := w.conn.size(i)
+		size := w.isizes[i]
 		pkt := w.ibufs[i][Headroom : Headroom+size]
-		if r := s.CheckIngress(pkt, w.conn.src(i)); r != DropNone {
+		if r := s.CheckIngress(pkt, w.isrc[i]); r != DropNone {
 			c.drops[r].Add(1)
 			continue
 		}
 		decTTL(pkt)
-		out = append(out, w.ibufs[i][:Headroom+size])
+		accepted++
 		bytes += size
+		if !w.vnet {
+			out = append(out, w.ibufs[i][:Headroom+size])
+			continue
+		}
+		hl, ok := groCandidate(pkt)
+		if runIdx >= 0 && ok && groJoins(&run, pkt, hl) {
+			if run.count == 1 {
+				if gi == len(w.gro) { // every coalescing buffer is taken: write out first
+					w.writeTUN(out)
+					out, gi = out[:0], 0
+				}
+				groAppend(&run, pkt, w.gro[gi])
+				gi++
+			} else {
+				groAppend(&run, pkt, nil)
+			}
+			continue
+		}
+		if runIdx >= 0 {
+			out = append(out, groFinish(&run, w.ibufs[runIdx][:Headroom+len(run.first)]))
+			runIdx = -1
+		}
+		if ok {
+			groStart(&run, pkt, hl)
+			runIdx = i
+			continue
+		}
+		out = append(out, w.ibufs[i][:Headroom+size])
 	}
+	if runIdx >= 0 {
+		out = append(out, groFinish(&run, w.ibufs[runIdx][:Headroom+len(run.first)]))
+	}
+	w.writeTUN(out)
 	c.rxBatches.Add(1)
 	c.rxHist[bucket(n)].Add(1)
+	c.rxPackets.Add(uint64(accepted))
+	c.rxBytes.Add(uint64(bytes))
+}
+
+// writeTUN writes out to the TUN queue, counting writes and failures.
+func (w *worker) writeTUN(out [][]byte) {
 	if len(out) == 0 {
 		return
 	}
 	written, err := w.tun.Write(out, Headroom)
+	w.cnt.rxWrites.Add(uint64(written))
 	if failed := len(out) - written; failed > 0 {
-		c.drops[DropTUNError].Add(uint64(failed))
+		w.cnt.drops[DropTUNError].Add(uint64(failed))
 		if err != nil && w.ibkt.allow(time.Now().UnixNano()) {
 			w.log.Debug("tun write failed", zap.Int("packets", failed), zap.Error(err))
 		}
 	}
-	c.rxPackets.Add(uint64(written))
-	c.rxBytes.Add(uint64(bytes))
 }
 
 // tokenBucket limits ICMP errors and log lines: burst tokens, one more every ns.

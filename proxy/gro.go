@@ -1,0 +1,100 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/binary"
+)
+
+// Ingress coalescing (GRO in userspace): when the TUN queue has offloads, runs of
+// in-order segments of one TCP flow in a receive batch are written as one super
+// packet with a virtio-net header (GSO TCPv4, checksum partial), so the kernel and the
+// receiving socket handle one packet instead of dozens.
+
+const (
+	tcpFlagACK = 0x10
+	groMaxLen  = maxSuperPacket
+)
+
+// groRun is the run being coalesced: its first packet and what the next must match.
+type groRun struct {
+	first   []byte // first packet (in its receive buffer)
+	hl      int    // IPv4 + TCP header length of the run
+	segSize int    // payload size of every segment but the last
+	nextSeq uint32
+	total   int // bytes of the run (headers once + payloads)
+	count   int
+	buf     []byte // the coalescing buffer once count > 1 (Headroom + packet)
+	closed  bool   // a short or PSH segment ended it
+}
+
+// groCandidate reports whether pkt (a checked IPv4 packet) may start or join a run:
+// TCP with a payload, no IP options, not fragmented, flags ACK (and PSH).
+func groCandidate(pkt []byte) (hl int, ok bool) {
+	if pkt[0] != 0x45 || pkt[9] != protoTCP || binary.BigEndian.Uint16(pkt[6:8])&0x3fff != 0 || len(pkt) < 40 {
+		return 0, false
+	}
+	hl = 20 + int(pkt[32]>>4)*4
+	if hl < 40 || hl >= len(pkt) || pkt[33]&^tcpFlagPSH != tcpFlagACK {
+		return 0, false
+	}
+	return hl, true
+}
+
+// groJoins reports whether pkt continues run r.
+func groJoins(r *groRun, pkt []byte, hl int) bool {
+	f := r.first
+	if r.closed || hl != r.hl || r.total+len(pkt)-hl > groMaxLen || len(pkt)-hl > r.segSize {
+		return false
+	}
+	// Same TOS, DF, TTL, protocol, addresses; same ports; same ack and window; same
+	// options (timestamps included), and in sequence.
+	if pkt[1] != f[1] || pkt[6] != f[6] || pkt[8] != f[8] || !bytes.Equal(pkt[12:24], f[12:24]) ||
+		!bytes.Equal(pkt[28:32], f[28:32]) || !bytes.Equal(pkt[34:36], f[34:36]) ||
+		!bytes.Equal(pkt[40:hl], f[40:hl]) || binary.BigEndian.Uint32(pkt[24:28]) != r.nextSeq {
+		return false
+	}
+	return true
+}
+
+// groStart makes pkt the first packet of a run.
+func groStart(r *groRun, pkt []byte, hl int) {
+	*r = groRun{first: pkt, hl: hl, segSize: len(pkt) - hl, total: len(pkt), count: 1,
+		nextSeq: binary.BigEndian.Uint32(pkt[24:28]) + uint32(len(pkt)-hl), closed: pkt[33]&tcpFlagPSH != 0}
+}
+
+// groAppend adds pkt's payload to the run, copying the first packet into buf (which
+// must hold Headroom+groMaxLen bytes) when the run first grows.
+func groAppend(r *groRun, pkt []byte, buf []byte) {
+	if r.count == 1 {
+		r.buf = buf
+		copy(buf[Headroom:], r.first)
+	}
+	copy(r.buf[Headroom+r.total:], pkt[r.hl:])
+	r.total += len(pkt) - r.hl
+	r.count++
+	r.nextSeq += uint32(len(pkt) - r.hl)
+	if len(pkt)-r.hl < r.segSize || pkt[33]&tcpFlagPSH != 0 {
+		r.buf[Headroom+33] |= pkt[33] & tcpFlagPSH
+		r.closed = true
+	}
+}
+
+// groFinish writes the run's headers (lengths, IPv4 checksum, partial TCP checksum)
+// and virtio-net header and returns the buffer to write (from 0, packet at Headroom).
+// A run of one packet is returned as it is.
+func groFinish(r *groRun, single []byte) []byte {
+	if r.count == 1 {
+		return single
+	}
+	be := binary.BigEndian
+	p := r.buf[Headroom : Headroom+r.total]
+	be.PutUint16(p[2:], uint16(r.total))
+	be.PutUint16(p[10:], 0)
+	be.PutUint16(p[10:], ^fold(sum(p[:20], 0)))
+	// Checksum partial: the field holds the pseudo-header sum, the kernel finishes it
+	// (or trusts it, for local delivery).
+	be.PutUint16(p[36:], fold(sum(p[12:20], uint64(protoTCP)+uint64(r.total-20))))
+	vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv4, hdrLen: uint16(r.hl), gsoSize: uint16(r.segSize),
+		csumStart: 20, csumOffset: 16}.put(r.buf[Headroom-vnetHdrLen : Headroom])
+	return r.buf[:Headroom+r.total]
+}
