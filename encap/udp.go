@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -96,7 +98,9 @@ type udpBackend struct {
 }
 
 // NewUDP returns the udp backend. It opens nothing: Register opens flannel0 and the
-// sockets in the network namespace of the calling thread.
+// sockets in the network namespace of the calling thread. flannel0 is opened with TUN
+// offloads (TSO in, coalesced TCP out) unless WEFT_TUN_OFFLOAD=0; proxy.Config.ApplyEnv
+// lists the other switches.
 func NewUDP(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backend, error) {
 	opts, err := parseUDPOptions(cfg.Backend, ext.MTU)
 	if err != nil {
@@ -124,7 +128,11 @@ func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 		return fmt.Errorf("udp backend: own subnet: %w", err)
 	}
 	if b.dev == nil {
-		dev, err := tun.Open(tun.Config{Name: UDPDevice, Queues: b.opts.Workers}, b.log)
+		offload, err := envBool("WEFT_TUN_OFFLOAD", true)
+		if err != nil {
+			return fmt.Errorf("udp backend: %w", err)
+		}
+		dev, err := tun.Open(tun.Config{Name: UDPDevice, Queues: b.opts.Workers, Offload: offload}, b.log)
 		if err != nil {
 			return fmt.Errorf("udp backend: %w", err)
 		}
@@ -218,4 +226,17 @@ func (b *udpBackend) Stats() any {
 		return proxy.Stats{}
 	}
 	return px.Stats()
+}
+
+// envBool reads a boolean environment variable, def when unset.
+func envBool(name string, def bool) (bool, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return def, fmt.Errorf("%s=%q: %w", name, v, err)
+	}
+	return b, nil
 }
