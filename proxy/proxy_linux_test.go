@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -46,9 +47,19 @@ func testTwoHosts(t *testing.T, o labOpts) {
 			}
 		})
 	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
 	bps := iperf3(t, a.ns, b.ns, labPod[0], labPod[1], 2)
+	runtime.ReadMemStats(&m1)
 	t.Logf("iperf3 TCP a->b: %.2f Gbit/s", bps/1e9)
 	sa, sb := a.px.Stats(), b.px.Stats()
+	// No allocation per packet: the transfer moved >100k packets; the process (test
+	// helpers included) may allocate a few thousand times.
+	if mallocs := m1.Mallocs - m0.Mallocs; mallocs > sa.TxPackets/20 {
+		t.Errorf("%d allocations while forwarding %d packets", mallocs, sa.TxPackets)
+	} else {
+		t.Logf("%d allocations while forwarding %d packets", mallocs, sa.TxPackets+sb.RxPackets)
+	}
 	t.Logf("a: %+v", sa)
 	t.Logf("b: %+v", sb)
 	if sa.TxPackets == 0 || sb.RxPackets == 0 {
