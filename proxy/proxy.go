@@ -43,10 +43,12 @@ type Config struct {
 	NoReusePort bool
 	// NoMmsg uses one sendmsg/recvmsg per packet instead of sendmmsg/recvmmsg.
 	NoMmsg bool
+	// NoGSO gives up UDP GSO (UDP_SEGMENT) for segments cut from TUN super packets.
+	NoGSO bool
 }
 
-// ApplyEnv overrides c from WEFT_UDP_BATCH, WEFT_UDP_SOCKBUF, WEFT_UDP_NO_REUSEPORT
-// and WEFT_UDP_NO_MMSG.
+// ApplyEnv overrides c from WEFT_UDP_BATCH, WEFT_UDP_SOCKBUF, WEFT_UDP_NO_REUSEPORT,
+// WEFT_UDP_NO_MMSG and WEFT_UDP_NO_GSO.
 func (c *Config) ApplyEnv() error {
 	for _, v := range []struct {
 		name string
@@ -63,7 +65,8 @@ func (c *Config) ApplyEnv() error {
 	for _, v := range []struct {
 		name string
 		dst  *bool
-	}{{"WEFT_UDP_NO_REUSEPORT", &c.NoReusePort}, {"WEFT_UDP_NO_MMSG", &c.NoMmsg}} {
+	}{{"WEFT_UDP_NO_REUSEPORT", &c.NoReusePort}, {"WEFT_UDP_NO_MMSG", &c.NoMmsg},
+		{"WEFT_UDP_NO_GSO", &c.NoGSO}} {
 		if s := os.Getenv(v.name); s != "" {
 			b, err := strconv.ParseBool(s)
 			if err != nil {
@@ -121,18 +124,19 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 		return nil, fmt.Errorf("%w: %d queues need SO_REUSEPORT", ErrConfig, len(queues))
 	}
 	p := &Proxy{table: table, cnts: make([]counters, len(queues)), log: log}
-	opts := sockOpts{port: cfg.Port, reusePort: !cfg.NoReusePort, bufBytes: cfg.SocketBuffer, mmsg: !cfg.NoMmsg}
+	opts := sockOpts{port: cfg.Port, reusePort: !cfg.NoReusePort, bufBytes: cfg.SocketBuffer, mmsg: !cfg.NoMmsg,
+		gso: !cfg.NoGSO}
 	for i, q := range queues {
 		w := newWorker(q, table, cfg.Batch, cfg.MTU, max(cfg.MTU, minIngressLen), &p.cnts[i], log)
 		rb := make([][]byte, len(w.ibufs))
 		for j, b := range w.ibufs {
 			rb[j] = b[Headroom:]
 		}
-		w.conn, err = listenUDP(opts, len(w.seghdr), rb, log)
+		w.conn, err = listenUDP(opts, w.slots, 2*w.slots, rb, log)
 		if err != nil && i == 0 && opts.reusePort && len(queues) == 1 {
 			log.Warn("SO_REUSEPORT refused; one socket", zap.Error(err))
 			opts.reusePort = false
-			w.conn, err = listenUDP(opts, len(w.seghdr), rb, log)
+			w.conn, err = listenUDP(opts, w.slots, 2*w.slots, rb, log)
 		}
 		if err != nil {
 			p.Close()
@@ -143,7 +147,8 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 	rcv, snd := p.workers[0].conn.bufSizes()
 	log.Info("udp data path ready", zap.Int("workers", len(p.workers)), zap.Int("port", cfg.Port),
 		zap.Int("batch", cfg.Batch), zap.Int("mtu", cfg.MTU), zap.Int("rcvbuf", rcv), zap.Int("sndbuf", snd),
-		zap.Bool("reuseport", opts.reusePort), zap.Bool("mmsg", opts.mmsg))
+		zap.Bool("reuseport", opts.reusePort), zap.Bool("mmsg", opts.mmsg), zap.Bool("gso", p.workers[0].conn.gso),
+		zap.Bool("tun_offload", p.workers[0].vnet))
 	return p, nil
 }
 

@@ -22,12 +22,18 @@ type udpConn struct {
 	port uint16
 	mmsg bool // sendmmsg/recvmmsg in use (else one sendto/recvfrom per packet)
 
+	// send side: messages, each with its iovecs taken from one pool and, for UDP
+	// GSO, a control message giving the segment size.
+	gso    bool // UDP_SEGMENT in use
 	shdrs  []unix.Mmsghdr
-	siov   []unix.Iovec
 	snames []unix.RawSockaddrInet4
-	sn     int
+	sctrl  []byte
+	ssegs  []int // datagrams per message
+	siov   []unix.Iovec
+	sn     int // messages staged
+	niov   int // iovecs staged
 	sdone  int
-	sfail  int
+	sfail  int // datagrams that failed
 	serr   error
 	sendFn func(uintptr) bool
 
@@ -46,9 +52,15 @@ type sockOpts struct {
 	reusePort bool
 	bufBytes  int // <= 0: kernel default
 	mmsg      bool
+	gso       bool // try UDP_SEGMENT
 }
 
-func listenUDP(o sockOpts, batch int, rbufs [][]byte, log *zap.Logger) (*udpConn, error) {
+// ctrlLen is the room for one UDP_SEGMENT control message.
+var ctrlLen = unix.CmsgSpace(2)
+
+// listenUDP opens a socket with msgs send messages, iovs send iovecs, and rbufs to
+// receive into.
+func listenUDP(o sockOpts, msgs, iovs int, rbufs [][]byte, log *zap.Logger) (*udpConn, error) {
 	var serr error
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		err := c.Control(func(fd uintptr) {
@@ -81,17 +93,19 @@ func listenUDP(o sockOpts, batch int, rbufs [][]byte, log *zap.Logger) (*udpConn
 	}
 	u := &udpConn{
 		c: c, rc: rc, port: uint16(o.port), mmsg: o.mmsg,
-		shdrs: make([]unix.Mmsghdr, batch), siov: make([]unix.Iovec, 2*batch),
-		snames: make([]unix.RawSockaddrInet4, batch),
-		rhdrs:  make([]unix.Mmsghdr, len(rbufs)), riov: make([]unix.Iovec, len(rbufs)),
+		shdrs: make([]unix.Mmsghdr, msgs), siov: make([]unix.Iovec, iovs),
+		snames: make([]unix.RawSockaddrInet4, msgs), sctrl: make([]byte, msgs*ctrlLen), ssegs: make([]int, msgs),
+		rhdrs: make([]unix.Mmsghdr, len(rbufs)), riov: make([]unix.Iovec, len(rbufs)),
 		rnames: make([]unix.RawSockaddrInet4, len(rbufs)), rbufs: rbufs,
 	}
 	for i := range u.shdrs {
 		u.shdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.snames[i]))
 		u.shdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet4
-		u.shdrs[i].Hdr.Iov = &u.siov[2*i]
-		u.shdrs[i].Hdr.SetIovlen(1)
 		u.snames[i].Family = unix.AF_INET
+		c := u.sctrl[i*ctrlLen : (i+1)*ctrlLen]
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+		h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+		h.SetLen(unix.CmsgLen(2))
 		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&u.snames[i].Port))[:], u.port)
 	}
 	for i := range u.rhdrs {
@@ -102,6 +116,16 @@ func listenUDP(o sockOpts, batch int, rbufs [][]byte, log *zap.Logger) (*udpConn
 		u.rhdrs[i].Hdr.SetIovlen(1)
 	}
 	u.sendFn, u.recvFn = u.doSend, u.doRecv
+	if o.gso {
+		// Probe: kernels without UDP GSO (before 4.18) do not know the option.
+		_ = rc.Control(func(fd uintptr) {
+			_, err := unix.GetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT)
+			u.gso = err == nil
+		})
+		if !u.gso {
+			log.Info("UDP GSO not available; one datagram per message")
+		}
+	}
 	return u, nil
 }
 
@@ -123,30 +147,60 @@ func (u *udpConn) bufSizes() (rcv, snd int) {
 	return rcv, snd
 }
 
-// stage puts pkt, for the host at ip (big-endian), into send slot i.
-func (u *udpConn) stage(i int, pkt []byte, ip uint32) {
-	u.siov[2*i].Base = &pkt[0]
-	u.siov[2*i].SetLen(len(pkt))
-	u.shdrs[i].Hdr.SetIovlen(1)
-	binary.BigEndian.PutUint32(u.snames[i].Addr[:], ip)
+// room reports whether one more message with iovs iovecs fits.
+func (u *udpConn) room(iovs int) bool { return u.sn < len(u.shdrs) && u.niov+iovs <= len(u.siov) }
+
+// stage adds a message of one datagram, pkt, for the host at ip (big-endian).
+func (u *udpConn) stage(pkt []byte, ip uint32) {
+	u.begin(ip)
+	u.addIov(pkt)
+	u.end(1, 0)
 }
 
-// stage2 puts a datagram made of hdr and payload into send slot i.
-func (u *udpConn) stage2(i int, hdr, payload []byte, ip uint32) {
-	u.siov[2*i].Base = &hdr[0]
-	u.siov[2*i].SetLen(len(hdr))
-	u.siov[2*i+1].Base = &payload[0]
-	u.siov[2*i+1].SetLen(len(payload))
-	u.shdrs[i].Hdr.SetIovlen(2)
-	binary.BigEndian.PutUint32(u.snames[i].Addr[:], ip)
+// begin starts a message to ip; addIov appends to it; end ends it, with segs
+// datagrams of segSize bytes each (the last may be shorter) when segs > 1, which
+// needs UDP GSO.
+func (u *udpConn) begin(ip uint32) {
+	m := &u.shdrs[u.sn]
+	m.Hdr.Iov = &u.siov[u.niov]
+	m.Hdr.Iovlen = 0
+	binary.BigEndian.PutUint32(u.snames[u.sn].Addr[:], ip)
 }
 
-// send sends slots [0, n). It returns how many failed and the first error.
-func (u *udpConn) send(n int) (failed int, err error) {
-	u.sn, u.sdone, u.sfail, u.serr = n, 0, 0, nil
-	if werr := u.rc.Write(u.sendFn); werr != nil {
-		return n - u.sdone + u.sfail, werr
+func (u *udpConn) addIov(b []byte) {
+	v := &u.siov[u.niov]
+	v.Base = &b[0]
+	v.SetLen(len(b))
+	u.niov++
+	u.shdrs[u.sn].Hdr.Iovlen++
+}
+
+func (u *udpConn) end(segs, segSize int) {
+	m := &u.shdrs[u.sn]
+	if segs > 1 {
+		c := u.sctrl[u.sn*ctrlLen : (u.sn+1)*ctrlLen]
+		binary.NativeEndian.PutUint16(c[unix.CmsgLen(0):], uint16(segSize))
+		m.Hdr.Control = &c[0]
+		m.Hdr.SetControllen(ctrlLen)
+	} else {
+		m.Hdr.Control = nil
+		m.Hdr.SetControllen(0)
 	}
+	u.ssegs[u.sn] = segs
+	u.sn++
+}
+
+// send sends the staged messages and empties the stage. It returns how many
+// datagrams failed and the first error.
+func (u *udpConn) send() (failed int, err error) {
+	u.sdone, u.sfail, u.serr = 0, 0, nil
+	if werr := u.rc.Write(u.sendFn); werr != nil {
+		for i := u.sdone; i < u.sn; i++ {
+			u.sfail += u.ssegs[i]
+		}
+		u.serr = werr
+	}
+	u.sn, u.niov = 0, 0
 	return u.sfail, u.serr
 }
 
@@ -171,16 +225,18 @@ func (u *udpConn) doSend(fd uintptr) bool {
 		case unix.ENOSYS:
 			if !u.mmsg {
 				u.serr = fmt.Errorf("sendmsg: %w", e)
-				u.sfail += u.sn - u.sdone
+				for ; u.sdone < u.sn; u.sdone++ {
+					u.sfail += u.ssegs[u.sdone]
+				}
 				return true
 			}
 			u.mmsg = false // probed the hard way: fall back for good
 		default:
-			// The first datagram of the rest failed: skip it, keep the others.
+			// The first message of the rest failed: skip it, keep the others.
 			if u.serr == nil {
 				u.serr = fmt.Errorf("send to %v: %w", net.IP(u.snames[u.sdone].Addr[:]), e)
 			}
-			u.sfail++
+			u.sfail += u.ssegs[u.sdone]
 			u.sdone++
 		}
 	}

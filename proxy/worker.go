@@ -29,12 +29,15 @@ type worker struct {
 	vnet    bool // the queue has TUN offloads: virtio-net headers, super packets
 	ebufs   [][]byte
 	esizes  []int
-	seghdr  [][]byte // per send slot: segment headers (offload), else only counts slots
-	nslot   int      // slots staged
+	seghdr  [][]byte // segment headers (offload)
+	nhdr    int      // seghdr in use
 	pending int      // bytes staged
-	icmp    [1][]byte
-	ebkt    tokenBucket // ICMP errors
-	elog    tokenBucket // log lines of the egress side
+	// datagrams staged
+	pendingDgrams int
+	slots         int // send messages; twice as many iovecs
+	icmp          [1][]byte
+	ebkt          tokenBucket // ICMP errors
+	elog          tokenBucket // log lines of the egress side
 
 	// ingress (UDP -> TUN), owned by the ingress goroutine
 	ibufs  [][]byte
@@ -65,9 +68,10 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, cnt *cou
 	for i := range w.ebufs {
 		w.ebufs[i] = make([]byte, Headroom+egressLen)
 	}
-	w.seghdr = make([][]byte, slots)
-	for i := range w.seghdr {
-		if w.vnet {
+	w.slots = slots
+	if w.vnet {
+		w.seghdr = make([][]byte, slots)
+		for i := range w.seghdr {
 			w.seghdr[i] = make([]byte, maxSegHeaders)
 		}
 	}
@@ -124,11 +128,11 @@ func (w *worker) egressBatch(n int) {
 			continue
 		}
 		if vh.gsoType == vnetGSONone {
-			if w.nslot == len(w.seghdr) {
+			if !w.conn.room(1) {
 				w.flush()
 			}
-			w.conn.stage(w.nslot, pkt, p.ip)
-			w.nslot++
+			w.conn.stage(pkt, p.ip)
+			w.pendingDgrams++
 			w.pending += len(pkt)
 			continue
 		}
@@ -142,43 +146,66 @@ func (w *worker) egressBatch(n int) {
 }
 
 // stageTSO cuts a TCPv4 super packet into segments of gsoSize payload bytes, each a
-// datagram of its own headers (in seghdr) and a slice of pkt's payload.
+// datagram of its own headers (in seghdr) and a slice of pkt's payload. With UDP GSO
+// a run of them goes in one message and the kernel cuts the datagrams apart.
 func (w *worker) stageTSO(pkt []byte, p *Peer, gsoSize int) bool {
 	ihl, hl, ok := tsoLayout(pkt)
 	payload := pkt[hl:]
 	if !ok || gsoSize == 0 || len(payload) == 0 {
 		return false
 	}
-	for i, off := 0, 0; off < len(payload); i, off = i+1, off+gsoSize {
-		seg := payload[off:min(off+gsoSize, len(payload))]
-		if w.nslot == len(w.seghdr) {
+	segLen := hl + gsoSize
+	per := 1
+	if w.conn.gso {
+		per = max(1, min(udpMaxSegments, maxUDPPayload/segLen))
+	}
+	nsegs := (len(payload) + gsoSize - 1) / gsoSize
+	for i := 0; i < nsegs; {
+		k := min(per, nsegs-i)
+		if !w.conn.room(2*k) || w.nhdr+k > len(w.seghdr) {
 			w.flush()
 		}
-		h := w.seghdr[w.nslot][:hl]
-		segmentHeaders(h, pkt, ihl, hl, i, off, seg, off+gsoSize >= len(payload))
-		w.conn.stage2(w.nslot, h, seg, p.ip)
-		w.nslot++
-		w.pending += hl + len(seg)
+		w.conn.begin(p.ip)
+		for range k {
+			off := i * gsoSize
+			seg := payload[off:min(off+gsoSize, len(payload))]
+			h := w.seghdr[w.nhdr][:hl]
+			w.nhdr++
+			segmentHeaders(h, pkt, ihl, hl, i, off, seg, i == nsegs-1)
+			w.conn.addIov(h)
+			w.conn.addIov(seg)
+			w.pending += hl + len(seg)
+			i++
+		}
+		w.conn.end(k, segLen)
+		w.pendingDgrams += k
 	}
 	return true
 }
 
-// flush sends the staged slots.
+// UDP GSO limits: segments per send (UDP_MAX_SEGMENTS on older kernels) and the
+// largest UDP payload.
+const (
+	udpMaxSegments = 64
+	maxUDPPayload  = 65535 - 20 - 8
+)
+
+// flush sends the staged messages.
 func (w *worker) flush() {
-	if w.nslot == 0 {
+	if w.pendingDgrams == 0 {
 		return
 	}
 	c := w.cnt
-	failed, err := w.conn.send(w.nslot)
+	failed, err := w.conn.send()
 	if failed > 0 {
 		c.drops[DropSendError].Add(uint64(failed))
 		if w.elog.allow(time.Now().UnixNano()) {
 			w.log.Debug("udp send failed", zap.Int("packets", failed), zap.Error(err))
 		}
 	}
-	c.txPackets.Add(uint64(w.nslot - failed))
+	c.txPackets.Add(uint64(w.pendingDgrams - failed))
 	c.txBytes.Add(uint64(w.pending)) // bytes handed to the kernel
-	w.nslot, w.pending = 0, 0
+	w.nhdr, w.pending, w.pendingDgrams = 0, 0, 0
 }
 
 // unreachable answers pkt with ICMP net unreachable through the TUN, rate limited.
