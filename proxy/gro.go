@@ -79,13 +79,10 @@ func groAppend(r *groRun, pkt []byte, buf []byte) {
 	}
 }
 
-// groFinish writes the run's headers (lengths, IPv4 checksum, partial TCP checksum)
-// and virtio-net header and returns the buffer to write (from 0, packet at Headroom).
-// A run of one packet is returned as it is.
-func groFinish(r *groRun, single []byte) []byte {
-	if r.count == 1 {
-		return single
-	}
+// groFinish writes the headers of a run of two or more packets (lengths, IPv4
+// checksum, partial TCP checksum) and its virtio-net header, and returns the buffer
+// to write (from 0, packet at Headroom).
+func groFinish(r *groRun) []byte {
 	be := binary.BigEndian
 	p := r.buf[Headroom : Headroom+r.total]
 	be.PutUint16(p[2:], uint16(r.total))

@@ -142,7 +142,7 @@ func TestIngressCoalesce(t *testing.T) {
 			tb.snap.Store(testSnapshot(t))
 			ft := &vnetTUN{}
 			var cnt counters
-			w := newWorker(ft, tb, 8, 1500, 1500, &cnt, nopLogger())
+			w := newWorker(ft, tb, 8, 1500, 1500, false, &cnt, nopLogger())
 			for i, p := range c.pkts {
 				w.isizes[i] = copy(w.ibufs[i][Headroom:], p)
 				w.isrc[i] = be32(tPeerIP)
@@ -195,7 +195,7 @@ func TestIngressNoAlloc(t *testing.T) {
 	tb := &Table{}
 	tb.snap.Store(testSnapshot(t))
 	var cnt counters
-	w := newWorker(&vnetDiscard{}, tb, 64, 1500, 1500, &cnt, nopLogger())
+	w := newWorker(&vnetDiscard{}, tb, 64, 1500, 1500, false, &cnt, nopLogger())
 	for i := range 64 {
 		p := tcpPacket(tPeerPod, tLocalIP, uint32(i*1400), "", make([]byte, 1400))
 		w.isizes[i] = copy(w.ibufs[i][Headroom:], p)

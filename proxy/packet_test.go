@@ -204,7 +204,7 @@ func TestEgressNetUnreachable(t *testing.T) {
 	_ = tb.SetLocal(tLocal)
 	ft := &fakeTUN{}
 	var cnt counters
-	w := newWorker(ft, tb, 4, 1500, 1500, &cnt, nopLogger())
+	w := newWorker(ft, tb, 4, 1500, 1500, false, &cnt, nopLogger())
 	dst := netip.MustParseAddr("198.18.9.1")
 	orig := icmpEcho(tLocalIP, dst, 64)
 	for range 5 { // 20 packets: the burst of 10 passes, the rest are limited

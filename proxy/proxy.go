@@ -45,10 +45,12 @@ type Config struct {
 	NoMmsg bool
 	// NoGSO gives up UDP GSO (UDP_SEGMENT) for segments cut from TUN super packets.
 	NoGSO bool
+	// NoGRO gives up UDP GRO on the sockets (used only with TUN offloads).
+	NoGRO bool
 }
 
 // ApplyEnv overrides c from WEFT_UDP_BATCH, WEFT_UDP_SOCKBUF, WEFT_UDP_NO_REUSEPORT,
-// WEFT_UDP_NO_MMSG and WEFT_UDP_NO_GSO.
+// WEFT_UDP_NO_MMSG, WEFT_UDP_NO_GSO and WEFT_UDP_NO_GRO.
 func (c *Config) ApplyEnv() error {
 	for _, v := range []struct {
 		name string
@@ -66,7 +68,7 @@ func (c *Config) ApplyEnv() error {
 		name string
 		dst  *bool
 	}{{"WEFT_UDP_NO_REUSEPORT", &c.NoReusePort}, {"WEFT_UDP_NO_MMSG", &c.NoMmsg},
-		{"WEFT_UDP_NO_GSO", &c.NoGSO}} {
+		{"WEFT_UDP_NO_GSO", &c.NoGSO}, {"WEFT_UDP_NO_GRO", &c.NoGRO}} {
 		if s := os.Getenv(v.name); s != "" {
 			b, err := strconv.ParseBool(s)
 			if err != nil {
@@ -127,7 +129,8 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 	opts := sockOpts{port: cfg.Port, reusePort: !cfg.NoReusePort, bufBytes: cfg.SocketBuffer, mmsg: !cfg.NoMmsg,
 		gso: !cfg.NoGSO}
 	for i, q := range queues {
-		w := newWorker(q, table, cfg.Batch, cfg.MTU, max(cfg.MTU, minIngressLen), &p.cnts[i], log)
+		w := newWorker(q, table, cfg.Batch, cfg.MTU, max(cfg.MTU, minIngressLen), !cfg.NoGRO, &p.cnts[i], log)
+		opts.gro = w.udpGRO
 		rb := make([][]byte, len(w.ibufs))
 		for j, b := range w.ibufs {
 			rb[j] = b[Headroom:]
@@ -147,7 +150,7 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 	rcv, snd := p.workers[0].conn.bufSizes()
 	log.Info("udp data path ready", zap.Int("workers", len(p.workers)), zap.Int("port", cfg.Port),
 		zap.Int("batch", cfg.Batch), zap.Int("mtu", cfg.MTU), zap.Int("rcvbuf", rcv), zap.Int("sndbuf", snd),
-		zap.Bool("reuseport", opts.reusePort), zap.Bool("mmsg", opts.mmsg), zap.Bool("gso", p.workers[0].conn.gso),
+		zap.Bool("reuseport", opts.reusePort), zap.Bool("mmsg", opts.mmsg), zap.Bool("gso", p.workers[0].conn.gso), zap.Bool("gro", p.workers[0].conn.gro),
 		zap.Bool("tun_offload", p.workers[0].vnet))
 	return p, nil
 }

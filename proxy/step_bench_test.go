@@ -72,7 +72,7 @@ func BenchmarkEgressBatchNoRoute(b *testing.B) {
 	tb, _ := NewTable(tNetwork, 24)
 	_ = tb.SetLocal(tLocal)
 	var cnt counters
-	w := newWorker(&fakeTUN{}, tb, 64, 1500, 1500, &cnt, nopLogger())
+	w := newWorker(&fakeTUN{}, tb, 64, 1500, 1500, false, &cnt, nopLogger())
 	w.tun = discardTUN{}
 	pkt := ipv4Packet(tLocalIP, netip.MustParseAddr("198.18.9.1"), 64, layers.IPProtocolUDP, make([]byte, 100))
 	for i := range 64 {

@@ -37,6 +37,8 @@ type udpConn struct {
 	serr   error
 	sendFn func(uintptr) bool
 
+	gro    bool // UDP_GRO in use: a message may hold many datagrams of one size
+	rctrl  []byte
 	rhdrs  []unix.Mmsghdr
 	riov   []unix.Iovec
 	rnames []unix.RawSockaddrInet4
@@ -53,10 +55,12 @@ type sockOpts struct {
 	bufBytes  int // <= 0: kernel default
 	mmsg      bool
 	gso       bool // try UDP_SEGMENT
+	gro       bool // try UDP_GRO
 }
 
-// ctrlLen is the room for one UDP_SEGMENT control message.
-var ctrlLen = unix.CmsgSpace(2)
+// ctrlLen is the room for one UDP_SEGMENT control message, rctrlLen for a UDP_GRO
+// one.
+var ctrlLen, rctrlLen = unix.CmsgSpace(2), unix.CmsgSpace(4)
 
 // listenUDP opens a socket with msgs send messages, iovs send iovecs, and rbufs to
 // receive into.
@@ -97,6 +101,7 @@ func listenUDP(o sockOpts, msgs, iovs int, rbufs [][]byte, log *zap.Logger) (*ud
 		snames: make([]unix.RawSockaddrInet4, msgs), sctrl: make([]byte, msgs*ctrlLen), ssegs: make([]int, msgs),
 		rhdrs: make([]unix.Mmsghdr, len(rbufs)), riov: make([]unix.Iovec, len(rbufs)),
 		rnames: make([]unix.RawSockaddrInet4, len(rbufs)), rbufs: rbufs,
+		rctrl: make([]byte, len(rbufs)*rctrlLen),
 	}
 	for i := range u.shdrs {
 		u.shdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.snames[i]))
@@ -116,6 +121,14 @@ func listenUDP(o sockOpts, msgs, iovs int, rbufs [][]byte, log *zap.Logger) (*ud
 		u.rhdrs[i].Hdr.SetIovlen(1)
 	}
 	u.sendFn, u.recvFn = u.doSend, u.doRecv
+	if o.gro {
+		_ = rc.Control(func(fd uintptr) {
+			u.gro = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) == nil
+		})
+		if !u.gro {
+			log.Info("UDP GRO not available; one datagram per message")
+		}
+	}
 	if o.gso {
 		// Probe: kernels without UDP GSO (before 4.18) do not know the option.
 		_ = rc.Control(func(fd uintptr) {
@@ -261,6 +274,10 @@ func (u *udpConn) doRecv(fd uintptr) bool {
 			for i := range u.rhdrs {
 				u.rhdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet4
 				u.rhdrs[i].Hdr.Flags = 0
+				if u.gro {
+					u.rhdrs[i].Hdr.Control = &u.rctrl[i*rctrlLen]
+					u.rhdrs[i].Hdr.SetControllen(rctrlLen)
+				}
 			}
 			r, _, e = unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&u.rhdrs[0])),
 				uintptr(len(u.rhdrs)), unix.MSG_DONTWAIT, 0, 0)
@@ -294,6 +311,10 @@ func (u *udpConn) recvEach(fd uintptr) (uintptr, syscall.Errno) {
 		h := &u.rhdrs[n]
 		h.Hdr.Namelen = unix.SizeofSockaddrInet4
 		h.Hdr.Flags = 0
+		if u.gro {
+			h.Hdr.Control = &u.rctrl[n*rctrlLen]
+			h.Hdr.SetControllen(rctrlLen)
+		}
 		r, _, e := unix.Syscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&h.Hdr)), unix.MSG_DONTWAIT)
 		if e != 0 {
 			if n > 0 && (e == unix.EAGAIN || e == unix.EINTR) {
@@ -311,6 +332,21 @@ func (u *udpConn) recvEach(fd uintptr) (uintptr, syscall.Errno) {
 }
 
 func (u *udpConn) size(i int) int { return int(u.rhdrs[i].Len) }
+
+// segSize is the size of each datagram coalesced into message i (UDP GRO), 0 for a
+// message of one datagram.
+func (u *udpConn) segSize(i int) int {
+	h := &u.rhdrs[i].Hdr
+	if !u.gro || int(h.Controllen) < unix.CmsgLen(4) {
+		return 0
+	}
+	c := u.rctrl[i*rctrlLen:]
+	m := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+	if m.Level != unix.SOL_UDP || m.Type != unix.UDP_GRO {
+		return 0
+	}
+	return int(binary.NativeEndian.Uint32(c[unix.CmsgLen(0):]))
+}
 
 func (u *udpConn) src(i int) uint32 { return binary.BigEndian.Uint32(u.rnames[i].Addr[:]) }
 

@@ -9,7 +9,7 @@ import (
 )
 
 // udpConn is not implemented on this platform.
-type udpConn struct{ gso bool }
+type udpConn struct{ gso, gro bool }
 
 type sockOpts struct {
 	port      int
@@ -17,6 +17,7 @@ type sockOpts struct {
 	bufBytes  int
 	mmsg      bool
 	gso       bool
+	gro       bool
 }
 
 func listenUDP(sockOpts, int, int, [][]byte, *zap.Logger) (*udpConn, error) {

@@ -44,15 +44,25 @@ type worker struct {
 	isizes []int
 	isrc   []uint32
 	iout   [][]byte
-	gro    [][]byte    // coalescing buffers (offload only)
-	ibkt   tokenBucket // log lines of the ingress side
+	isegs  []int
+	udpGRO bool     // receive buffers sized for UDP GRO
+	gro    [][]byte // coalescing buffers (offload only)
+	arena  []byte   // copies of lone packets that lack headroom (UDP GRO)
+	// per batch state of ingressProcess
+	out      [][]byte
+	gi       int // coalescing buffers in use
+	arenaOff int
+	run      groRun
+	runIdx   int         // >= 0 while a run is open
+	runFirst []byte      // the run's first packet in place, or nil
+	ibkt     tokenBucket // log lines of the ingress side
 }
 
-func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, cnt *counters, log *zap.Logger) *worker {
+// newWorker allocates a worker's buffers. With TUN offloads and udpGRO, receive
+// buffers are large enough for a UDP GRO message.
+func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, udpGRO bool, cnt *counters, log *zap.Logger) *worker {
 	w := &worker{
 		tun: tun, table: table, cnt: cnt, log: log,
-		ibufs: make([][]byte, batch), iout: make([][]byte, 0, batch),
-		isizes: make([]int, batch), isrc: make([]uint32, batch),
 		ebkt: tokenBucket{burst: 10, every: int64(10 * time.Millisecond)},
 		elog: tokenBucket{burst: 1, every: int64(time.Second)},
 		ibkt: tokenBucket{burst: 1, every: int64(time.Second)},
@@ -63,6 +73,17 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, cnt *cou
 		w.vnet = true
 		egressLen = maxSuperPacket
 		reads, slots = min(batch, offloadReads), batch*offloadSlotsPerRead
+	}
+	recvs := batch
+	if w.vnet && udpGRO {
+		w.udpGRO = true
+		ingressLen = maxSuperPacket
+		recvs = min(batch, groRecvs)
+	}
+	w.ibufs, w.isizes, w.isrc, w.isegs = make([][]byte, recvs), make([]int, recvs), make([]uint32, recvs), make([]int, recvs)
+	w.iout = make([][]byte, 0, recvs)
+	if w.udpGRO {
+		w.iout = make([][]byte, 0, recvs*groMaxDatagrams)
 	}
 	w.ebufs, w.esizes = make([][]byte, reads), make([]int, reads)
 	for i := range w.ebufs {
@@ -80,6 +101,7 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, cnt *cou
 	}
 	if w.vnet {
 		w.gro = [][]byte{make([]byte, Headroom+groMaxLen), make([]byte, Headroom+groMaxLen)}
+		w.arena = make([]byte, Headroom+groMaxLen)
 	}
 	w.icmp[0] = make([]byte, Headroom+icmpBufLen)
 	return w
@@ -90,6 +112,13 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, cnt *cou
 const (
 	offloadReads        = 16
 	offloadSlotsPerRead = 4
+)
+
+// With UDP GRO a worker receives into groRecvs buffers of 64 KiB, each holding up to
+// groMaxDatagrams datagrams.
+const (
+	groRecvs        = 32
+	groMaxDatagrams = 64
 )
 
 // egress forwards what the TUN queue gives until it fails (closed).
@@ -238,70 +267,124 @@ func (w *worker) ingress() error {
 	}
 }
 
-// ingressBatch takes the n datagrams the socket received and delivers them.
+// ingressBatch takes the n messages the socket received and delivers them.
 func (w *worker) ingressBatch(n int) {
 	for i := range n {
-		w.isizes[i], w.isrc[i] = w.conn.size(i), w.conn.src(i)
+		w.isizes[i], w.isrc[i], w.isegs[i] = w.conn.size(i), w.conn.src(i), w.conn.segSize(i)
 	}
 	w.ingressProcess(n)
 }
 
-// ingressProcess checks the n datagrams in ibufs (sizes isizes, sources isrc),
-// coalesces TCP runs when the queue has offloads, and writes them to the TUN.
+// ingressProcess checks the datagrams of the n messages in ibufs (sizes isizes,
+// sources isrc; isegs > 0 when UDP GRO packed several datagrams of that size into
+// one), coalesces TCP runs when the queue has offloads, and writes them to the TUN.
 func (w *worker) ingressProcess(n int) {
 	s := w.table.Load()
 	c := w.cnt
-	out := w.iout[:0]
-	accepted, bytes, gi := 0, 0, 0
-	var run groRun
-	runIdx := -1
+	w.out = w.iout[:0]
+	w.gi, w.arenaOff = 0, 0
+	accepted, bytes := 0, 0
+	w.runIdx = -1
 	for i := range n {
-		size := w.isizes[i]
-		pkt := w.ibufs[i][Headroom : Headroom+size]
-		if r := s.CheckIngress(pkt, w.isrc[i]); r != DropNone {
-			c.drops[r].Add(1)
-			continue
+		buf, size, step := w.ibufs[i], w.isizes[i], w.isegs[i]
+		if step <= 0 || step >= size {
+			step = size
 		}
-		decTTL(pkt)
-		accepted++
-		bytes += size
-		if !w.vnet {
-			out = append(out, w.ibufs[i][:Headroom+size])
-			continue
-		}
-		hl, ok := groCandidate(pkt)
-		if runIdx >= 0 && ok && groJoins(&run, pkt, hl) {
-			if run.count == 1 {
-				if gi == len(w.gro) { // every coalescing buffer is taken: write out first
-					w.writeTUN(out)
-					out, gi = out[:0], 0
-				}
-				groAppend(&run, pkt, w.gro[gi])
-				gi++
-			} else {
-				groAppend(&run, pkt, nil)
+		for off := 0; off < size; off += step {
+			pkt := buf[Headroom+off : Headroom+min(off+step, size)]
+			if r := s.CheckIngress(pkt, w.isrc[i]); r != DropNone {
+				c.drops[r].Add(1)
+				continue
 			}
-			continue
+			decTTL(pkt)
+			accepted++
+			bytes += len(pkt)
+			// In place, the packet has the zeroed headroom in front; after the
+			// first datagram of a message, it would be the previous one's tail.
+			var inPlace []byte
+			if off == 0 {
+				inPlace = buf[:Headroom+len(pkt)]
+			}
+			w.ingressOne(pkt, inPlace)
 		}
-		if runIdx >= 0 {
-			out = append(out, groFinish(&run, w.ibufs[runIdx][:Headroom+len(run.first)]))
-			runIdx = -1
-		}
-		if ok {
-			groStart(&run, pkt, hl)
-			runIdx = i
-			continue
-		}
-		out = append(out, w.ibufs[i][:Headroom+size])
 	}
-	if runIdx >= 0 {
-		out = append(out, groFinish(&run, w.ibufs[runIdx][:Headroom+len(run.first)]))
-	}
-	w.writeTUN(out)
+	w.endRun()
+	w.writeTUN(w.out)
 	c.rxBatches.Add(1)
 	c.rxHist[bucket(n)].Add(1)
 	c.rxPackets.Add(uint64(accepted))
 	c.rxBytes.Add(uint64(bytes))
+}
+
+// ingressOne queues one checked packet for the TUN: into the current TCP run, as the
+// start of a new one, or alone.
+func (w *worker) ingressOne(pkt, inPlace []byte) {
+	if !w.vnet {
+		w.out = append(w.out, inPlace[:Headroom+len(pkt)])
+		return
+	}
+	hl, ok := groCandidate(pkt)
+	if w.runIdx >= 0 && ok && groJoins(&w.run, pkt, hl) {
+		if w.run.count == 1 {
+			if w.gi == len(w.gro) { // every coalescing buffer is taken: write out first
+				w.flushOut()
+			}
+			groAppend(&w.run, pkt, w.gro[w.gi])
+			w.gi++
+		} else {
+			groAppend(&w.run, pkt, nil)
+		}
+		return
+	}
+	w.endRun()
+	if ok {
+		groStart(&w.run, pkt, hl)
+		w.runFirst = inPlace
+		w.runIdx = 0
+		return
+	}
+	w.out = append(w.out, w.single(pkt, inPlace))
+}
+
+// endRun queues the current run, if any.
+func (w *worker) endRun() {
+	if w.runIdx < 0 {
+		return
+	}
+	w.runIdx = -1
+	if w.run.count > 1 {
+		w.out = append(w.out, groFinish(&w.run))
+		return
+	}
+	w.out = append(w.out, w.single(w.run.first, w.runFirst))
+}
+
+// single returns a packet ready to write alone: in place when it has headroom, else
+// copied into the arena behind a zeroed virtio-net header.
+func (w *worker) single(pkt, inPlace []byte) []byte {
+	if inPlace != nil {
+		return inPlace
+	}
+	need := Headroom + len(pkt)
+	if w.arenaOff+need > len(w.arena) {
+		w.flushOut()
+	}
+	b := w.arena[w.arenaOff : w.arenaOff+need]
+	w.arenaOff += need
+	clear(b[:Headroom])
+	copy(b[Headroom:], pkt)
+	return b
+}
+
+// flushOut writes what is queued and frees the coalescing buffers and the arena. The
+// current run, if it owns a coalescing buffer, is queued (and so ended) first.
+func (w *worker) flushOut() {
+	if w.runIdx >= 0 && w.run.count > 1 {
+		w.endRun()
+	}
+	w.writeTUN(w.out)
+	w.out = w.out[:0]
+	w.gi, w.arenaOff = 0, 0
 }
 
 // writeTUN writes out to the TUN queue, counting writes and failures.
