@@ -216,6 +216,58 @@ func TestIngressNoAlloc(t *testing.T) {
 	}
 }
 
+// TestIngressUDPGRO feeds messages that UDP GRO packed with several datagrams: the
+// TCP ones coalesce across them, a lone UDP one (no headroom in front) is copied out
+// with a clean virtio-net header, and a bad one among them is dropped alone.
+func TestIngressUDPGRO(t *testing.T) {
+	tb := &Table{}
+	tb.snap.Store(testSnapshot(t))
+	ft := &vnetTUN{}
+	var cnt counters
+	w := newWorker(ft, tb, 8, 1500, 1500, true, &cnt, nopLogger())
+	if !w.udpGRO || len(w.ibufs[0]) < Headroom+maxSuperPacket {
+		t.Fatal("receive buffers not sized for UDP GRO")
+	}
+	seg := func(seq uint32) []byte {
+		return tcpPacket(tPeerPod, tLocalIP, seq, "", bytes.Repeat([]byte{byte(seq / 100)}, 100))
+	}
+	udp := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 132)) // same size: 152
+	bad := append([]byte(nil), udp...)
+	bad[16] = 10 // not for us
+	msgs := [][][]byte{
+		{seg(0), seg(100), seg(200)},
+		{seg(300), udp, bad, seg(400)},
+	}
+	for i, m := range msgs {
+		n := 0
+		for _, d := range m {
+			if len(d) != 152 {
+				t.Fatalf("datagram of %d bytes", len(d))
+			}
+			n += copy(w.ibufs[i][Headroom+n:], d)
+		}
+		w.isizes[i], w.isegs[i], w.isrc[i] = n, 152, be32(tPeerIP)
+	}
+	w.ingressProcess(len(msgs))
+	// Writes: run 0-300, the UDP datagram, then 400 alone.
+	if len(ft.written) != 3 {
+		t.Fatalf("%d writes, want 3", len(ft.written))
+	}
+	run, lone, last := ft.written[0], ft.written[1], ft.written[2]
+	if vh := parseVnetHdr(run); vh.gsoType != vnetGSOTCPv4 || len(run) != vnetHdrLen+52+400 {
+		t.Fatalf("run: %+v, %d bytes", vh, len(run))
+	}
+	if vh := parseVnetHdr(lone); vh != (vnetHdr{}) || !bytes.Equal(lone[vnetHdrLen+20:], udp[20:]) || lone[vnetHdrLen+8] != 63 {
+		t.Fatalf("lone UDP datagram: %+v % x", vh, lone[:vnetHdrLen+24])
+	}
+	if vh := parseVnetHdr(last); vh != (vnetHdr{}) || binary.BigEndian.Uint32(last[vnetHdrLen+24:]) != 400 {
+		t.Fatalf("last segment: %+v", vh)
+	}
+	if cnt.drops[DropNotLocal].Load() != 1 || cnt.rxPackets.Load() != 6 {
+		t.Fatalf("drops %d, rx %d", cnt.drops[DropNotLocal].Load(), cnt.rxPackets.Load())
+	}
+}
+
 type vnetDiscard struct{ discardTUN }
 
 func (*vnetDiscard) VnetHdr() bool { return true }
