@@ -1,0 +1,173 @@
+package lease
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	client "go.etcd.io/etcd/client/v2"
+	"go.uber.org/zap"
+)
+
+// etcd2 keeps leases on etcd's v2 API, as flanneld did before v0.21: key TTLs, create
+// with prevExist=false, watch from an index.
+type etcd2 struct {
+	opts EtcdOptions
+	kapi client.KeysAPI
+	log  *zap.Logger
+}
+
+func newEtcd2(opts EtcdOptions, tlsCfg *tls.Config, log *zap.Logger) (*etcd2, error) {
+	transport := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 5 * time.Second,
+		TLSClientConfig:     tlsCfg,
+	}
+	c, err := client.New(client.Config{
+		Endpoints: opts.Endpoints,
+		Transport: transport,
+		Username:  opts.Username,
+		Password:  opts.Password,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd v2 client: %w", err)
+	}
+	return &etcd2{opts: opts, kapi: client.NewKeysAPI(c), log: log}, nil
+}
+
+func (e *etcd2) Close() error { return nil }
+
+func errCode(err error) int {
+	var ce client.Error
+	if errors.As(err, &ce) {
+		return ce.Code
+	}
+	var cp *client.Error
+	if errors.As(err, &cp) {
+		return cp.Code
+	}
+	return 0
+}
+
+func (e *etcd2) Config(ctx context.Context) ([]byte, error) {
+	resp, err := e.kapi.Get(ctx, e.opts.configKey(), nil)
+	if errCode(err) == client.ErrorCodeKeyNotFound {
+		return nil, fmt.Errorf("%w at %s (v2 API)", ErrNoConfig, e.opts.configKey())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []byte(resp.Node.Value), nil
+}
+
+func (e *etcd2) List(ctx context.Context) (Listing, error) {
+	resp, err := e.kapi.Get(ctx, e.opts.subnetsDir(), &client.GetOptions{Recursive: true, Quorum: true})
+	if errCode(err) == client.ErrorCodeKeyNotFound {
+		var ce client.Error
+		errors.As(err, &ce)
+		return Listing{Rev: int64(ce.Index)}, nil
+	}
+	if err != nil {
+		return Listing{}, err
+	}
+	l := Listing{Rev: int64(resp.Index)}
+	for _, n := range resp.Node.Nodes {
+		subnet, err := ParseSubnetKey(n.Key)
+		if err != nil {
+			e.log.Error("skipping malformed subnet key", zap.String("key", n.Key), zap.Error(err))
+			continue
+		}
+		a, err := DecodeAttrs([]byte(n.Value))
+		if err != nil {
+			e.log.Error("skipping malformed lease", zap.String("key", n.Key), zap.Error(err))
+			l.Unreadable = append(l.Unreadable, subnet)
+			continue
+		}
+		lease := Lease{Subnet: subnet, Attrs: a}
+		if n.Expiration != nil {
+			lease.Expiration = *n.Expiration
+		}
+		l.Leases = append(l.Leases, lease)
+	}
+	return l, nil
+}
+
+func (e *etcd2) key(p netip.Prefix) string { return e.opts.subnetsDir() + SubnetKey(p) }
+
+func (e *etcd2) set(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.Duration, prev client.PrevExistType) (time.Time, error) {
+	val, err := EncodeAttrs(a)
+	if err != nil {
+		return time.Time{}, err
+	}
+	resp, err := e.kapi.Set(ctx, e.key(subnet), string(val), &client.SetOptions{PrevExist: prev, TTL: ttl})
+	switch errCode(err) {
+	case client.ErrorCodeNodeExist:
+		return time.Time{}, fmt.Errorf("%w: %v", ErrTaken, subnet)
+	case client.ErrorCodeKeyNotFound:
+		return time.Time{}, fmt.Errorf("%w: %v", ErrNotFound, subnet)
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	if resp.Node.Expiration != nil {
+		return *resp.Node.Expiration, nil
+	}
+	return time.Now().Add(ttl), nil
+}
+
+func (e *etcd2) Create(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.Duration) (time.Time, error) {
+	return e.set(ctx, subnet, a, ttl, client.PrevNoExist)
+}
+
+func (e *etcd2) Update(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.Duration) (time.Time, error) {
+	return e.set(ctx, subnet, a, ttl, client.PrevExist)
+}
+
+func (e *etcd2) Delete(ctx context.Context, subnet netip.Prefix) error {
+	_, err := e.kapi.Delete(ctx, e.key(subnet), nil)
+	if errCode(err) == client.ErrorCodeKeyNotFound {
+		return nil
+	}
+	return err
+}
+
+func (e *etcd2) Watch(ctx context.Context, rev int64, changes func([]Change)) error {
+	w := e.kapi.Watcher(e.opts.subnetsDir(), &client.WatcherOptions{AfterIndex: uint64(rev), Recursive: true})
+	for {
+		resp, err := w.Next(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errCode(err) == client.ErrorCodeEventIndexCleared {
+			return fmt.Errorf("%w: %w", ErrGap, err)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrGap, err)
+		}
+		if resp.Node == nil || resp.Node.Dir {
+			continue
+		}
+		subnet, err := ParseSubnetKey(resp.Node.Key)
+		if err != nil {
+			e.log.Error("skipping malformed subnet key", zap.String("key", resp.Node.Key), zap.Error(err))
+			continue
+		}
+		switch resp.Action {
+		case "delete", "expire", "compareAndDelete":
+			changes([]Change{{Type: Removed, Lease: Lease{Subnet: subnet}}})
+		default:
+			a, err := DecodeAttrs([]byte(resp.Node.Value))
+			l := Lease{Subnet: subnet, Attrs: a}
+			if resp.Node.Expiration != nil {
+				l.Expiration = *resp.Node.Expiration
+			}
+			changes([]Change{{Type: Added, Lease: l, Bad: err}})
+		}
+	}
+}

@@ -1,0 +1,245 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+var (
+	// ErrNoFreeSubnet is returned when every subnet between SubnetMin and SubnetMax is leased.
+	ErrNoFreeSubnet = errors.New("no free subnet")
+	// ErrPublicIPConflict is returned when another host holds a lease for our PublicIP.
+	ErrPublicIPConflict = errors.New("PublicIP already in use by another host")
+	// ErrRaceLost is returned when other hosts kept taking the subnets we chose.
+	ErrRaceLost = errors.New("lost the race for a subnet too often")
+)
+
+const createAttempts = 10
+
+// ManagerOptions tune an EtcdManager; zero values take the defaults.
+type ManagerOptions struct {
+	SubnetFile    string        // subnet.env of an earlier run: its subnet is preferred
+	StateFile     string        // weft's durable state (our subnet and host identity)
+	RenewMargin   time.Duration // renew this long before expiry (60 min)
+	TTL           time.Duration // lease lifetime (24 h)
+	RetryInterval time.Duration // between failed renewals (1 min)
+	ConfigPoll    time.Duration // between looks for a missing config (1 s)
+}
+
+// EtcdManager is the lease.Manager over a Registry.
+type EtcdManager struct {
+	reg  Registry
+	opts ManagerOptions
+	log  *zap.Logger
+
+	mu  sync.Mutex
+	cfg *Config
+	st  state
+}
+
+// NewManager returns a Manager over reg.
+func NewManager(reg Registry, opts ManagerOptions, log *zap.Logger) *EtcdManager {
+	if opts.RenewMargin <= 0 {
+		opts.RenewMargin = 60 * time.Minute
+	}
+	if opts.TTL <= 0 {
+		opts.TTL = DefaultTTL
+	}
+	if opts.RetryInterval <= 0 {
+		opts.RetryInterval = time.Minute
+	}
+	if opts.ConfigPoll <= 0 {
+		opts.ConfigPoll = time.Second
+	}
+	return &EtcdManager{reg: reg, opts: opts, log: log}
+}
+
+// Config waits for <prefix>/config and parses it. A config that does not parse is an
+// error; a missing one (or an unreachable etcd) is waited for.
+func (m *EtcdManager) Config(ctx context.Context) (*Config, error) {
+	var lastLog time.Time
+	for {
+		data, err := m.reg.Config(ctx)
+		if err == nil {
+			cfg, err := ParseConfig(data)
+			if err != nil {
+				return nil, err
+			}
+			m.mu.Lock()
+			m.cfg = cfg
+			m.mu.Unlock()
+			return cfg, nil
+		}
+		if time.Since(lastLog) > 30*time.Second {
+			m.log.Warn("waiting for the network config", zap.Error(err))
+			lastLog = time.Now()
+		}
+		if err := sleep(ctx, m.opts.ConfigPoll); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (m *EtcdManager) config() (*Config, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cfg == nil {
+		return nil, errors.New("lease manager: Config must be called before Acquire")
+	}
+	return m.cfg, nil
+}
+
+// Acquire leases a subnet: ours by PublicIP, else the previous one, else a random
+// free one. While etcd is unreachable it waits, retrying with backoff.
+func (m *EtcdManager) Acquire(ctx context.Context, attrs Attrs) (Lease, error) {
+	cfg, err := m.config()
+	if err != nil {
+		return Lease{}, err
+	}
+	st, err := loadState(m.opts.StateFile)
+	if err != nil {
+		return Lease{}, err
+	}
+	m.mu.Lock()
+	m.st = st
+	m.mu.Unlock()
+	attrs.HostID = st.HostID
+	bo := newBackoff()
+	for attempt := 0; attempt < createAttempts; {
+		l, err := m.tryAcquire(ctx, cfg, attrs)
+		switch {
+		case err == nil:
+			st.Network, st.Subnet = cfg.Network, l.Subnet
+			if serr := saveState(m.opts.StateFile, st); serr != nil {
+				m.log.Warn("could not record the lease", zap.Error(serr))
+			}
+			return l, nil
+		case errors.Is(err, ErrTaken):
+			attempt++
+			m.log.Info("subnet taken by another host meanwhile; trying again", zap.Error(err))
+		case errors.Is(err, ErrNoFreeSubnet), errors.Is(err, ErrPublicIPConflict), errors.Is(err, ErrBadValue):
+			return Lease{}, err
+		default:
+			m.log.Warn("acquiring a lease failed; retrying", zap.Error(err))
+		}
+		if err := sleep(ctx, bo.next()); err != nil {
+			return Lease{}, err
+		}
+	}
+	return Lease{}, fmt.Errorf("%w (%d attempts)", ErrRaceLost, createAttempts)
+}
+
+func (m *EtcdManager) tryAcquire(ctx context.Context, cfg *Config, attrs Attrs) (Lease, error) {
+	listing, err := m.reg.List(ctx)
+	if err != nil {
+		return Lease{}, err
+	}
+	taken := map[netip.Prefix]bool{}
+	for _, s := range listing.Unreadable {
+		taken[s] = true
+	}
+	for _, l := range listing.Leases {
+		taken[l.Subnet] = true
+	}
+	// 1. The lease that holds our PublicIP.
+	for _, l := range listing.Leases {
+		if l.Attrs.PublicIP != attrs.PublicIP {
+			continue
+		}
+		if l.Attrs.HostID != "" && l.Attrs.HostID != attrs.HostID {
+			return Lease{}, fmt.Errorf("%w: %v holds %v with host id %s (ours is %s); if that host is gone, delete its key or wait for its lease to expire",
+				ErrPublicIPConflict, attrs.PublicIP, l.Subnet, l.Attrs.HostID, attrs.HostID)
+		}
+		if l.Attrs.BackendType == attrs.BackendType && cfg.InRange(l.Subnet) {
+			exp, err := m.reg.Update(ctx, l.Subnet, attrs, m.opts.TTL)
+			if err != nil {
+				return Lease{}, err
+			}
+			m.log.Info("reusing our lease", zap.Stringer("subnet", l.Subnet))
+			return Lease{Subnet: l.Subnet, Attrs: attrs, Expiration: exp}, nil
+		}
+		m.log.Info("removing our incompatible lease", zap.Stringer("subnet", l.Subnet),
+			zap.String("backend", l.Attrs.BackendType))
+		if err := m.reg.Delete(ctx, l.Subnet); err != nil {
+			return Lease{}, err
+		}
+		delete(taken, l.Subnet)
+	}
+	// 2. The subnet we had before, if it is still free.
+	for _, prev := range m.previous() {
+		if cfg.InRange(prev) && !taken[prev] {
+			return m.create(ctx, prev, attrs, "previous subnet")
+		}
+	}
+	// 3. A random free one.
+	var free []netip.Prefix
+	for i := cfg.Index(cfg.SubnetMin); i <= cfg.Index(cfg.SubnetMax); i++ {
+		if s := cfg.Subnet(i); !taken[s] {
+			free = append(free, s)
+		}
+	}
+	if len(free) == 0 {
+		return Lease{}, fmt.Errorf("%w in %v between %v and %v", ErrNoFreeSubnet, cfg.Network, cfg.SubnetMin, cfg.SubnetMax)
+	}
+	return m.create(ctx, free[rand.IntN(len(free))], attrs, "free subnet")
+}
+
+func (m *EtcdManager) create(ctx context.Context, s netip.Prefix, attrs Attrs, why string) (Lease, error) {
+	exp, err := m.reg.Create(ctx, s, attrs, m.opts.TTL)
+	if err != nil {
+		return Lease{}, err
+	}
+	m.log.Info("leased "+why, zap.Stringer("subnet", s))
+	return Lease{Subnet: s, Attrs: attrs, Expiration: exp}, nil
+}
+
+// previous lists the subnets we held before: from subnet.env, then the state file.
+func (m *EtcdManager) previous() []netip.Prefix {
+	var out []netip.Prefix
+	if m.opts.SubnetFile != "" {
+		if env, err := ReadSubnetEnv(m.opts.SubnetFile); err == nil {
+			out = append(out, env.Subnet)
+		}
+	}
+	m.mu.Lock()
+	if m.st.Subnet.IsValid() {
+		out = append(out, m.st.Subnet)
+	}
+	m.mu.Unlock()
+	return out
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// backoff doubles from 100 ms to 30 s, with jitter.
+type backoff struct{ d time.Duration }
+
+func newBackoff() *backoff { return &backoff{} }
+
+func (b *backoff) next() time.Duration {
+	switch {
+	case b.d == 0:
+		b.d = 100 * time.Millisecond
+	case b.d < 30*time.Second:
+		b.d = min(2*b.d, 30*time.Second)
+	}
+	return b.d/2 + rand.N(b.d/2+1)
+}
+
+func (b *backoff) reset() { b.d = 0 }

@@ -1,0 +1,52 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"time"
+)
+
+var (
+	// ErrNoConfig is returned while <prefix>/config does not exist.
+	ErrNoConfig = errors.New("network config not found")
+	// ErrTaken is returned by Create when the subnet is leased already.
+	ErrTaken = errors.New("subnet already leased")
+	// ErrNotFound is returned by Update when the lease is gone.
+	ErrNotFound = errors.New("lease not found")
+	// ErrGap is returned by Watch when events were missed (compaction, cleared index):
+	// the caller must list again.
+	ErrGap = errors.New("watch missed events")
+)
+
+// Listing is the set of leases at one point in the store's history.
+type Listing struct {
+	Leases []Lease
+	// Unreadable holds subnets whose key is valid but whose value is not: they are
+	// someone's, never free space.
+	Unreadable []netip.Prefix
+	// Rev is the store revision (v3) or index (v2) the listing was taken at.
+	Rev int64
+}
+
+// Change is one change to a subnet key seen by a watch. Lease.Attrs is zero for
+// Removed; a change whose value cannot be decoded is reported with Bad set.
+type Change struct {
+	Type  EventType
+	Lease Lease
+	Bad   error
+}
+
+// Registry stores the network config and the leases (etcd v3 or v2, flannel's layout).
+type Registry interface {
+	Config(ctx context.Context) ([]byte, error)
+	List(ctx context.Context) (Listing, error)
+	Create(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.Duration) (time.Time, error)
+	// Update replaces the attrs of an existing lease and renews its TTL.
+	Update(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.Duration) (time.Time, error)
+	Delete(ctx context.Context, subnet netip.Prefix) error
+	// Watch sends the changes after rev until ctx ends or an error; ErrGap means a
+	// re-list is needed.
+	Watch(ctx context.Context, rev int64, changes func([]Change)) error
+	Close() error
+}

@@ -1,0 +1,57 @@
+package lease
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+)
+
+// state is weft's durable record (--lease-state-file): it outlives /run and the 24 h
+// TTL, so a host that was away for long gets its old subnet back when it is free.
+type state struct {
+	HostID  string       `json:"HostID"`
+	Network netip.Prefix `json:"Network,omitzero"`
+	Subnet  netip.Prefix `json:"Subnet,omitzero"`
+}
+
+// loadState reads the state file, making a new host identity when there is none.
+func loadState(path string) (state, error) {
+	var s state
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return s, fmt.Errorf("lease state file: %w", err)
+	default:
+		if err := json.Unmarshal(data, &s); err != nil {
+			return state{}, fmt.Errorf("lease state file %s: %w (remove it to start afresh)", path, err)
+		}
+	}
+	if s.HostID == "" {
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return s, err
+		}
+		s.HostID = hex.EncodeToString(b[:])
+		if err := saveState(path, s); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+func saveState(path string, s state) error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(path, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("lease state file: %w", err)
+	}
+	return nil
+}

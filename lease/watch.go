@@ -1,0 +1,209 @@
+package lease
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Watch sends the leases of every subnet but own: one snapshot batch, then changes.
+func (m *EtcdManager) Watch(ctx context.Context, own netip.Prefix, events chan<- []Event) error {
+	return m.follow(ctx, func(p netip.Prefix) bool { return p != own }, func(evs []Event, _ bool) {
+		select {
+		case events <- evs:
+		case <-ctx.Done():
+		}
+	})
+}
+
+// follow lists the leases keep selects, then watches them; after any error it backs
+// off, lists again and hands on exactly the difference to what it handed on before.
+// An error is never taken for an empty list: the last known leases stay until etcd
+// says otherwise.
+func (m *EtcdManager) follow(ctx context.Context, keep func(netip.Prefix) bool, handle func([]Event, bool)) error {
+	known := map[netip.Prefix]Lease{}
+	first := true
+	bo := newBackoff()
+	var lastLog time.Time
+	quietly := func(msg string, err error) {
+		if time.Since(lastLog) > 30*time.Second {
+			m.log.Warn(msg, zap.Error(err))
+			lastLog = time.Now()
+		}
+	}
+	for {
+		listing, err := m.reg.List(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			quietly("listing leases failed; keeping the last known ones", err)
+			if err := sleep(ctx, bo.next()); err != nil {
+				return err
+			}
+			continue
+		}
+		evs := resync(known, listing, keep)
+		if first || len(evs) > 0 {
+			handle(evs, first)
+		}
+		first = false
+		err = m.reg.Watch(ctx, listing.Rev, func(chs []Change) {
+			bo.reset()
+			if evs := m.apply(known, chs, keep); len(evs) > 0 {
+				handle(evs, false)
+			}
+		})
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, ErrGap) {
+			m.log.Info("lease watch interrupted; listing again", zap.Error(err))
+		} else {
+			quietly("lease watch failed; listing again", err)
+		}
+		if err := sleep(ctx, bo.next()); err != nil {
+			return err
+		}
+	}
+}
+
+// resync makes known match listing and returns the events that do so.
+func resync(known map[netip.Prefix]Lease, listing Listing, keep func(netip.Prefix) bool) []Event {
+	evs := []Event{}
+	seen := map[netip.Prefix]bool{}
+	for _, s := range listing.Unreadable {
+		seen[s] = true // unreadable now: keep what we knew of it
+	}
+	for _, l := range listing.Leases {
+		if !keep(l.Subnet) {
+			continue
+		}
+		seen[l.Subnet] = true
+		if old, ok := known[l.Subnet]; !ok || !sameAttrs(old.Attrs, l.Attrs) {
+			known[l.Subnet] = l
+			evs = append(evs, Event{Type: Added, Lease: l})
+		}
+	}
+	for s, l := range known {
+		if !seen[s] {
+			delete(known, s)
+			evs = append(evs, Event{Type: Removed, Lease: l})
+		}
+	}
+	return evs
+}
+
+func (m *EtcdManager) apply(known map[netip.Prefix]Lease, chs []Change, keep func(netip.Prefix) bool) []Event {
+	var evs []Event
+	for _, c := range chs {
+		s := c.Lease.Subnet
+		if !keep(s) {
+			continue
+		}
+		switch {
+		case c.Bad != nil:
+			m.log.Error("skipping malformed lease", zap.Stringer("subnet", s), zap.Error(c.Bad))
+		case c.Type == Removed:
+			if old, ok := known[s]; ok {
+				delete(known, s)
+				evs = append(evs, Event{Type: Removed, Lease: old})
+			}
+		default:
+			if old, ok := known[s]; !ok || !sameAttrs(old.Attrs, c.Lease.Attrs) {
+				known[s] = c.Lease
+				evs = append(evs, Event{Type: Added, Lease: c.Lease})
+			}
+		}
+	}
+	return evs
+}
+
+func sameAttrs(a, b Attrs) bool {
+	return a.PublicIP == b.PublicIP && a.BackendType == b.BackendType && a.HostID == b.HostID &&
+		bytes.Equal(bytes.TrimSpace(a.BackendData), bytes.TrimSpace(b.BackendData))
+}
+
+// Hold renews own before it expires and re-acquires it when someone deletes it.
+func (m *EtcdManager) Hold(ctx context.Context, own Lease, changed func(Lease)) error {
+	lost := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case lost <- struct{}{}:
+		default:
+		}
+	}
+	hostID := own.Attrs.HostID
+	// watchOwn follows our key and signals when it is deleted or taken over.
+	watchOwn := func(s netip.Prefix) context.CancelFunc {
+		wctx, cancel := context.WithCancel(ctx)
+		go m.follow(wctx, func(p netip.Prefix) bool { return p == s }, func(evs []Event, snapshot bool) {
+			for _, e := range evs {
+				if e.Type == Removed || e.Lease.Attrs.HostID != hostID {
+					signal()
+					return
+				}
+			}
+			if snapshot && len(evs) == 0 {
+				signal()
+			}
+		})
+		return cancel
+	}
+	stopWatch := watchOwn(own.Subnet)
+	defer func() { stopWatch() }()
+
+	for {
+		wait := time.Until(own.Expiration) - m.opts.RenewMargin
+		if own.Expiration.IsZero() {
+			wait = 0
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(max(wait, 0)):
+			exp, err := m.reg.Update(ctx, own.Subnet, own.Attrs, m.opts.TTL)
+			if err == nil {
+				own.Expiration = exp
+				m.log.Info("lease renewed", zap.Stringer("subnet", own.Subnet), zap.Time("expires", exp))
+				continue
+			}
+			if !errors.Is(err, ErrNotFound) {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				m.log.Warn("renewing the lease failed; retrying", zap.Error(err), zap.Duration("in", m.opts.RetryInterval))
+				if err := sleep(ctx, m.opts.RetryInterval); err != nil {
+					return err
+				}
+				continue
+			}
+		case <-lost:
+		}
+		m.log.Warn("our lease is gone; acquiring it again", zap.Stringer("subnet", own.Subnet))
+		next, err := m.Acquire(ctx, own.Attrs)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			m.log.Error("re-acquiring the lease failed; retrying", zap.Error(err))
+			if err := sleep(ctx, m.opts.RetryInterval); err != nil {
+				return err
+			}
+			signal()
+			continue
+		}
+		if next.Subnet != own.Subnet {
+			stopWatch()
+			stopWatch = watchOwn(next.Subnet)
+			own = next
+			changed(next)
+			continue
+		}
+		own = next
+	}
+}
