@@ -4,6 +4,9 @@ BIN     := bin
 PKGS    := ./...
 DEBS    := etcd-server iperf3 iputils-ping iptables iproute2 containernetworking-plugins
 export CGO_ENABLED ?= 0
+# The flannel CNI plugin, to attach pods from weftd's subnet.env in tests (Debian's
+# containernetworking-plugins gives bridge and host-local, but no longer flannel).
+CNI_FLANNEL_PKG := github.com/containernetworking/plugins/plugins/meta/flannel@v0.9.1
 
 .PHONY: all deps build test unit vet demo bench clean
 
@@ -16,6 +19,7 @@ deps:
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@test -x $(BIN)/cni/flannel || GOBIN=$(CURDIR)/$(BIN)/cni $(GO) install $(CNI_FLANNEL_PKG)
 
 build:
 	$(GO) build -o $(BIN)/weftd ./cmd/weftd

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/lease"
+)
+
+// daemon wires one run of weftd: lease -> backend -> data path.
+type daemon struct {
+	opts  *options
+	log   *zap.Logger
+	ready atomic.Bool
+	be    atomic.Pointer[encap.Backend]
+}
+
+func (d *daemon) run(ctx context.Context) error {
+	if d.opts.healthzPort > 0 {
+		stopHealthz, err := d.serveHealthz()
+		if err != nil {
+			return err
+		}
+		defer stopHealthz()
+	}
+	mgr, err := d.manager()
+	if err != nil {
+		return err
+	}
+	cfg, err := mgr.Config(ctx)
+	if err != nil {
+		return fmt.Errorf("network config: %w", err)
+	}
+	ext, err := externalInterface(d.opts.ifaces, d.opts.ifaceRegex, d.opts.publicIP)
+	if err != nil {
+		return err
+	}
+	d.log.Info("using external interface", zap.String("iface", ext.Name),
+		zap.Stringer("iface-ip", ext.IfaceIP), zap.Stringer("public-ip", ext.PublicIP), zap.Int("mtu", ext.MTU))
+	be, err := encap.New(cfg, ext, d.log)
+	if err != nil {
+		return err
+	}
+	d.be.Store(&be)
+	defer be.Close()
+
+	data, err := be.BackendData(ctx)
+	if err != nil {
+		return fmt.Errorf("%s backend: %w", be.Type(), err)
+	}
+	own, err := mgr.Acquire(ctx, lease.Attrs{PublicIP: ext.PublicIP, BackendType: be.Type(), BackendData: data})
+	if err != nil {
+		return fmt.Errorf("acquire lease: %w", err)
+	}
+	d.log.Info("lease acquired", zap.Stringer("subnet", own.Subnet), zap.Time("expires", own.Expiration))
+	if err := be.Register(ctx, own); err != nil {
+		return fmt.Errorf("%s backend: %w", be.Type(), err)
+	}
+	env := lease.SubnetEnv{Network: cfg.Network, Subnet: own.Subnet, MTU: be.MTU(), IPMasq: d.opts.ipMasq}
+	if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
+		return err
+	}
+	if err := d.forwardRules(ctx, cfg); err != nil {
+		return err
+	}
+	if r, ok := mgr.(readyMarker); ok {
+		if err := r.MarkNetworkReady(ctx); err != nil {
+			d.log.Warn("could not mark the node's network ready", zap.Error(err))
+		}
+	}
+	return d.serve(ctx, mgr, be, own, env)
+}
+
+// readyMarker is implemented by managers that tell their store when the network is up
+// (Kubernetes: the node's NetworkUnavailable condition).
+type readyMarker interface {
+	MarkNetworkReady(ctx context.Context) error
+}
+
+// serve runs the backend and feeds it lease events until ctx ends.
+func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend, own lease.Lease, env lease.SubnetEnv) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	errc := make(chan error, 2)
+
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := be.Run(ctx); err != nil && ctx.Err() == nil {
+			errc <- fmt.Errorf("%s backend: %w", be.Type(), err)
+		}
+	}()
+
+	changed := make(chan lease.Lease, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = mgr.Hold(ctx, own, func(l lease.Lease) {
+			select {
+			case changed <- l:
+			case <-ctx.Done():
+			}
+		})
+	}()
+
+	for {
+		events := make(chan []lease.Event, 16)
+		wctx, stopWatch := context.WithCancel(ctx)
+		wdone := make(chan struct{})
+		go func(subnet netip.Prefix) {
+			defer close(wdone)
+			_ = mgr.Watch(wctx, subnet, events)
+		}(own.Subnet)
+		d.ready.Store(true)
+		next, err := d.feed(ctx, be, events, changed, errc)
+		stopWatch()
+		<-wdone
+		if err != nil || ctx.Err() != nil {
+			d.ready.Store(false)
+			return err
+		}
+		// Our lease changed under us (deleted and re-acquired): configure the backend
+		// for it, rewrite subnet.env if it differs, and watch again without it.
+		d.log.Warn("our lease changed", zap.Stringer("old", own.Subnet), zap.Stringer("new", next.Subnet))
+		if err := be.Register(ctx, next); err != nil {
+			return fmt.Errorf("%s backend: %w", be.Type(), err)
+		}
+		if next.Subnet != own.Subnet {
+			env.Subnet = next.Subnet
+			if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
+				return err
+			}
+		}
+		own = next
+	}
+}
+
+// feed passes lease events to the backend until ctx ends, the backend fails, or our
+// own lease changes (then it returns the new lease).
+func (d *daemon) feed(ctx context.Context, be encap.Backend, events <-chan []lease.Event,
+	changed <-chan lease.Lease, errc <-chan error) (lease.Lease, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return lease.Lease{}, nil
+		case err := <-errc:
+			return lease.Lease{}, err
+		case l := <-changed:
+			return l, nil
+		case evs := <-events:
+			for _, ev := range evs {
+				d.log.Info("lease "+ev.Type.String(), zap.Stringer("subnet", ev.Lease.Subnet),
+					zap.Stringer("public-ip", ev.Lease.Attrs.PublicIP), zap.String("backend", ev.Lease.Attrs.BackendType))
+			}
+			be.HandleEvents(ctx, evs)
+		}
+	}
+}
+
+// manager builds the lease source the flags ask for.
+func (d *daemon) manager() (lease.Manager, error) {
+	if d.opts.kubeSubnetMgr {
+		return d.kubeManager()
+	}
+	reg, err := lease.NewEtcdRegistry(lease.EtcdOptions{
+		Endpoints: splitList(d.opts.etcdEndpoints),
+		Prefix:    d.opts.etcdPrefix,
+		CertFile:  d.opts.etcdCertFile,
+		KeyFile:   d.opts.etcdKeyFile,
+		CAFile:    d.opts.etcdCAFile,
+		Username:  d.opts.etcdUsername,
+		Password:  d.opts.etcdPassword,
+		API:       d.opts.etcdAPI,
+	}, d.log)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	return lease.NewManager(reg, lease.ManagerOptions{
+		SubnetFile:  d.opts.subnetFile,
+		StateFile:   d.opts.leaseStateFile,
+		RenewMargin: time.Duration(d.opts.renewMargin) * time.Minute,
+	}, d.log), nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+var errKubeUnavailable = errors.New("--kube-subnet-mgr is not built into this weftd")

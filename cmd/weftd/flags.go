@@ -1,0 +1,158 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// flagHelp is returned when -h or --help was asked for (usage is already printed).
+var flagHelp = flag.ErrHelp
+
+// errUnsupported is wrapped by errors for flags whose behaviour weft does not have.
+var errUnsupported = errors.New("not supported by weft")
+
+// options are weftd's settings: flanneld's flags with flanneld's defaults, plus weft's own.
+type options struct {
+	etcdEndpoints string
+	etcdPrefix    string
+	etcdCertFile  string
+	etcdKeyFile   string
+	etcdCAFile    string
+	etcdUsername  string
+	etcdPassword  string
+	etcdAPI       string // weft: v3 | v2
+
+	ifaces      listFlag
+	ifaceRegex  listFlag
+	publicIP    string
+	publicIPv6  string
+	subnetFile  string
+	renewMargin int // minutes
+	ipMasq      bool
+	healthzIP   string
+	healthzPort int
+	version     bool
+	verbosity   int
+
+	iptablesResync       int
+	iptablesForwardRules bool
+
+	kubeSubnetMgr     bool
+	kubeAPIURL        string
+	kubeconfigFile    string
+	kubeAnnotation    string
+	netConfigPath     string
+	setNodeNetUnavail bool
+	nodeName          string
+
+	leaseStateFile string // weft
+}
+
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("weftd", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.etcdEndpoints, "etcd-endpoints", "http://127.0.0.1:4001,http://127.0.0.1:2379", "comma-separated etcd endpoints")
+	fs.StringVar(&o.etcdPrefix, "etcd-prefix", "/coreos.com/network", "etcd prefix")
+	fs.StringVar(&o.etcdCertFile, "etcd-certfile", "", "TLS client certificate for etcd")
+	fs.StringVar(&o.etcdKeyFile, "etcd-keyfile", "", "TLS client key for etcd")
+	fs.StringVar(&o.etcdCAFile, "etcd-cafile", "", "TLS CA for etcd")
+	fs.StringVar(&o.etcdUsername, "etcd-username", "", "etcd user name")
+	fs.StringVar(&o.etcdPassword, "etcd-password", "", "etcd password")
+	fs.StringVar(&o.etcdAPI, "etcd-api", "v3", "etcd API: v3 or v2 (weft)")
+	fs.Var(&o.ifaces, "iface", "interface (name or IP) for inter-host traffic; repeatable, first found wins")
+	fs.Var(&o.ifaceRegex, "iface-regex", "regular expression matching an interface name or IP; repeatable")
+	fs.StringVar(&o.publicIP, "public-ip", "", "IP peers reach this host at (default: the interface's)")
+	fs.StringVar(&o.publicIPv6, "public-ipv6", "", "IPv6 public address (not supported by weft)")
+	fs.StringVar(&o.subnetFile, "subnet-file", "/run/flannel/subnet.env", "file the subnet lease is written to")
+	fs.IntVar(&o.renewMargin, "subnet-lease-renew-margin", 60, "minutes before expiry at which the lease is renewed")
+	fs.BoolVar(&o.ipMasq, "ip-masq", false, "masquerade traffic leaving the overlay (not supported by weft yet)")
+	fs.StringVar(&o.healthzIP, "healthz-ip", "0.0.0.0", "address the health endpoint listens on")
+	fs.IntVar(&o.healthzPort, "healthz-port", 0, "port of the health endpoint (0: off)")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: 0 info, 1 and above debug")
+	fs.IntVar(&o.iptablesResync, "iptables-resync", 5, "seconds between iptables checks (weft installs no iptables rules)")
+	fs.BoolVar(&o.iptablesForwardRules, "iptables-forward-rules", true, "accept forwarded overlay traffic in the FORWARD chain")
+	fs.BoolVar(&o.kubeSubnetMgr, "kube-subnet-mgr", false, "take the subnet from the Kubernetes node's podCIDR instead of etcd")
+	fs.StringVar(&o.kubeAPIURL, "kube-api-url", "", "Kubernetes API server URL (kube mode)")
+	fs.StringVar(&o.kubeconfigFile, "kubeconfig-file", "", "kubeconfig file (kube mode)")
+	fs.StringVar(&o.kubeAnnotation, "kube-annotation-prefix", "flannel.alpha.coreos.com", "node annotation prefix (kube mode)")
+	fs.StringVar(&o.netConfigPath, "net-config-path", "/etc/kube-flannel/net-conf.json", "network config file (kube mode)")
+	fs.BoolVar(&o.setNodeNetUnavail, "set-node-network-unavailable", true, "clear the node's NetworkUnavailable condition when ready (kube mode)")
+	fs.StringVar(&o.nodeName, "node-name", "", "Kubernetes node name (default: $NODE_NAME)")
+	fs.StringVar(&o.leaseStateFile, "lease-state-file", "/var/lib/weft/lease.json", "durable record of our subnet, kept across reboots (weft)")
+	return fs
+}
+
+// parseFlags parses args; a flag not given on the command line is taken from
+// FLANNELD_<FLAG> (upper case, dashes as underscores) when that is set.
+func parseFlags(args []string, env func(string) string, out io.Writer) (*options, error) {
+	o := &options{}
+	fs := newFlagSet(o, out)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, flagHelp
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		name := "FLANNELD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := env(name); v != "" {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("environment %s=%q: %w", name, v, serr)
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if o.nodeName == "" {
+		o.nodeName = env("NODE_NAME")
+	}
+	return o, o.check()
+}
+
+// check rejects values weft cannot honour, so nothing is silently ignored.
+func (o *options) check() error {
+	switch {
+	case o.etcdAPI != "v3" && o.etcdAPI != "v2":
+		return fmt.Errorf("--etcd-api=%q: must be v3 or v2", o.etcdAPI)
+	case o.ipMasq:
+		return fmt.Errorf("--ip-masq=true: %w yet; masquerade with your own iptables rules", errUnsupported)
+	case o.publicIPv6 != "":
+		return fmt.Errorf("--public-ipv6: IPv6 overlays are %w", errUnsupported)
+	case o.renewMargin <= 0 || time.Duration(o.renewMargin)*time.Minute >= 24*time.Hour:
+		return fmt.Errorf("--subnet-lease-renew-margin=%d: must be between 1 and 1439 minutes", o.renewMargin)
+	case o.healthzPort < 0 || o.healthzPort > 65535:
+		return fmt.Errorf("--healthz-port=%d: not a port", o.healthzPort)
+	case o.iptablesResync <= 0:
+		return fmt.Errorf("--iptables-resync=%d: must be positive", o.iptablesResync)
+	case o.kubeSubnetMgr && o.nodeName == "":
+		return errors.New("--kube-subnet-mgr needs the node name: set NODE_NAME or --node-name")
+	}
+	return nil
+}

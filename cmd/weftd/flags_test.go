@@ -1,0 +1,69 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestParseFlags(t *testing.T) {
+	env := func(m map[string]string) func(string) string {
+		return func(k string) string { return m[k] }
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(*options) bool
+		wantErr string
+	}{
+		{name: "flanneld defaults", check: func(o *options) bool {
+			return o.etcdPrefix == "/coreos.com/network" && o.subnetFile == "/run/flannel/subnet.env" &&
+				o.renewMargin == 60 && o.etcdAPI == "v3" && o.healthzPort == 0 &&
+				o.etcdEndpoints == "http://127.0.0.1:4001,http://127.0.0.1:2379" &&
+				o.leaseStateFile == "/var/lib/weft/lease.json" && o.iptablesForwardRules
+		}},
+		{name: "repeatable iface", args: []string{"--iface=eth0", "--iface", "192.0.2.10,eth1"},
+			check: func(o *options) bool { return strings.Join(o.ifaces, " ") == "eth0 192.0.2.10 eth1" }},
+		{name: "env fills a flag", env: map[string]string{"FLANNELD_ETCD_PREFIX": "/x", "FLANNELD_SUBNET_LEASE_RENEW_MARGIN": "30"},
+			check: func(o *options) bool { return o.etcdPrefix == "/x" && o.renewMargin == 30 }},
+		{name: "command line beats env", args: []string{"--etcd-prefix=/cli"}, env: map[string]string{"FLANNELD_ETCD_PREFIX": "/env"},
+			check: func(o *options) bool { return o.etcdPrefix == "/cli" }},
+		{name: "env with a bad value", env: map[string]string{"FLANNELD_HEALTHZ_PORT": "x"}, wantErr: "FLANNELD_HEALTHZ_PORT"},
+		{name: "etcd api v2", args: []string{"--etcd-api=v2"}, check: func(o *options) bool { return o.etcdAPI == "v2" }},
+		{name: "bad etcd api", args: []string{"--etcd-api=v4"}, wantErr: "--etcd-api"},
+		{name: "ip-masq not built", args: []string{"--ip-masq"}, wantErr: "--ip-masq"},
+		{name: "ipv6 not built", args: []string{"--public-ipv6=2001:db8::1"}, wantErr: "--public-ipv6"},
+		{name: "renew margin too large", args: []string{"--subnet-lease-renew-margin=1440"}, wantErr: "renew-margin"},
+		{name: "kube needs node name", args: []string{"--kube-subnet-mgr"}, wantErr: "NODE_NAME"},
+		{name: "kube node from env", args: []string{"--kube-subnet-mgr"}, env: map[string]string{"NODE_NAME": "n1"},
+			check: func(o *options) bool { return o.nodeName == "n1" }},
+		{name: "unknown flag", args: []string{"--no-such-flag"}, wantErr: "no-such-flag"},
+		{name: "stray argument", args: []string{"extra"}, wantErr: "extra"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseFlags(tt.args, env(tt.env), io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want one mentioning %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if !tt.check(o) {
+				t.Fatalf("options not as expected: %+v", o)
+			}
+		})
+	}
+}
+
+func TestUnsupportedIsTyped(t *testing.T) {
+	_, err := parseFlags([]string{"--ip-masq"}, func(string) string { return "" }, io.Discard)
+	if !errors.Is(err, errUnsupported) {
+		t.Fatalf("error %v does not wrap errUnsupported", err)
+	}
+}

@@ -1,0 +1,7 @@
+package main
+
+import "github.com/weftnet/weft/lease"
+
+func (d *daemon) kubeManager() (lease.Manager, error) {
+	return nil, errKubeUnavailable
+}

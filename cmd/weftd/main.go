@@ -1,0 +1,62 @@
+// Command weftd is weft's overlay network daemon, a drop-in for flanneld: it leases a
+// subnet of the cluster network, writes subnet.env, watches the other hosts' leases and
+// carries their traffic with the configured backend.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "0.1.0-dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	opts, err := parseFlags(args, env, stderr)
+	if errors.Is(err, flagHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "weftd: %v\n", err)
+		return 2
+	}
+	if opts.version {
+		fmt.Fprintln(stdout, version)
+		return 0
+	}
+	log := newLogger(stderr, opts.verbosity)
+	defer log.Sync()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	d := &daemon{opts: opts, log: log}
+	if err := d.run(ctx); err != nil {
+		log.Error("weftd stopped", zap.Error(err))
+		return 1
+	}
+	log.Info("weftd stopped; the lease is kept for the next start")
+	return 0
+}
+
+func newLogger(w io.Writer, verbosity int) *zap.Logger {
+	level := zapcore.InfoLevel
+	if verbosity > 0 {
+		level = zapcore.DebugLevel
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(w)), level)
+	return zap.New(core)
+}
