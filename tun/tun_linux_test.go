@@ -98,53 +98,51 @@ func TestReadWrite(t *testing.T) {
 }
 
 func testReadWrite(t *testing.T, offload bool) {
-	{
-		ns := netnstest.New(t, "weft-tunrw")
-		var d *Device
-		err := ns.Do(func() error {
-			var err error
-			d, err = Open(Config{Name: "flannel0", Queues: 1, Offload: offload}, zaptest.NewLogger(t))
-			if err != nil {
-				return err
-			}
-			return d.Configure(Setup{Addr: netip.MustParseAddr("198.18.1.0"), MTU: 1400,
-				Routes: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}})
-		})
+	ns := netnstest.New(t, "weft-tunrw")
+	var d *Device
+	err := ns.Do(func() error {
+		var err error
+		d, err = Open(Config{Name: "flannel0", Queues: 1, Offload: offload}, zaptest.NewLogger(t))
+		if err != nil {
+			return err
+		}
+		return d.Configure(Setup{Addr: netip.MustParseAddr("198.18.1.0"), MTU: 1400,
+			Routes: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	q := d.Queues()[0]
+	const off = 16
+	// ICMP echo request 198.18.2.1 -> 198.18.1.0, checksums precomputed.
+	echo := []byte{0x45, 0, 0, 28, 0, 1, 0, 0, 64, 1, 0, 0, 198, 18, 2, 1, 198, 18, 1, 0,
+		8, 0, 0, 0, 0x12, 0x34, 0, 1}
+	putCsum(echo[:20], 10)
+	putCsum(echo[20:], 2)
+	buf := make([]byte, off+65535)
+	copy(buf[off:], echo)
+	if n, err := q.Write([][]byte{buf[:off+len(echo)]}, off); n != 1 || err != nil {
+		t.Fatalf("write: %d, %v", n, err)
+	}
+	sizes := make([]int, 4)
+	bufs := [][]byte{buf, make([]byte, off+65535), make([]byte, off+65535), make([]byte, off+65535)}
+	for range 10 { // the kernel may send other things first (none expected over IPv4)
+		n, err := q.Read(bufs, sizes, off)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { d.Close() })
-		q := d.Queues()[0]
-		const off = 16
-		// ICMP echo request 198.18.2.1 -> 198.18.1.0, checksums precomputed.
-		echo := []byte{0x45, 0, 0, 28, 0, 1, 0, 0, 64, 1, 0, 0, 198, 18, 2, 1, 198, 18, 1, 0,
-			8, 0, 0, 0, 0x12, 0x34, 0, 1}
-		putCsum(echo[:20], 10)
-		putCsum(echo[20:], 2)
-		buf := make([]byte, off+65535)
-		copy(buf[off:], echo)
-		if n, err := q.Write([][]byte{buf[:off+len(echo)]}, off); n != 1 || err != nil {
-			t.Fatalf("write: %d, %v", n, err)
-		}
-		sizes := make([]int, 4)
-		bufs := [][]byte{buf, make([]byte, off+65535), make([]byte, off+65535), make([]byte, off+65535)}
-		for range 10 { // the kernel may send other things first (none expected over IPv4)
-			n, err := q.Read(bufs, sizes, off)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range n {
-				p := bufs[i][off : off+sizes[i]]
-				if len(p) >= 28 && p[0]>>4 == 4 && p[9] == 1 && p[20] == 0 {
-					if string(p[16:20]) != string(echo[12:16]) {
-						t.Fatalf("reply to %v", p[16:20])
-					}
-					return
+		for i := range n {
+			p := bufs[i][off : off+sizes[i]]
+			if len(p) >= 28 && p[0]>>4 == 4 && p[9] == 1 && p[20] == 0 {
+				if string(p[16:20]) != string(echo[12:16]) {
+					t.Fatalf("reply to %v", p[16:20])
 				}
+				return
 			}
 		}
-		t.Fatal("no echo reply read from the TUN")
 	}
+	t.Fatal("no echo reply read from the TUN")
 }
 
 func putCsum(b []byte, at int) {
