@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -156,4 +157,17 @@ func Exists(name string) bool {
 		}
 	}
 	return false
+}
+
+// DialContext dials from inside the namespace: the socket is made there, and keeps
+// its namespace afterwards. It fits http.Transport.DialContext and gRPC's
+// WithContextDialer (as func(ctx, addr) with network "tcp").
+func (n *NS) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := n.Do(func() error {
+		var err error
+		c, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
 }
