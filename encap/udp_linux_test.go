@@ -21,6 +21,9 @@ import (
 // Register opens flannel0 there, HandleEvents fills the table, ping crosses both ways,
 // a removed lease answers net unreachable, Close removes flannel0.
 func TestUDPBackendTwoHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("namespaces and TUN devices: not a -short test")
+	}
 	testenv.NeedTools(t, "ping")
 	nss := [2]*netns.NS{netnstest.New(t, "weft-udpa"), netnstest.New(t, "weft-udpb")}
 	if err := netns.Veth(nss[0], "ua", nss[1], "ub"); err != nil {

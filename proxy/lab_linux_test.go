@@ -50,6 +50,9 @@ type labOpts struct {
 
 func newLab(t testing.TB, o labOpts) *lab {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("namespaces, TUN devices and iperf3: not a -short test")
+	}
 	l := &lab{}
 	for i := range l.hosts {
 		l.hosts[i] = &labHost{ns: netnstest.New(t, fmt.Sprintf("weft-px%d", i))}

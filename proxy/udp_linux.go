@@ -246,6 +246,12 @@ func (u *udpConn) doSend(fd uintptr) bool {
 			u.mmsg = false // probed the hard way: fall back for good
 		default:
 			// The first message of the rest failed: skip it, keep the others.
+			if u.ssegs[u.sdone] > 1 && (e == unix.EIO || e == unix.EINVAL) {
+				// The path refuses UDP GSO (e.g. a device without checksum
+				// offload on an old kernel): one datagram per message from now on.
+				u.gso = false
+				u.serr = fmt.Errorf("UDP GSO send refused, switched off: %w", e)
+			}
 			if u.serr == nil {
 				u.serr = fmt.Errorf("send to %v: %w", net.IP(u.snames[u.sdone].Addr[:]), e)
 			}

@@ -225,7 +225,11 @@ func (w *worker) flush() {
 		return
 	}
 	c := w.cnt
+	gso := w.conn.gso
 	failed, err := w.conn.send()
+	if gso && !w.conn.gso {
+		w.log.Warn("UDP GSO switched off", zap.Error(err))
+	}
 	if failed > 0 {
 		c.drops[DropSendError].Add(uint64(failed))
 		if w.elog.allow(time.Now().UnixNano()) {
