@@ -234,6 +234,8 @@ func TestIngressUDPGRO(t *testing.T) {
 	udp := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 132)) // same size: 152
 	bad := append([]byte(nil), udp...)
 	bad[16] = 10 // not for us
+	binary.BigEndian.PutUint16(bad[10:], 0)
+	binary.BigEndian.PutUint16(bad[10:], checksum(bad[:20]))
 	msgs := [][][]byte{
 		{seg(0), seg(100), seg(200)},
 		{seg(300), udp, bad, seg(400)},

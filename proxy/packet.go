@@ -33,12 +33,14 @@ func (s *Snapshot) RouteEgress(pkt []byte) (*Peer, DropReason) {
 }
 
 // CheckIngress checks the payload of a datagram that came from the public address src
-// (big-endian): src holds a lease, the payload is an IPv4 packet whose total length is
-// the datagram's, its source lies in a subnet src holds, its destination in ours, and
+// (big-endian): src holds a lease, the payload is an IPv4 packet with a valid header
+// checksum (coalescing rewrites headers, so it must not launder bad ones) whose total
+// length is the datagram's, its source lies in a subnet src holds, its destination in ours, and
 // its TTL survives a decrement.
 func (s *Snapshot) CheckIngress(pkt []byte, src uint32) DropReason {
 	if len(pkt) < ipv4HeaderLen || pkt[0]>>4 != 4 || pkt[0]&0x0f < 5 ||
-		int(pkt[0]&0x0f)*4 > len(pkt) || int(binary.BigEndian.Uint16(pkt[2:4])) != len(pkt) {
+		int(pkt[0]&0x0f)*4 > len(pkt) || int(binary.BigEndian.Uint16(pkt[2:4])) != len(pkt) ||
+		fold(sum(pkt[:int(pkt[0]&0x0f)*4], 0)) != 0xffff {
 		if !s.HoldsLease(src) {
 			return DropUnknownSource
 		}

@@ -130,9 +130,13 @@ func TestCheckIngress(t *testing.T) {
 	good := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 30))
 	withOpts := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 30))
 	withOpts[0] = 0x46 // a 24-byte header: still consistent with the total length
+	binary.BigEndian.PutUint16(withOpts[10:], 0)
+	binary.BigEndian.PutUint16(withOpts[10:], checksum(withOpts[:24]))
 	long := append(append([]byte(nil), good...), 0)
 	v6 := append([]byte(nil), good...)
 	v6[0] = 0x65
+	badSum := append([]byte(nil), good...)
+	badSum[11] ^= 1
 	for _, c := range []struct {
 		name string
 		pkt  []byte
@@ -149,6 +153,7 @@ func TestCheckIngress(t *testing.T) {
 		{"not ipv4", v6, peer, DropMalformed},
 		{"length mismatch", long, peer, DropMalformed},
 		{"truncated", good[:len(good)-1], peer, DropMalformed},
+		{"bad header checksum", badSum, peer, DropMalformed},
 		{"spoofed source", ipv4Packet(netip.MustParseAddr("198.18.3.4"), tLocalIP, 64, layers.IPProtocolUDP, nil), peer, DropSpoofedSource},
 		{"source outside network", ipv4Packet(netip.MustParseAddr("203.0.113.1"), tLocalIP, 64, layers.IPProtocolUDP, nil), peer, DropSpoofedSource},
 		{"not for us", ipv4Packet(tPeerPod, netip.MustParseAddr("198.18.4.4"), 64, layers.IPProtocolUDP, nil), peer, DropNotLocal},
