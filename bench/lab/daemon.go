@@ -1,0 +1,244 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/lease"
+)
+
+// ErrDaemonExited is returned when a daemon ended before it was stopped.
+var ErrDaemonExited = errors.New("daemon exited")
+
+// Daemon is weftd (or a flanneld-compatible daemon) running in a host namespace.
+type Daemon struct {
+	Host    *Host
+	Binary  string
+	Prefix  string // etcd prefix it uses
+	Dir     string // its subnet.env, state file and log
+	LogPath string // its stderr and stdout
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error // set before done is closed
+	env     lease.SubnetEnv
+}
+
+// SubnetFile is the path of the daemon's subnet.env.
+func (d *Daemon) SubnetFile() string { return filepath.Join(d.Dir, "subnet.env") }
+
+// Pid is the daemon's process id (ip netns exec execs it in place).
+func (d *Daemon) Pid() int {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return 0
+	}
+	return d.cmd.Process.Pid
+}
+
+// flagValue returns the value of --name=v or --name v in args, and whether found.
+func flagValue(args []string, name string) (string, bool) {
+	for i, a := range args {
+		a = "-" + strings.TrimLeft(a, "-")
+		if v, ok := strings.CutPrefix(a, "-"+name+"="); ok {
+			return v, true
+		}
+		if a == "-"+name && i+1 < len(args) {
+			return args[i+1], true
+		}
+	}
+	return "", false
+}
+
+// StartDaemon runs binary on h with flanneld's flags: etcd at EtcdEndpoint, prefix
+// DefaultPrefix, --iface=eth0, its own subnet file and lease state file, healthz on
+// loopback with an ephemeral port. extraArgs come last, so they override (an
+// --etcd-prefix there is honoured). Unless backendType is empty, the network config
+// under the prefix is first set to that type when it holds another (dropping stale
+// leases). Wait for the lease with WaitSubnetEnv.
+func (l *Lab) StartDaemon(ctx context.Context, h *Host, binary, backendType string, extraArgs ...string) (*Daemon, error) {
+	prefix := DefaultPrefix
+	if p, ok := flagValue(extraArgs, "etcd-prefix"); ok {
+		prefix = p
+	}
+	if backendType != "" {
+		if err := l.ensureBackend(ctx, prefix, backendType); err != nil {
+			return nil, err
+		}
+	}
+	abs, err := exec.LookPath(binary)
+	if err != nil {
+		return nil, fmt.Errorf("daemon for %s: %w", h.Name, err)
+	}
+	if abs, err = filepath.Abs(abs); err != nil {
+		return nil, fmt.Errorf("daemon for %s: %w", h.Name, err)
+	}
+	dir, err := os.MkdirTemp(l.dir, h.Name+"-"+filepath.Base(binary)+"-")
+	if err != nil {
+		return nil, fmt.Errorf("daemon dir: %w", err)
+	}
+	d := &Daemon{Host: h, Binary: abs, Prefix: prefix, Dir: dir, LogPath: filepath.Join(dir, "daemon.log"), done: make(chan struct{})}
+	logf, err := os.Create(d.LogPath)
+	if err != nil {
+		return nil, fmt.Errorf("daemon log: %w", err)
+	}
+	defer logf.Close()
+	args := []string{"netns", "exec", h.NS.Name, abs,
+		"--etcd-endpoints=" + EtcdEndpoint,
+		"--etcd-prefix=" + DefaultPrefix,
+		"--iface=eth0",
+		"--subnet-file=" + d.SubnetFile(),
+		"--lease-state-file=" + filepath.Join(dir, "lease-state.json"),
+		"--healthz-ip=127.0.0.1",
+		"--healthz-port=0",
+	}
+	args = append(args, extraArgs...)
+	d.cmd = exec.Command("ip", args...)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	d.cmd.Dir = dir
+	if err := d.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s on %s: %w", binary, h.Name, err)
+	}
+	go func() {
+		err := d.cmd.Wait()
+		d.err = fmt.Errorf("%w: %s on %s: %v", ErrDaemonExited, filepath.Base(abs), h.Name, err)
+		close(d.done)
+	}()
+	l.mu.Lock()
+	l.daemons = append(l.daemons, d)
+	l.mu.Unlock()
+	l.saveState()
+	l.log.Debug("daemon started", zap.String("host", h.Name), zap.String("binary", abs), zap.Int("pid", d.Pid()))
+	return d, nil
+}
+
+func (l *Lab) ensureBackend(ctx context.Context, prefix, bt string) error {
+	var cur struct{ Backend struct{ Type string } }
+	body := fmt.Sprintf(`{"key":%q}`, b64(prefix+"/config"))
+	var r struct {
+		Kvs []struct{ Value string } `json:"kvs"`
+	}
+	if err := l.etcdDo(ctx, "POST", "/v3/kv/range", strings.NewReader(body), "application/json", &r); err != nil {
+		return err
+	}
+	if len(r.Kvs) == 1 {
+		if v, err := decodeB64(r.Kvs[0].Value); err == nil && jsonUnmarshal(v, &cur) == nil && cur.Backend.Type == bt {
+			return nil
+		}
+	}
+	return l.SetBackend(ctx, prefix, bt)
+}
+
+// WaitSubnetEnv waits until the daemon has written a valid subnet.env and returns it.
+// It fails early, with the log's tail, when the daemon exits.
+func (d *Daemon) WaitSubnetEnv(ctx context.Context, timeout time.Duration) (lease.SubnetEnv, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if env, err := lease.ReadSubnetEnv(d.SubnetFile()); err == nil {
+			d.env = env
+			return env, nil
+		}
+		select {
+		case <-d.done:
+			return lease.SubnetEnv{}, fmt.Errorf("%w; log tail:\n%s", d.err, d.LogTail(15))
+		case <-ctx.Done():
+			return lease.SubnetEnv{}, fmt.Errorf("%s on %s wrote no subnet.env: %w; log tail:\n%s",
+				filepath.Base(d.Binary), d.Host.Name, ctx.Err(), d.LogTail(15))
+		case <-tick.C:
+		}
+	}
+}
+
+// Env is the subnet.env WaitSubnetEnv read last.
+func (d *Daemon) Env() lease.SubnetEnv { return d.env }
+
+// Exited reports whether the daemon has ended, and why.
+func (d *Daemon) Exited() (bool, error) {
+	select {
+	case <-d.done:
+		return true, d.err
+	default:
+		return false, nil
+	}
+}
+
+// LogTail returns the last n lines of the daemon's log.
+func (d *Daemon) LogTail(n int) string {
+	data, _ := os.ReadFile(d.LogPath)
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Stop ends the daemon: SIGTERM, then SIGKILL after 5 s. Stopping twice is fine.
+func (d *Daemon) Stop() error {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return nil
+	}
+	select {
+	case <-d.done:
+		return nil
+	default:
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+		return nil
+	case <-time.After(5 * time.Second):
+	}
+	_ = d.cmd.Process.Kill()
+	select {
+	case <-d.done:
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("daemon pid %d on %s does not die", d.Pid(), d.Host.Name)
+	}
+}
+
+// CPUTime returns the user+system CPU time the daemon has used so far.
+func (d *Daemon) CPUTime() (time.Duration, error) { return ProcCPU(d.Pid()) }
+
+// ProcCPU reads utime+stime of pid from /proc/<pid>/stat.
+func ProcCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("cpu time: %w", err)
+	}
+	return ParseProcStatCPU(string(data), 100)
+}
+
+// ErrProcStat is wrapped by errors about an unreadable /proc/<pid>/stat line.
+var ErrProcStat = errors.New("bad /proc stat line")
+
+// ParseProcStatCPU returns utime+stime of a /proc/<pid>/stat line; hz is the clock
+// tick rate (USER_HZ, 100 on Linux).
+func ParseProcStatCPU(line string, hz int) (time.Duration, error) {
+	i := strings.LastIndexByte(line, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("%w: no ')'", ErrProcStat)
+	}
+	f := strings.Fields(line[i+1:])
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%w: %d fields", ErrProcStat, len(f))
+	}
+	u, err1 := strconv.ParseUint(f[11], 10, 64)
+	s, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrProcStat, err)
+	}
+	return time.Duration(u+s) * time.Second / time.Duration(hz), nil
+}

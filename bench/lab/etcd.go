@@ -1,0 +1,178 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// etcdHTTP talks to the lab's etcd over HTTP (the v3 JSON gateway and the v2 keys
+// API) from inside the router namespace: the root namespace has no route to it.
+func (l *Lab) etcdHTTP() *http.Client {
+	return &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				var c net.Conn
+				err := l.router.Do(func() error {
+					var err error
+					c, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+					return err
+				})
+				return c, err
+			},
+			DisableKeepAlives: true,
+		},
+	}
+}
+
+func (l *Lab) etcdDo(ctx context.Context, method, path string, body io.Reader, ctype string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, EtcdEndpoint+path, body)
+	if err != nil {
+		return fmt.Errorf("etcd %s: %w", path, err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := l.etcdHTTP().Do(req)
+	if err != nil {
+		return fmt.Errorf("etcd %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("etcd %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusNotFound {
+		return fmt.Errorf("etcd %s %s: %w", method, path, &StatusError{Code: resp.StatusCode, Body: strings.TrimSpace(string(data))})
+	}
+	if out != nil && resp.StatusCode != http.StatusNotFound {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("etcd %s %s: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+// StatusError is an HTTP error answer of etcd.
+type StatusError struct {
+	Code int
+	Body string
+}
+
+func (e *StatusError) Error() string { return fmt.Sprintf("status %d: %s", e.Code, e.Body) }
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// prefixEnd is the etcd range end that covers every key starting with p.
+func prefixEnd(p string) string {
+	b := []byte(p)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return "\x00"
+}
+
+// Put writes key=value through both the v3 and the v2 API, so daemons on either
+// (flanneld's --etcd-api or older flanneld) read the same thing.
+func (l *Lab) Put(ctx context.Context, key, value string) error {
+	body, _ := json.Marshal(map[string]string{"key": b64(key), "value": b64(value)})
+	if err := l.etcdDo(ctx, http.MethodPost, "/v3/kv/put", bytes.NewReader(body), "application/json", nil); err != nil {
+		return err
+	}
+	form := url.Values{"value": {value}}.Encode()
+	return l.etcdDo(ctx, http.MethodPut, "/v2/keys"+key, strings.NewReader(form), "application/x-www-form-urlencoded", nil)
+}
+
+// DeletePrefix removes every key under prefix from both APIs.
+func (l *Lab) DeletePrefix(ctx context.Context, prefix string) error {
+	body, _ := json.Marshal(map[string]string{"key": b64(prefix), "range_end": b64(prefixEnd(prefix))})
+	if err := l.etcdDo(ctx, http.MethodPost, "/v3/kv/deleterange", bytes.NewReader(body), "application/json", nil); err != nil {
+		return err
+	}
+	return l.etcdDo(ctx, http.MethodDelete, "/v2/keys"+strings.TrimSuffix(prefix, "/")+"?recursive=true", nil, "", nil)
+}
+
+// NetworkConfig is the JSON network config the lab writes for backend type bt.
+func NetworkConfig(bt string) string {
+	return fmt.Sprintf(`{"Network":%q,"SubnetLen":24,"Backend":{"Type":%q}}`, Overlay.String(), bt)
+}
+
+// SetBackend writes prefix/config for backend type bt and removes the leases under
+// prefix/subnets/ (they may be of another type).
+func (l *Lab) SetBackend(ctx context.Context, prefix, bt string) error {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := l.DeletePrefix(ctx, prefix+"/subnets/"); err != nil {
+		return err
+	}
+	if err := l.Put(ctx, prefix+"/config", NetworkConfig(bt)); err != nil {
+		return err
+	}
+	l.log.Debug("network config", zap.String("prefix", prefix), zap.String("backend", bt))
+	return nil
+}
+
+// Leases lists the leases under prefix/subnets/ as subnet key -> JSON value, from
+// the v3 API and, for keys only it holds, the v2 API.
+func (l *Lab) Leases(ctx context.Context, prefix string) (map[string]string, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	dir := prefix + "/subnets/"
+	body, _ := json.Marshal(map[string]string{"key": b64(dir), "range_end": b64(prefixEnd(dir))})
+	var r3 struct {
+		Kvs []struct{ Key, Value string } `json:"kvs"`
+	}
+	if err := l.etcdDo(ctx, http.MethodPost, "/v3/kv/range", bytes.NewReader(body), "application/json", &r3); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, kv := range r3.Kvs {
+		k, _ := base64.StdEncoding.DecodeString(kv.Key)
+		v, _ := base64.StdEncoding.DecodeString(kv.Value)
+		out[strings.TrimPrefix(string(k), dir)] = string(v)
+	}
+	var r2 struct {
+		Node struct {
+			Nodes []struct{ Key, Value string } `json:"nodes"`
+		} `json:"node"`
+	}
+	if err := l.etcdDo(ctx, http.MethodGet, "/v2/keys"+strings.TrimSuffix(dir, "/"), nil, "", &r2); err != nil {
+		return nil, err
+	}
+	for _, n := range r2.Node.Nodes {
+		k := n.Key[strings.LastIndex(n.Key, "/")+1:]
+		if _, ok := out[k]; !ok {
+			out[k] = n.Value
+		}
+	}
+	return out, nil
+}
+
+// SortedKeys returns m's keys in order.
+func SortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func errField(err error) zap.Field { return zap.Error(err) }

@@ -1,0 +1,134 @@
+package lab_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/lab/labtest"
+	"github.com/weftnet/weft/internal/netns"
+	"github.com/weftnet/weft/lease"
+)
+
+func ping(t *testing.T, from *netns.NS, to string) {
+	t.Helper()
+	out, err := from.Run(context.Background(), "ping", "-c1", "-W2", to)
+	if err != nil || !strings.Contains(out, "1 received") {
+		t.Errorf("ping %s from %s: %v\n%s", to, from.Name, err, out)
+	}
+}
+
+func TestTopology(t *testing.T) {
+	l := labtest.New(t, lab.Spec{Hosts: []lab.HostSpec{{Name: "a"}, {Name: "b"}, {Name: "c", LAN: lab.LAN2}}})
+	a, b, c := l.Host("a"), l.Host("b"), l.Host("c")
+	want := map[*lab.Host]string{a: "192.0.2.10", b: "192.0.2.11", c: "198.51.100.10"}
+	for h, addr := range want {
+		if h.Addr.String() != addr {
+			t.Errorf("host %s: addr %s, want %s", h.Name, h.Addr, addr)
+		}
+	}
+	ping(t, a.NS, "192.0.2.11")    // same LAN
+	ping(t, a.NS, "198.51.100.10") // across the router
+	ping(t, c.NS, "192.0.2.1")     // etcd's address
+	ping(t, b.NS, "198.51.100.1")
+
+	ctx := context.Background()
+	if err := l.SetBackend(ctx, "", "vxlan"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Put(ctx, lab.DefaultPrefix+"/subnets/198.18.7.0-24", `{"PublicIP":"192.0.2.10"}`); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := l.Leases(ctx, "")
+	if err != nil || leases["198.18.7.0-24"] != `{"PublicIP":"192.0.2.10"}` {
+		t.Errorf("leases %v, %v", leases, err)
+	}
+	// Setting the backend drops old leases.
+	if err := l.SetBackend(ctx, "", "udp"); err != nil {
+		t.Fatal(err)
+	}
+	if leases, err := l.Leases(ctx, ""); err != nil || len(leases) != 0 {
+		t.Errorf("after SetBackend: leases %v, %v", leases, err)
+	}
+	// etcd answers from a host, through its default route.
+	out, err := c.NS.Run(ctx, "etcdctl", "--endpoints", lab.EtcdEndpoint, "get", lab.DefaultPrefix+"/config", "--print-value-only")
+	if err == nil && !strings.Contains(out, `"Type":"udp"`) {
+		t.Errorf("config from host c: %q", out)
+	}
+}
+
+func TestReferenceConfigs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func(*lab.Lab, context.Context, []*lab.Host) ([]lease.SubnetEnv, error)
+		mtu  int
+	}{
+		{"kernel-vxlan", (*lab.Lab).KernelVXLAN, 1450},
+		{"kernel-host-gw", (*lab.Lab).KernelHostGW, 1500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := labtest.New(t, lab.Spec{Hosts: []lab.HostSpec{{Name: "a"}, {Name: "b"}}})
+			ctx := context.Background()
+			hosts := l.Hosts()
+			envs, err := tc.make(l, ctx, hosts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pods []*lab.Pod
+			for i, h := range hosts {
+				if envs[i].MTU != tc.mtu {
+					t.Errorf("%s: MTU %d, want %d", h.Name, envs[i].MTU, tc.mtu)
+				}
+				p, err := l.AttachPod(ctx, h, envs[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				pods = append(pods, p)
+			}
+			if got := pods[0].Addr.String(); got != "198.18.1.2" {
+				t.Errorf("pod a addr %s, want 198.18.1.2", got)
+			}
+			ping(t, pods[0].NS, pods[1].Addr.String())
+			ping(t, pods[1].NS, pods[0].Addr.String())
+		})
+	}
+}
+
+func TestCloseAndDown(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "lab.json")
+	l := labtest.New(t, lab.Spec{Hosts: []lab.HostSpec{{Name: "a"}}, StateFile: state})
+	s, err := lab.ReadState(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Namespaces) != 2 || s.Hosts[0].NS != l.Host("a").NS.Name || s.Dir != l.Dir() {
+		t.Fatalf("state %+v", s)
+	}
+	// Down from the state file removes the lab as another process would.
+	s.Keeper = 0
+	if err := lab.WriteState(state, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.Down(state); err != nil {
+		t.Fatal(err)
+	}
+	if left := lab.Leftover(s.Namespaces); len(left) > 0 {
+		t.Errorf("left after Down: %v", left)
+	}
+	if _, err := os.Stat(s.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lab dir after Down: %v", err)
+	}
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state file after Down: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("Close after Down: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
