@@ -12,7 +12,7 @@ import (
 	"github.com/weftnet/weft/lease"
 )
 
-func decodeB64(s string) ([]byte, error) { return base64.StdEncoding.DecodeString(s) }
+func decodeB64(s string) ([]byte, error)  { return base64.StdEncoding.DecodeString(s) }
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // Pod is a pod namespace attached to its host's cni0 bridge.
