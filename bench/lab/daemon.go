@@ -151,7 +151,7 @@ func (d *Daemon) WaitSubnetEnv(ctx context.Context, timeout time.Duration) (leas
 		}
 		select {
 		case <-d.done:
-			return lease.SubnetEnv{}, fmt.Errorf("%w; log tail:\n%s", d.err, d.LogTail(15))
+			return lease.SubnetEnv{}, fmt.Errorf("%w: %s; log tail:\n%s", d.err, d.LastError(), d.LogTail(15))
 		case <-ctx.Done():
 			return lease.SubnetEnv{}, fmt.Errorf("%s on %s wrote no subnet.env: %w; log tail:\n%s",
 				filepath.Base(d.Binary), d.Host.Name, ctx.Err(), d.LogTail(15))
@@ -171,6 +171,20 @@ func (d *Daemon) Exited() (bool, error) {
 	default:
 		return false, nil
 	}
+}
+
+// LastError returns the last log line, shortened to its "msg" and "error" fields
+// when it is a JSON (zap) line.
+func (d *Daemon) LastError() string {
+	line := d.LogTail(1)
+	var j struct{ Msg, Error string }
+	if jsonUnmarshal([]byte(line), &j) == nil && j.Msg != "" {
+		if j.Error != "" {
+			return j.Msg + ": " + j.Error
+		}
+		return j.Msg
+	}
+	return line
 }
 
 // LogTail returns the last n lines of the daemon's log.

@@ -1,0 +1,176 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/bench/lab"
+)
+
+// Options configure a matrix run.
+type Options struct {
+	Subjects  []Subject
+	Reps      int           // default 3
+	Duration  time.Duration // per iperf3 workload; default 5 s
+	Pings     int           // default 200, every 10 ms
+	StateFile string        // passed to the lab, for `lab down` after a crash
+	// Progress receives one line per step while the matrix runs (may be nil).
+	Progress io.Writer
+}
+
+// Order returns the subject order of repetition rep: rotated by rep, and reversed
+// on odd repetitions, so each subject runs early and late and next to different
+// neighbours.
+func Order(n, rep int) []int {
+	o := make([]int, n)
+	for i := range o {
+		o[i] = (i + rep) % n
+	}
+	if rep%2 == 1 {
+		for i, j := 0, n-1; i < j; i, j = i+1, j-1 {
+			o[i], o[j] = o[j], o[i]
+		}
+	}
+	return o
+}
+
+// Run builds a lab with two hosts per subject, sets every subject up, runs the
+// workloads rep times in alternating order, tears everything down and returns the
+// report. A subject that fails is reported with its error; the others go on.
+func Run(ctx context.Context, o Options, log *zap.Logger) (*Report, error) {
+	if o.Reps <= 0 {
+		o.Reps = 3
+	}
+	if o.Duration <= 0 {
+		o.Duration = 5 * time.Second
+	}
+	if o.Pings <= 0 {
+		o.Pings = 200
+	}
+	progress := o.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	rep := &Report{Started: time.Now(), Reps: o.Reps, DurationS: o.Duration.Seconds(), CPUs: runtime.NumCPU(), Kernel: kernel()}
+	for _, s := range o.Subjects {
+		rep.Rows = append(rep.Rows, Row{Subject: s.Name, Kind: s.Kind})
+	}
+	fmt.Fprintf(progress, "building the lab: %d hosts, router, etcd\n", 2*len(o.Subjects))
+	l, err := lab.New(ctx, lab.Spec{Hosts: HostSpecs(o.Subjects), StateFile: o.StateFile}, log)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	paths := make([]*Path, len(o.Subjects))
+	for i, s := range o.Subjects {
+		start := time.Now()
+		p, err := s.Setup(ctx, l)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			rep.Rows[i].Errors = append(rep.Rows[i].Errors, err.Error())
+			fmt.Fprintf(progress, "  setup %-16s FAILED: %s\n", s.Name, firstLine(err.Error()))
+			continue
+		}
+		paths[i] = &p
+		fmt.Fprintf(progress, "  setup %-16s ok (%.1fs)\n", s.Name, time.Since(start).Seconds())
+	}
+	for r := 0; r < o.Reps; r++ {
+		for _, i := range Order(len(o.Subjects), r) {
+			if paths[i] == nil {
+				continue
+			}
+			fmt.Fprintf(progress, "rep %d/%d  %-16s ", r+1, o.Reps, o.Subjects[i].Name)
+			f, errs := measure(ctx, *paths[i], o)
+			if ctx.Err() != nil {
+				fmt.Fprintln(progress, "interrupted")
+				return nil, ctx.Err()
+			}
+			rep.Rows[i].Reps = append(rep.Rows[i].Reps, f)
+			rep.Rows[i].Errors = append(rep.Rows[i].Errors, errs...)
+			fmt.Fprintln(progress, summary(f, errs))
+		}
+	}
+	rep.Finish()
+	return rep, l.Close()
+}
+
+func summary(f Figures, errs []string) string {
+	var parts []string
+	for _, m := range Metrics {
+		if _, ok := f[m.Key]; ok {
+			parts = append(parts, fmt.Sprintf("%s %s %s", m.Title, fmtValue(m.Key, f), m.Unit))
+		}
+	}
+	if len(errs) > 0 {
+		parts = append(parts, fmt.Sprintf("%d error(s)", len(errs)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// measure runs each workload once over p.
+func measure(ctx context.Context, p Path, o Options) (Figures, []string) {
+	f := Figures{}
+	var errs []string
+	if t, cpu, err := TCP(ctx, p, o.Duration); err != nil {
+		errs = append(errs, "tcp: "+err.Error())
+	} else {
+		f[TCPGbps] = t.Gbps
+		if len(p.Daemons) > 0 {
+			f[CPUPerGBs] = cpu
+		}
+	}
+	if u, err := UDP64(ctx, p, o.Duration); err != nil {
+		errs = append(errs, "udp64: "+err.Error())
+	} else {
+		f[UDPKpps] = u.PPS / 1e3
+		f[UDPLossPct] = u.LossPercent
+	}
+	if pr, err := Ping(ctx, p, o.Pings, 10*time.Millisecond); err != nil {
+		errs = append(errs, "ping: "+err.Error())
+	} else {
+		f[RTTMedian] = float64(pr.Median) / float64(time.Microsecond)
+		f[RTTP99] = float64(pr.P99) / float64(time.Microsecond)
+	}
+	return f, errs
+}
+
+func kernel() string {
+	data, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// WriteFiles writes report.md, report.json and report.svg into dir.
+func (r *Report) WriteFiles(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("report dir: %w", err)
+	}
+	for name, write := range map[string]func(io.Writer) error{
+		"report.md": r.WriteMarkdown, "report.json": r.WriteJSON, "report.svg": r.WriteSVG,
+	} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
+		err = write(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("report %s: %w", name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,280 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+)
+
+// Metric keys of Figures.
+const (
+	TCPGbps    = "tcp_gbps"
+	UDPKpps    = "udp64_kpps"
+	UDPLossPct = "udp64_loss_pct"
+	RTTMedian  = "rtt_median_us"
+	RTTP99     = "rtt_p99_us"
+	CPUPerGBs  = "cpu_s_per_gb"
+)
+
+// MetricInfo describes one figure.
+type MetricInfo struct {
+	Key, Title, Unit string
+	HigherIsBetter   bool
+}
+
+// Metrics lists the figures in report order.
+var Metrics = []MetricInfo{
+	{TCPGbps, "TCP", "Gbit/s", true},
+	{UDPKpps, "UDP 64 B", "kpps", true},
+	{UDPLossPct, "UDP loss", "%", false},
+	{RTTMedian, "RTT median", "µs", false},
+	{RTTP99, "RTT p99", "µs", false},
+	{CPUPerGBs, "daemon CPU", "s/GB", false},
+}
+
+// Figures maps metric keys to values; a metric not measured is absent.
+type Figures map[string]float64
+
+// Row is one subject's results.
+type Row struct {
+	Subject       string    `json:"subject"`
+	Kind          string    `json:"kind"`
+	Reps          []Figures `json:"reps"`
+	Median        Figures   `json:"median"`
+	VsKernelVXLAN Figures   `json:"vs_kernel_vxlan,omitempty"`
+	VsUnderlay    Figures   `json:"vs_underlay,omitempty"`
+	Errors        []string  `json:"errors,omitempty"`
+}
+
+// Report is a matrix run's result.
+type Report struct {
+	Started   time.Time `json:"started"`
+	Reps      int       `json:"reps"`
+	DurationS float64   `json:"duration_s"`
+	Kernel    string    `json:"kernel,omitempty"`
+	CPUs      int       `json:"cpus,omitempty"`
+	Rows      []Row     `json:"rows"`
+}
+
+// Row returns the row of subject, or nil.
+func (r *Report) Row(subject string) *Row {
+	for i := range r.Rows {
+		if r.Rows[i].Subject == subject {
+			return &r.Rows[i]
+		}
+	}
+	return nil
+}
+
+// Finish computes every row's medians over its repetitions and the ratios to
+// kernel-vxlan and underlay rows of the same report.
+func (r *Report) Finish() {
+	for i := range r.Rows {
+		row := &r.Rows[i]
+		row.Median = Figures{}
+		for _, m := range Metrics {
+			var v []float64
+			for _, f := range row.Reps {
+				if x, ok := f[m.Key]; ok {
+					v = append(v, x)
+				}
+			}
+			if len(v) > 0 {
+				row.Median[m.Key] = Median(v)
+			}
+		}
+	}
+	vx, ul := r.Row(KernelVXLAN), r.Row(Underlay)
+	for i := range r.Rows {
+		row := &r.Rows[i]
+		row.VsKernelVXLAN, row.VsUnderlay = nil, nil
+		if vx != nil {
+			row.VsKernelVXLAN = ratios(row.Median, vx.Median)
+		}
+		if ul != nil {
+			row.VsUnderlay = ratios(row.Median, ul.Median)
+		}
+	}
+}
+
+func ratios(f, ref Figures) Figures {
+	out := Figures{}
+	for k, v := range f {
+		if d, ok := ref[k]; ok && d != 0 {
+			out[k] = v / d
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(r)
+}
+
+func fmtValue(key string, f Figures) string {
+	v, ok := f[key]
+	if !ok {
+		return "—"
+	}
+	switch {
+	case key == UDPLossPct:
+		return fmt.Sprintf("%.1f", v)
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func fmtRatio(key string, f Figures) string {
+	v, ok := f[key]
+	if !ok || math.IsInf(v, 0) || math.IsNaN(v) {
+		return "—"
+	}
+	return fmt.Sprintf("%.2fx", v)
+}
+
+// cells returns the table's header and rows: each figure with its ratio to
+// kernel-vxlan (and the throughputs also to the underlay).
+func (r *Report) cells() ([]string, [][]string) {
+	head := []string{"subject"}
+	for _, m := range Metrics {
+		head = append(head, m.Title+" "+m.Unit)
+		if m.Key == TCPGbps || m.Key == UDPKpps || m.Key == RTTMedian {
+			head = append(head, "vs kvxlan")
+		}
+		if m.Key == TCPGbps || m.Key == UDPKpps {
+			head = append(head, "vs underlay")
+		}
+	}
+	var rows [][]string
+	for _, row := range r.Rows {
+		c := []string{row.Subject}
+		for _, m := range Metrics {
+			c = append(c, fmtValue(m.Key, row.Median))
+			if m.Key == TCPGbps || m.Key == UDPKpps || m.Key == RTTMedian {
+				c = append(c, fmtRatio(m.Key, row.VsKernelVXLAN))
+			}
+			if m.Key == TCPGbps || m.Key == UDPKpps {
+				c = append(c, fmtRatio(m.Key, row.VsUnderlay))
+			}
+		}
+		if len(row.Errors) > 0 && len(row.Median) == 0 {
+			c[0] += " (failed)"
+		}
+		rows = append(rows, c)
+	}
+	return head, rows
+}
+
+// WriteTable writes the medians as an aligned text table for the terminal.
+func (r *Report) WriteTable(w io.Writer) error {
+	head, rows := r.cells()
+	width := make([]int, len(head))
+	for _, c := range append([][]string{head}, rows...) {
+		for i, s := range c {
+			width[i] = max(width[i], len([]rune(s)))
+		}
+	}
+	var b strings.Builder
+	line := func(c []string) {
+		for i, s := range c {
+			pad := strings.Repeat(" ", width[i]-len([]rune(s)))
+			if i == 0 {
+				b.WriteString(s + pad)
+			} else {
+				b.WriteString("  " + pad + s)
+			}
+		}
+		b.WriteString("\n")
+	}
+	line(head)
+	total := len(head)*2 - 2
+	for _, n := range width {
+		total += n
+	}
+	b.WriteString(strings.Repeat("-", total) + "\n")
+	for _, c := range rows {
+		line(c)
+	}
+	r.writeErrors(&b)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (r *Report) writeErrors(b *strings.Builder) {
+	for _, row := range r.Rows {
+		for _, e := range row.Errors {
+			fmt.Fprintf(b, "%s: %s\n", row.Subject, firstLine(e))
+		}
+	}
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+// WriteMarkdown writes the report as Markdown: how it was measured, the medians
+// with ratios, the ratios of every figure, and the errors.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString("# weft benchmark\n\n")
+	fmt.Fprintf(&b, "Run %s: %d repetition(s) of %gs per workload, subjects alternated across repetitions, medians shown.",
+		r.Started.UTC().Format(time.RFC3339), r.Reps, r.DurationS)
+	if r.Kernel != "" {
+		fmt.Fprintf(&b, " Kernel %s, %d CPUs.", r.Kernel, r.CPUs)
+	}
+	b.WriteString(" Ratios are to kernel-vxlan (vs kvxlan) and to the bare underlay measured in the same run." +
+		" TCP: one iperf3 stream pod to pod; UDP: iperf3 with 64-byte payloads at full rate, delivered packets;" +
+		" RTT: ping every 10 ms; CPU: user+system seconds of both hosts' daemons per GB moved by TCP.\n\n")
+	head, rows := r.cells()
+	mdRow := func(c []string) { b.WriteString("| " + strings.Join(c, " | ") + " |\n") }
+	mdRow(head)
+	sep := make([]string, len(head))
+	for i := range sep {
+		sep[i] = "---:"
+	}
+	sep[0] = "---"
+	mdRow(sep)
+	for _, c := range rows {
+		mdRow(c)
+	}
+	b.WriteString("\n## Every figure as a ratio\n\n")
+	h := []string{"subject", "reference"}
+	for _, m := range Metrics {
+		h = append(h, m.Title)
+	}
+	mdRow(h)
+	mdRow(append([]string{"---", "---"}, sep[1:len(Metrics)+1]...))
+	for _, row := range r.Rows {
+		for _, ref := range []struct {
+			name string
+			f    Figures
+		}{{KernelVXLAN, row.VsKernelVXLAN}, {Underlay, row.VsUnderlay}} {
+			c := []string{row.Subject, ref.name}
+			for _, m := range Metrics {
+				c = append(c, fmtRatio(m.Key, ref.f))
+			}
+			mdRow(c)
+		}
+	}
+	var eb strings.Builder
+	r.writeErrors(&eb)
+	if eb.Len() > 0 {
+		b.WriteString("\n## Errors\n\n```\n" + eb.String() + "```\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

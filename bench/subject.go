@@ -1,0 +1,118 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/lease"
+)
+
+// Kinds of subjects.
+const (
+	KindReference = "reference" // made by the benchmark with plain kernel features
+	KindWeft      = "weft"
+	KindDaemon    = "daemon" // another flanneld-compatible daemon (--daemon)
+)
+
+// Reference subject names; ratios are taken to the first two.
+const (
+	Underlay     = "underlay"
+	KernelVXLAN  = "kernel-vxlan"
+	KernelHostGW = "kernel-host-gw"
+)
+
+// Subject is one row of the matrix: a way of carrying pod traffic between two hosts.
+type Subject struct {
+	Name    string
+	Kind    string
+	Binary  string // daemon subjects: weftd or a flanneld-compatible daemon
+	Backend string // daemon subjects: network config Backend.Type
+}
+
+// Subjects returns the standard rows (references, weftd's three backends) and one
+// udp row per extra daemon (name -> binary, in the order given).
+func Subjects(weftd string, extra [][2]string) []Subject {
+	s := []Subject{
+		{Name: Underlay, Kind: KindReference},
+		{Name: KernelVXLAN, Kind: KindReference},
+		{Name: KernelHostGW, Kind: KindReference},
+		{Name: "weftd-udp", Kind: KindWeft, Binary: weftd, Backend: "udp"},
+		{Name: "weftd-vxlan", Kind: KindWeft, Binary: weftd, Backend: "vxlan"},
+		{Name: "weftd-host-gw", Kind: KindWeft, Binary: weftd, Backend: "host-gw"},
+	}
+	for _, e := range extra {
+		s = append(s, Subject{Name: e[0], Kind: KindDaemon, Binary: e[1], Backend: "udp"})
+	}
+	return s
+}
+
+// HostSpecs names the two LAN1 hosts of each subject: <name>-a and <name>-b.
+func HostSpecs(subjects []Subject) []lab.HostSpec {
+	var hs []lab.HostSpec
+	for _, s := range subjects {
+		hs = append(hs, lab.HostSpec{Name: s.Name + "-a"}, lab.HostSpec{Name: s.Name + "-b"})
+	}
+	return hs
+}
+
+// Setup configures the subject on its two hosts in l and returns the path its
+// workloads use: pod to pod (host to host for the underlay). Each daemon subject
+// has its own etcd prefix, so every subject can stay up side by side.
+func (s Subject) Setup(ctx context.Context, l *lab.Lab) (Path, error) {
+	a, b := l.Host(s.Name+"-a"), l.Host(s.Name+"-b")
+	if a == nil || b == nil {
+		return Path{}, fmt.Errorf("subject %s: hosts missing from the lab", s.Name)
+	}
+	if s.Name == Underlay {
+		return Path{Client: a.NS, Server: b.NS, Addr: b.Addr}, nil
+	}
+	var envs []lease.SubnetEnv
+	var daemons []*lab.Daemon
+	var err error
+	switch {
+	case s.Name == KernelVXLAN:
+		envs, err = l.KernelVXLAN(ctx, []*lab.Host{a, b})
+	case s.Name == KernelHostGW:
+		envs, err = l.KernelHostGW(ctx, []*lab.Host{a, b})
+	case s.Binary != "":
+		prefix := "/weft-bench/" + s.Name
+		for _, h := range []*lab.Host{a, b} {
+			d, derr := l.StartDaemon(ctx, h, s.Binary, s.Backend, "--etcd-prefix="+prefix)
+			if derr != nil {
+				return Path{}, fmt.Errorf("subject %s: %w", s.Name, derr)
+			}
+			daemons = append(daemons, d)
+		}
+		for _, d := range daemons {
+			env, werr := d.WaitSubnetEnv(ctx, 20*time.Second)
+			if werr != nil {
+				return Path{}, fmt.Errorf("subject %s: %w", s.Name, werr)
+			}
+			envs = append(envs, env)
+		}
+	default:
+		return Path{}, fmt.Errorf("subject %s: unknown reference and no binary", s.Name)
+	}
+	if err != nil {
+		return Path{}, fmt.Errorf("subject %s: %w", s.Name, err)
+	}
+	pa, err := l.AttachPod(ctx, a, envs[0])
+	if err != nil {
+		return Path{}, fmt.Errorf("subject %s: %w", s.Name, err)
+	}
+	pb, err := l.AttachPod(ctx, b, envs[1])
+	if err != nil {
+		return Path{}, fmt.Errorf("subject %s: %w", s.Name, err)
+	}
+	p := Path{Client: pa.NS, Server: pb.NS, Addr: pb.Addr, Daemons: daemons}
+	// Daemons learn each other's lease through etcd's watch: wait for the path.
+	if err := WaitPing(ctx, p.Client, p.Addr, 20*time.Second); err != nil {
+		for _, d := range daemons {
+			err = fmt.Errorf("%w\n%s log tail:\n%s", err, d.Host.Name, d.LogTail(8))
+		}
+		return Path{}, fmt.Errorf("subject %s: pod to pod: %w", s.Name, err)
+	}
+	return p, nil
+}

@@ -1,0 +1,199 @@
+// Command weft-bench builds a one-machine lab of network namespaces and measures
+// weft's backends beside plain kernel configurations and other flanneld-compatible
+// daemons.
+//
+//	weft-bench lab up|down|status   a lab to poke at with `ip netns exec`
+//	weft-bench run                  the benchmark matrix, reports in --out
+//	weft-bench demo                 what weft does and how fast, in two minutes
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/weftnet/weft/bench"
+)
+
+const stateDir = "/run/weft-bench"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: weft-bench <command> [flags]
+
+  lab up [--hosts N] [--lan2 N] [--backend udp|vxlan|host-gw|none] [--weftd PATH]
+  lab down
+  lab status
+  run  [--reps N] [--duration D] [--out DIR] [--subjects a,b] [--daemon NAME=PATH]... [--weftd PATH]
+  demo [--weftd PATH] [--duration D]
+
+Run as root. Every namespace, link and process is removed at the end, on errors and
+on Ctrl-C; 'lab down' removes what a killed run left.
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "lab":
+		err = labCmd(ctx, args[1:], stdout, stderr)
+	case "run":
+		err = runCmd(ctx, args[1:], stdout, stderr)
+	case "demo":
+		err = demoCmd(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "weft-bench: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, errUsage) {
+		fmt.Fprintf(stderr, "weft-bench: %v\n", err)
+		return 2
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "weft-bench: interrupted; everything was removed")
+			return 130
+		}
+		fmt.Fprintf(stderr, "weft-bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+var errUsage = errors.New("usage")
+
+func newLogger(w io.Writer, verbose bool) *zap.Logger {
+	lvl := zapcore.WarnLevel
+	if verbose {
+		lvl = zapcore.DebugLevel
+	}
+	enc := zap.NewDevelopmentEncoderConfig()
+	return zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(w), lvl))
+}
+
+// defaultWeftd is bin/weftd beside this binary.
+func defaultWeftd() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "bin/weftd"
+	}
+	return filepath.Join(filepath.Dir(exe), "weftd")
+}
+
+// daemonFlag collects --daemon NAME=PATH.
+type daemonFlag [][2]string
+
+func (d *daemonFlag) String() string { return fmt.Sprint(*d) }
+
+func (d *daemonFlag) Set(v string) error {
+	name, path, ok := strings.Cut(v, "=")
+	if !ok || name == "" || path == "" || strings.ContainsAny(name, "/ ") {
+		return fmt.Errorf("want NAME=PATH, got %q", v)
+	}
+	*d = append(*d, [2]string{name, path})
+	return nil
+}
+
+func needWeftd(path string) error {
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("weftd not found at %s (run make build, or give --weftd): %w", path, err)
+	}
+	return nil
+}
+
+func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	reps := fs.Int("reps", 3, "repetitions of every subject x workload")
+	dur := fs.Duration("duration", 5*time.Second, "length of each iperf3 workload")
+	pings := fs.Int("pings", 200, "pings per repetition (every 10 ms)")
+	out := fs.String("out", "", "directory for report.md, report.json and report.svg")
+	weftd := fs.String("weftd", defaultWeftd(), "weftd binary")
+	only := fs.String("subjects", "", "comma-separated subset of subjects (default all)")
+	verbose := fs.Bool("v", false, "debug logging")
+	var extra daemonFlag
+	fs.Var(&extra, "daemon", "NAME=PATH of another flanneld-compatible daemon, run with backend udp (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: run takes no arguments, got %q", errUsage, fs.Args())
+	}
+	subjects, err := pick(bench.Subjects(*weftd, extra), *only)
+	if err != nil {
+		return err
+	}
+	for _, s := range subjects {
+		if s.Kind == bench.KindWeft {
+			if err := needWeftd(*weftd); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	rep, err := bench.Run(ctx, bench.Options{
+		Subjects: subjects, Reps: *reps, Duration: *dur, Pings: *pings,
+		StateFile: filepath.Join(stateDir, "run.json"), Progress: stderr,
+	}, newLogger(stderr, *verbose))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if *out != "" {
+		if err := rep.WriteFiles(*out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "\nreports: %s/report.md, report.json, report.svg\n", *out)
+	}
+	return nil
+}
+
+func pick(all []bench.Subject, only string) ([]bench.Subject, error) {
+	if only == "" {
+		return all, nil
+	}
+	var out []bench.Subject
+	for _, n := range strings.Split(only, ",") {
+		found := false
+		for _, s := range all {
+			if s.Name == strings.TrimSpace(n) {
+				out, found = append(out, s), true
+			}
+		}
+		if !found {
+			var names []string
+			for _, s := range all {
+				names = append(names, s.Name)
+			}
+			return nil, fmt.Errorf("%w: unknown subject %q (have %s)", errUsage, n, strings.Join(names, ", "))
+		}
+	}
+	return out, nil
+}
