@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -203,4 +202,3 @@ func splitList(s string) []string {
 	return out
 }
 
-var errKubeUnavailable = errors.New("--kube-subnet-mgr is not built into this weftd")
