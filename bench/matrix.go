@@ -26,17 +26,16 @@ type Options struct {
 	Progress io.Writer
 }
 
-// Order returns the subject order of repetition rep: rotated by rep, and reversed
-// on odd repetitions, so each subject runs early and late and next to different
-// neighbours.
+// Order returns the subject order of repetition rep: a Latin square, so over n
+// repetitions every subject runs once in every position; odd repetitions run
+// backwards, so subjects also change neighbours.
 func Order(n, rep int) []int {
 	o := make([]int, n)
 	for i := range o {
-		o[i] = (i + rep) % n
-	}
-	if rep%2 == 1 {
-		for i, j := 0, n-1; i < j; i, j = i+1, j-1 {
-			o[i], o[j] = o[j], o[i]
+		if rep%2 == 0 {
+			o[i] = (rep + i) % n
+		} else {
+			o[i] = ((rep-i)%n + n) % n
 		}
 	}
 	return o

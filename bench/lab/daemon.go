@@ -254,5 +254,8 @@ func ParseProcStatCPU(line string, hz int) (time.Duration, error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrProcStat, err)
 	}
+	if u > 1<<40 || s > 1<<40 || hz <= 0 {
+		return 0, fmt.Errorf("%w: cpu ticks %d+%d at %d Hz", ErrProcStat, u, s, hz)
+	}
 	return time.Duration(u+s) * time.Second / time.Duration(hz), nil
 }

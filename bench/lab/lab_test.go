@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weftnet/weft/bench/lab"
 	"github.com/weftnet/weft/bench/lab/labtest"
@@ -131,4 +132,44 @@ func TestCloseAndDown(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
+}
+
+func TestParseProcStatCPU(t *testing.T) {
+	for _, tc := range []struct {
+		name, line string
+		want       time.Duration
+		wantErr    bool
+	}{
+		{"plain", "1234 (weftd) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 4 0 99 0", 3250 * time.Millisecond, false},
+		{"name with spaces and parens", "7 (a) b) R 1 7 7 0 -1 0 0 0 0 0 3 2 0 0", 50 * time.Millisecond, false},
+		{"short", "7 (x) R 1 2 3", 0, true},
+		{"no paren", "7 x R", 0, true},
+		{"not a number", "7 (x) R 1 7 7 0 -1 0 0 0 0 0 a 2 0 0", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := lab.ParseProcStatCPU(tc.line, 100)
+			if tc.wantErr {
+				if !errors.Is(err, lab.ErrProcStat) {
+					t.Fatalf("err %v, want ErrProcStat", err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+	// Our own process has a readable, growing CPU time.
+	if _, err := lab.ProcCPU(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func FuzzParseProcStatCPU(f *testing.F) {
+	f.Add("1 (init) S 0 1 1 0 -1 0 0 0 0 0 5 6 0 0")
+	f.Fuzz(func(t *testing.T, line string) {
+		if d, err := lab.ParseProcStatCPU(line, 100); err == nil && d < 0 {
+			t.Fatalf("negative cpu %v", d)
+		}
+	})
 }
