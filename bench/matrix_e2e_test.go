@@ -1,0 +1,109 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/internal/netns"
+	"github.com/weftnet/weft/internal/testenv"
+)
+
+// weftd returns $WEFT_BIN/weftd (make test sets WEFT_BIN).
+func weftd(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("WEFT_BIN")
+	p := filepath.Join(bin, "weftd")
+	_, err := os.Stat(p)
+	testenv.Need(t, bin != "" && err == nil, "WEFT_BIN=<dir> with weftd in it (make build; make test sets it)")
+	return p
+}
+
+func labNamespaces(t *testing.T) map[string]bool {
+	t.Helper()
+	out, err := netns.Run(context.Background(), "ip", "netns", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]bool{}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], "wb-") {
+			m[f[0]] = true
+		}
+	}
+	return m
+}
+
+// TestTinyMatrix runs every subject (and weftd again as an extra --daemon row) for
+// one repetition of one second, and checks every row has non-zero figures and that
+// nothing is left behind.
+func TestTinyMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e")
+	}
+	testenv.NeedRoot(t)
+	testenv.NeedTools(t, "ip", "bridge", "etcd", "iperf3", "ping", "sysctl")
+	bin := weftd(t)
+	before := labNamespaces(t)
+	subjects := Subjects(bin, [][2]string{{"other-udp", bin}})
+	var progress strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	state := filepath.Join(t.TempDir(), "run.json")
+	rep, err := Run(ctx, Options{Subjects: subjects, Reps: 1, Duration: time.Second, Pings: 50,
+		StateFile: state, Progress: &progress}, zaptest.NewLogger(t))
+	t.Cleanup(func() { _ = lab.Down(state) })
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, progress.String())
+	}
+	t.Logf("progress:\n%s", progress.String())
+	var table strings.Builder
+	_ = rep.WriteTable(&table)
+	t.Logf("\n%s", table.String())
+	if len(rep.Rows) != len(subjects) {
+		t.Fatalf("%d rows for %d subjects", len(rep.Rows), len(subjects))
+	}
+	for i, row := range rep.Rows {
+		if row.Subject != subjects[i].Name {
+			t.Errorf("row %d is %s, want %s", i, row.Subject, subjects[i].Name)
+		}
+		if len(row.Errors) > 0 {
+			t.Errorf("%s: %s", row.Subject, strings.Join(row.Errors, "\n"))
+			continue
+		}
+		for _, k := range []string{TCPGbps, UDPKpps, RTTMedian, RTTP99} {
+			if row.Median[k] <= 0 {
+				t.Errorf("%s: %s = %v, want > 0", row.Subject, k, row.Median[k])
+			}
+		}
+		if subjects[i].Binary != "" && row.Median[CPUPerGBs] <= 0 {
+			t.Errorf("%s: daemon CPU per GB %v, want > 0", row.Subject, row.Median[CPUPerGBs])
+		}
+		if row.Subject != Underlay && row.VsUnderlay[TCPGbps] <= 0 {
+			t.Errorf("%s: no TCP ratio to the underlay", row.Subject)
+		}
+	}
+	dir := t.TempDir()
+	if err := rep.WriteFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"report.md", "report.json", "report.svg"} {
+		if st, err := os.Stat(filepath.Join(dir, n)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+	for n := range labNamespaces(t) {
+		if !before[n] {
+			t.Errorf("namespace %s left behind", n)
+		}
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("state file left behind: %v", err)
+	}
+}
