@@ -14,6 +14,10 @@ func New(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backend, er
 	switch cfg.BackendType {
 	case "udp", "":
 		return NewUDP(cfg, ext, log.Named("udp"))
+	case "vxlan":
+		return NewVXLAN(cfg, ext, log.Named("vxlan"))
+	case "host-gw":
+		return NewHostGW(cfg, ext, log.Named("host-gw"))
 	case "alloc":
 		return NewAlloc(ext), nil
 	}

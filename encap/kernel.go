@@ -1,0 +1,249 @@
+package encap
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/lease"
+)
+
+// kernelPeers is what the kernel backends share: the desired set of peers fed by
+// lease events, a reconcile loop that makes the kernel match it, and per-peer
+// decisions logged once.
+type kernelPeers struct {
+	typ    string
+	cfg    *lease.Config
+	ext    ExternalInterface
+	log    *zap.Logger
+	nl     *netlink.Handle
+	period time.Duration
+
+	mu       sync.Mutex
+	own      netip.Prefix
+	peers    map[netip.Prefix]lease.Lease
+	synced   bool // the first snapshot has arrived: stale entries may be removed
+	said     map[netip.Prefix]string
+	kick     chan struct{}
+	counters map[string]uint64
+}
+
+func newKernelPeers(typ string, cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (*kernelPeers, error) {
+	nl, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("%s backend: netlink: %w", typ, err)
+	}
+	return &kernelPeers{
+		typ: typ, cfg: cfg, ext: ext, log: log, nl: nl, period: 10 * time.Second,
+		peers: map[netip.Prefix]lease.Lease{}, said: map[netip.Prefix]string{},
+		kick: make(chan struct{}, 1), counters: map[string]uint64{},
+	}, nil
+}
+
+func (k *kernelPeers) setOwn(p netip.Prefix) {
+	k.mu.Lock()
+	k.own = p
+	delete(k.peers, p)
+	k.mu.Unlock()
+	k.poke()
+}
+
+// handle applies lease events; the first call carries the initial snapshot.
+func (k *kernelPeers) handle(events []lease.Event) {
+	k.mu.Lock()
+	for _, e := range events {
+		s := e.Lease.Subnet
+		if s == k.own || !k.cfg.Network.Contains(s.Addr()) || s.Bits() != k.cfg.SubnetLen {
+			continue
+		}
+		if e.Type == lease.Added && lease.CompatibleWith(k.typ, e.Lease) {
+			k.peers[s] = e.Lease
+		} else {
+			delete(k.peers, s)
+			delete(k.said, s)
+		}
+	}
+	k.synced = true
+	k.mu.Unlock()
+	k.poke()
+}
+
+func (k *kernelPeers) poke() {
+	select {
+	case k.kick <- struct{}{}:
+	default:
+	}
+}
+
+// snapshot returns the peers sorted by subnet, whether the snapshot has arrived, and our subnet.
+func (k *kernelPeers) snapshot() ([]lease.Lease, bool, netip.Prefix) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]lease.Lease, 0, len(k.peers))
+	for _, l := range k.peers {
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Subnet.Addr().Less(out[j].Subnet.Addr()) })
+	return out, k.synced, k.own
+}
+
+// once logs msg for peer the first time it is said, and again only when it changes;
+// it reports whether it logged.
+func (k *kernelPeers) once(peer netip.Prefix, isErr bool, msg string, fields ...zap.Field) bool {
+	k.mu.Lock()
+	if k.said[peer] == msg {
+		k.mu.Unlock()
+		return false
+	}
+	k.said[peer] = msg
+	k.mu.Unlock()
+	if isErr {
+		k.log.Error(msg, fields...)
+	} else {
+		k.log.Info(msg, fields...)
+	}
+	return true
+}
+
+func (k *kernelPeers) count(name string) {
+	k.mu.Lock()
+	k.counters[name]++
+	k.mu.Unlock()
+}
+
+// Stats returns the backend's counters.
+func (k *kernelPeers) Stats() any {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := map[string]uint64{"peers": uint64(len(k.peers))}
+	for n, v := range k.counters {
+		out[n] = v
+	}
+	return out
+}
+
+// run calls reconcile at once, on every kick and every period until ctx ends.
+func (k *kernelPeers) run(ctx context.Context, reconcile func() error) error {
+	t := time.NewTicker(k.period)
+	defer t.Stop()
+	var last string
+	for {
+		if err := reconcile(); err != nil {
+			if err.Error() != last {
+				k.log.Warn("reconciling the kernel data path", zap.Error(err))
+			}
+			last = err.Error()
+		} else {
+			last = ""
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-k.kick:
+		case <-t.C:
+		}
+	}
+}
+
+// directlyConnected reports whether ip is on a subnet connected to the external
+// interface (the kernel would reach it without a gateway).
+func (k *kernelPeers) directlyConnected(ip netip.Addr) (bool, string) {
+	routes, err := k.nl.RouteGet(net.IP(ip.AsSlice()))
+	if err != nil || len(routes) == 0 {
+		return false, fmt.Sprintf("no route to %v", ip)
+	}
+	r := routes[0]
+	switch {
+	case r.Gw != nil:
+		return false, fmt.Sprintf("%v is reached via gateway %v", ip, r.Gw)
+	case r.LinkIndex != k.ext.Index:
+		return false, fmt.Sprintf("%v is reached on another interface (index %d)", ip, r.LinkIndex)
+	}
+	return true, fmt.Sprintf("%v is on a subnet connected to %s", ip, k.ext.Name)
+}
+
+// routeKey identifies a route by destination.
+func routeKey(r netlink.Route) netip.Prefix {
+	if r.Dst == nil {
+		return netip.Prefix{}
+	}
+	ip, _ := netip.AddrFromSlice(r.Dst.IP.To4())
+	ones, _ := r.Dst.Mask.Size()
+	return netip.PrefixFrom(ip, ones)
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), 32)}
+}
+
+// syncRoutes makes the overlay routes on the given links match want: missing or
+// different ones are replaced; when prune is set, overlay routes of ours that are not
+// wanted are deleted.
+func (k *kernelPeers) syncRoutes(want map[netip.Prefix]netlink.Route, links []int, own netip.Prefix, prune bool) error {
+	have, err := k.nl.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("list routes: %w", err)
+	}
+	byDst := map[netip.Prefix]netlink.Route{}
+	for _, r := range have {
+		if p := routeKey(r); p.IsValid() && (r.Table == 254 || r.Table == 0) {
+			byDst[p] = r
+		}
+	}
+	var firstErr error
+	for dst, w := range want {
+		h, ok := byDst[dst]
+		if ok && h.LinkIndex == w.LinkIndex && h.Gw.Equal(w.Gw) && h.Flags&int(netlink.FLAG_ONLINK) == w.Flags&int(netlink.FLAG_ONLINK) {
+			continue
+		}
+		if err := k.nl.RouteReplace(&w); err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("route %v: %w", dst, err)
+		}
+	}
+	if !prune {
+		return firstErr
+	}
+	for dst, h := range byDst {
+		if _, ok := want[dst]; ok || dst == own || dst.Bits() != k.cfg.SubnetLen || !k.cfg.Network.Contains(dst.Addr()) {
+			continue
+		}
+		for _, l := range links {
+			if h.LinkIndex == l {
+				if err := k.nl.RouteDel(&h); err != nil && firstErr == nil {
+					firstErr = fmt.Errorf("remove stale route %v: %w", dst, err)
+				}
+				k.log.Info("removed a stale route", zap.Stringer("subnet", dst))
+			}
+		}
+	}
+	return firstErr
+}
+
+// strictOptions decodes the Backend object into v, rejecting unknown options.
+func strictOptions(typ string, raw json.RawMessage, allowed map[string]bool, v any) error {
+	var m map[string]json.RawMessage
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return fmt.Errorf("%w: Backend: %w", ErrBadOption, err)
+		}
+	}
+	for name := range m {
+		if name != "Type" && !allowed[name] {
+			return fmt.Errorf("%w: %s backend has no option %q", ErrBadOption, typ, name)
+		}
+	}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, v); err != nil {
+			return fmt.Errorf("%w: %s backend: %w", ErrBadOption, typ, err)
+		}
+	}
+	return nil
+}
