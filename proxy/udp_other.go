@@ -32,5 +32,6 @@ func (u *udpConn) end(int, int)         {}
 func (u *udpConn) send() (int, error)   { return 0, errors.ErrUnsupported }
 func (u *udpConn) recv() (int, error)   { return 0, errors.ErrUnsupported }
 func (u *udpConn) size(int) int         { return 0 }
+func (u *udpConn) segSize(int) int      { return 0 }
 func (u *udpConn) src(int) uint32       { return 0 }
 func (u *udpConn) close() error         { return nil }

@@ -1,0 +1,145 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// egress forwards what the TUN queue gives until it fails (closed).
+func (w *worker) egress() error {
+	for {
+		n, err := w.tun.Read(w.ebufs, w.esizes, Headroom)
+		if n > 0 {
+			w.egressBatch(n)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// egressBatch routes the n packets in ebufs and sends them, in as few sendmmsg calls
+// as the send slots allow. TCP super packets (TUN offload) are cut into segments here.
+func (w *worker) egressBatch(n int) {
+	s := w.table.Load()
+	for i := range n {
+		pkt := w.ebufs[i][Headroom : Headroom+w.esizes[i]]
+		var vh vnetHdr
+		if w.vnet {
+			vh = parseVnetHdr(w.ebufs[i][Headroom-vnetHdrLen : Headroom])
+			if vh.gsoType == vnetGSONone && vh.flags&vnetNeedsCsum != 0 && !finishChecksum(pkt, vh) {
+				w.cnt.drops[DropMalformed].Add(1)
+				continue
+			}
+		}
+		p, r := s.RouteEgress(pkt)
+		if r != DropNone {
+			w.cnt.drops[r].Add(1)
+			if r == DropNoRoute {
+				w.unreachable(pkt, s)
+			}
+			continue
+		}
+		if vh.gsoType == vnetGSONone {
+			if !w.conn.room(1) {
+				w.flush()
+			}
+			w.conn.stage(pkt, p.ip)
+			w.pendingDgrams++
+			w.pending += len(pkt)
+			continue
+		}
+		if vh.gsoType&^vnetGSOECN != vnetGSOTCPv4 || !w.stageTSO(pkt, p, int(vh.gsoSize)) {
+			w.cnt.drops[DropMalformed].Add(1)
+		}
+	}
+	w.flush()
+	w.cnt.txBatches.Add(1)
+	w.cnt.txHist[bucket(n)].Add(1)
+}
+
+// stageTSO cuts a TCPv4 super packet into segments of gsoSize payload bytes, each a
+// datagram of its own headers (in seghdr) and a slice of pkt's payload. With UDP GSO
+// a run of them goes in one message and the kernel cuts the datagrams apart.
+func (w *worker) stageTSO(pkt []byte, p *Peer, gsoSize int) bool {
+	ihl, hl, ok := tsoLayout(pkt)
+	payload := pkt[hl:]
+	if !ok || gsoSize == 0 || len(payload) == 0 {
+		return false
+	}
+	segLen := hl + gsoSize
+	per := 1
+	if w.conn.gso {
+		per = max(1, min(udpMaxSegments, maxUDPPayload/segLen))
+	}
+	nsegs := (len(payload) + gsoSize - 1) / gsoSize
+	for i := 0; i < nsegs; {
+		k := min(per, nsegs-i)
+		if !w.conn.room(2*k) || w.nhdr+k > len(w.seghdr) {
+			w.flush()
+		}
+		w.conn.begin(p.ip)
+		for range k {
+			off := i * gsoSize
+			seg := payload[off:min(off+gsoSize, len(payload))]
+			h := w.seghdr[w.nhdr][:hl]
+			w.nhdr++
+			segmentHeaders(h, pkt, ihl, hl, i, off, seg, i == nsegs-1)
+			w.conn.addIov(h)
+			w.conn.addIov(seg)
+			w.pending += hl + len(seg)
+			i++
+		}
+		w.conn.end(k, segLen)
+		w.pendingDgrams += k
+	}
+	return true
+}
+
+// UDP GSO limits: segments per send (UDP_MAX_SEGMENTS on older kernels) and the
+// largest UDP payload.
+const (
+	udpMaxSegments = 64
+	maxUDPPayload  = 65535 - 20 - 8
+)
+
+// flush sends the staged messages.
+func (w *worker) flush() {
+	if w.pendingDgrams == 0 {
+		return
+	}
+	c := w.cnt
+	gso := w.conn.gso
+	failed, err := w.conn.send()
+	if gso && !w.conn.gso {
+		w.log.Warn("UDP GSO switched off", zap.Error(err))
+	}
+	if failed > 0 {
+		c.drops[DropSendError].Add(uint64(failed))
+		if w.elog.allow(time.Now().UnixNano()) {
+			w.log.Debug("udp send failed", zap.Int("packets", failed), zap.Error(err))
+		}
+	}
+	c.txPackets.Add(uint64(w.pendingDgrams - failed))
+	c.txBytes.Add(uint64(w.pending)) // bytes handed to the kernel
+	w.nhdr, w.pending, w.pendingDgrams = 0, 0, 0
+}
+
+// unreachable answers pkt with ICMP net unreachable through the TUN, rate limited.
+func (w *worker) unreachable(pkt []byte, s *Snapshot) {
+	if !wantsICMPError(pkt) || !w.ebkt.allow(time.Now().UnixNano()) {
+		return
+	}
+	// The error comes from the unreachable subnet's first address (where its host's
+	// flannel0 would be): our own address as source would be dropped as martian.
+	from := binary.BigEndian.Uint32(pkt[16:20]) & s.subMask
+	n := buildUnreachable(w.icmp[0][Headroom:], pkt, from, 0)
+	out := w.icmp[0][:Headroom+n]
+	w.icmp[0] = out
+	if _, err := w.tun.Write(w.icmp[:], Headroom); err == nil {
+		w.cnt.icmpSent.Add(1)
+	}
+	w.icmp[0] = out[:cap(out)]
+}
