@@ -201,4 +201,3 @@ func splitList(s string) []string {
 	}
 	return out
 }
-
