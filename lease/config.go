@@ -31,7 +31,10 @@ func ParseConfig(data []byte) (*Config, error) {
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return nil, fmt.Errorf("%w: not a JSON object: %w", ErrBadConfig, err)
 	}
-	if raw.EnableIPv4 != nil && !*raw.EnableIPv4 || raw.EnableIPv6 {
+	if raw.EnableIPv4 != nil && !*raw.EnableIPv4 {
+		return nil, badField("EnableIPv4", "false: weft needs an IPv4 network (IPv6 is not supported)")
+	}
+	if raw.EnableIPv6 {
 		return nil, badField("EnableIPv6", "IPv6 networks are not supported by weft")
 	}
 	if raw.Network == "" {
