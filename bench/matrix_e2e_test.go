@@ -82,7 +82,9 @@ func TestTinyMatrix(t *testing.T) {
 				t.Errorf("%s: %s = %v, want > 0", row.Subject, k, row.Median[k])
 			}
 		}
-		if subjects[i].Binary != "" && row.Median[CPUPerGBs] <= 0 {
+		// Only a userspace data path costs the daemon CPU per byte; with vxlan and
+		// host-gw the kernel forwards and the daemon's share rounds to zero.
+		if subjects[i].Binary != "" && subjects[i].Backend == "udp" && row.Median[CPUPerGBs] <= 0 {
 			t.Errorf("%s: daemon CPU per GB %v, want > 0", row.Subject, row.Median[CPUPerGBs])
 		}
 		if row.Subject != Underlay && row.VsUnderlay[TCPGbps] <= 0 {

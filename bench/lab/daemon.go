@@ -151,10 +151,10 @@ func (d *Daemon) WaitSubnetEnv(ctx context.Context, timeout time.Duration) (leas
 		}
 		select {
 		case <-d.done:
-			return lease.SubnetEnv{}, fmt.Errorf("%w: %s; log tail:\n%s", d.err, d.LastError(), d.LogTail(15))
+			return lease.SubnetEnv{}, fmt.Errorf("%w: %s (log %s)\n%s", d.err, d.LastError(), d.LogPath, d.LogTail(15))
 		case <-ctx.Done():
-			return lease.SubnetEnv{}, fmt.Errorf("%s on %s wrote no subnet.env: %w; log tail:\n%s",
-				filepath.Base(d.Binary), d.Host.Name, ctx.Err(), d.LogTail(15))
+			return lease.SubnetEnv{}, fmt.Errorf("%s on %s wrote no subnet.env: %w (log %s)\n%s",
+				filepath.Base(d.Binary), d.Host.Name, ctx.Err(), d.LogPath, d.LogTail(15))
 		case <-tick.C:
 		}
 	}

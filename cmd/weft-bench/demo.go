@@ -17,7 +17,13 @@ import (
 )
 
 func heading(w io.Writer, s string) {
-	fmt.Fprintf(w, "\n\033[1m== %s ==\033[0m\n", s)
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			fmt.Fprintf(w, "\n\033[1m== %s ==\033[0m\n", s)
+			return
+		}
+	}
+	fmt.Fprintf(w, "\n== %s ==\n", s)
 }
 
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -26,7 +32,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	weftd := fs.String("weftd", defaultWeftd(), "weftd binary")
 	dur := fs.Duration("duration", 2*time.Second, "length of each workload in the short run")
 	verbose := fs.Bool("v", false, "debug logging")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := needWeftd(*weftd); err != nil {
@@ -43,9 +49,14 @@ backends: udp (weft's fast userspace forwarder), vxlan (kernel VXLAN) or host-gw
 hosts a and b on LAN 192.0.2.0/24, host c on LAN 198.51.100.0/24 behind a router
 that also runs etcd. Everything is removed at the end.
 `)
+	var failed []string
 	for _, bt := range []string{"udp", "vxlan", "host-gw"} {
 		if err := demoBackend(ctx, stdout, log, *weftd, bt); err != nil {
-			return err
+			if ctx.Err() != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "FAILED: %s\n", firstLine(err.Error()))
+			failed = append(failed, bt)
 		}
 	}
 	heading(stdout, "How fast: a short run of the benchmark matrix")
@@ -55,7 +66,7 @@ weftd with each backend. One repetition of %s per workload (make bench runs more
 `, *dur)
 	rep, err := bench.Run(ctx, bench.Options{
 		Subjects: bench.Subjects(*weftd, nil), Reps: 1, Duration: *dur, Pings: 100,
-		StateFile: filepath.Join(stateDir, "run.json"), Progress: stdout,
+		StateFile: filepath.Join(stateDir(), "run.json"), Progress: stdout,
 	}, log)
 	if err != nil {
 		return err
@@ -72,13 +83,21 @@ kernel rows have no daemon). udp is the backend for hosts without VXLAN and acro
 L3 networks; host-gw and vxlan are the kernel doing the work, programmed by weftd.
 `)
 	heading(stdout, fmt.Sprintf("Done in %.0fs: every namespace, link and process was removed", time.Since(start).Seconds()))
+	if len(failed) > 0 {
+		return fmt.Errorf("backend(s) failed: %s", strings.Join(failed, ", "))
+	}
+	for _, row := range rep.Rows {
+		if len(row.Errors) > 0 {
+			return fmt.Errorf("subject %s failed in the benchmark run", row.Subject)
+		}
+	}
 	return nil
 }
 
 func demoBackend(ctx context.Context, w io.Writer, log *zap.Logger, weftd, bt string) error {
 	heading(w, "Backend "+bt)
 	spec := lab.Spec{Hosts: []lab.HostSpec{{Name: "a"}, {Name: "b"}, {Name: "c", LAN: lab.LAN2}},
-		StateFile: filepath.Join(stateDir, "run.json")}
+		StateFile: filepath.Join(stateDir(), "run.json")}
 	l, err := lab.New(ctx, spec, log)
 	if err != nil {
 		return err
@@ -111,6 +130,7 @@ func demoBackend(ctx context.Context, w io.Writer, log *zap.Logger, weftd, bt st
 		fmt.Fprintf(w, "  %-15s %s\n", k, leases[k])
 	}
 	fmt.Fprintln(w, "a pod on every host (a namespace on bridge cni0, address from subnet.env) pings the others:")
+	pingFailed := false
 	for i, from := range pods {
 		for j, to := range pods {
 			if i == j {
@@ -129,10 +149,17 @@ func demoBackend(ctx context.Context, w io.Writer, log *zap.Logger, weftd, bt st
 				verdict = fmt.Sprintf("%d/%d replies, median %.0f µs", r.Received, r.Sent, float64(r.Median)/1e3)
 			}
 			fmt.Fprintf(w, "  pod %s %-11s -> pod %s %-11s %s\n", from.Host.Name, from.Addr, to.Host.Name, to.Addr, verdict)
-			if err != nil && ctx.Err() != nil {
-				return ctx.Err()
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				pingFailed = true
 			}
 		}
+	}
+	if pingFailed {
+		l.Close()
+		return fmt.Errorf("pod to pod ping failed on %s", bt)
 	}
 	return l.Close()
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/weftnet/weft/internal/netns"
 )
 
-var labState = filepath.Join(stateDir, "lab.json")
+func labState() string { return filepath.Join(stateDir(), "lab.json") }
 
 func labCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -29,7 +29,7 @@ func labCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case "hold":
 		return labHold(ctx, args[1:], stderr)
 	case "down":
-		for _, f := range []string{labState, filepath.Join(stateDir, "run.json")} {
+		for _, f := range []string{labState(), filepath.Join(stateDir(), "run.json")} {
 			if err := lab.Down(f); err != nil {
 				return err
 			}
@@ -58,7 +58,7 @@ func parseLabFlags(args []string, stderr io.Writer) (*labFlags, error) {
 	fs.StringVar(&o.backend, "backend", "udp", "weftd backend on every host: udp, vxlan, host-gw, or none (topology only)")
 	fs.StringVar(&o.weftd, "weftd", defaultWeftd(), "weftd binary")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if o.hosts < 0 || o.lan2 < 0 || o.hosts+o.lan2 == 0 || o.hosts+o.lan2 > 20 {
@@ -96,14 +96,14 @@ func labUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if s, err := lab.ReadState(labState); err == nil && s.Keeper > 0 && syscall.Kill(s.Keeper, 0) == nil {
+	if s, err := lab.ReadState(labState()); err == nil && s.Keeper > 0 && syscall.Kill(s.Keeper, 0) == nil {
 		return fmt.Errorf("a lab is already up (keeper pid %d): weft-bench lab down first", s.Keeper)
 	}
-	_ = lab.Down(labState) // leftovers of a keeper that died
-	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+	_ = lab.Down(labState()) // leftovers of a keeper that died
+	if err := os.MkdirAll(stateDir(), 0o755); err != nil {
 		return err
 	}
-	logPath := filepath.Join(stateDir, "lab.log")
+	logPath := filepath.Join(stateDir(), "lab.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return err
@@ -130,7 +130,7 @@ func labUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r.Close()
 	_ = cmd.Process.Release()
 	if !strings.HasPrefix(string(msg), "ready") {
-		_ = lab.Down(labState)
+		_ = lab.Down(labState())
 		data, _ := os.ReadFile(logPath)
 		return fmt.Errorf("lab up failed: %s\n%s", strings.TrimSpace(string(msg)), tailLines(string(data), 15))
 	}
@@ -147,6 +147,9 @@ func tailLines(s string, n int) string {
 
 // labHold builds the lab, reports on fd 3, and keeps it until SIGINT/SIGTERM.
 func labHold(ctx context.Context, args []string, stderr io.Writer) error {
+	// fd 3 must not leak into etcd and weftd, which the lab starts: while any of them
+	// held it, `lab up` would never see the pipe close.
+	syscall.CloseOnExec(3)
 	ready := os.NewFile(3, "ready")
 	report := func(s string) {
 		if ready != nil {
@@ -162,7 +165,7 @@ func labHold(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(stderr, o.verbose)
-	l, err := lab.New(ctx, o.spec(labState), log)
+	l, err := lab.New(ctx, o.spec(labState()), log)
 	if err != nil {
 		report(err.Error())
 		return err
@@ -206,7 +209,7 @@ func startWeft(ctx context.Context, l *lab.Lab, hosts []*lab.Host, weftd, bt str
 }
 
 func labStatus(stdout io.Writer) error {
-	s, err := lab.ReadState(labState)
+	s, err := lab.ReadState(labState())
 	if errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintln(stdout, "no lab is up (weft-bench lab up makes one)")
 		return nil

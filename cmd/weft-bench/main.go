@@ -26,7 +26,14 @@ import (
 	"github.com/weftnet/weft/bench"
 )
 
-const stateDir = "/run/weft-bench"
+// stateDir holds lab.json (a lab from `lab up`), run.json (a run or demo in
+// progress) and lab.log; WEFT_BENCH_STATE_DIR moves it (tests do).
+func stateDir() string {
+	if d := os.Getenv("WEFT_BENCH_STATE_DIR"); d != "" {
+		return d
+	}
+	return "/run/weft-bench"
+}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -86,6 +93,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 var errUsage = errors.New("usage")
 
+// parseFlags parses args into fs; a bad flag is a usage error (exit code 2), -h is
+// flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errUsage, err)
+}
+
 func newLogger(w io.Writer, verbose bool) *zap.Logger {
 	lvl := zapcore.WarnLevel
 	if verbose {
@@ -137,7 +154,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	verbose := fs.Bool("v", false, "debug logging")
 	var extra daemonFlag
 	fs.Var(&extra, "daemon", "NAME=PATH of another flanneld-compatible daemon, run with backend udp (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -157,7 +174,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	rep, err := bench.Run(ctx, bench.Options{
 		Subjects: subjects, Reps: *reps, Duration: *dur, Pings: *pings,
-		StateFile: filepath.Join(stateDir, "run.json"), Progress: stderr,
+		StateFile: filepath.Join(stateDir(), "run.json"), Progress: stderr,
 	}, newLogger(stderr, *verbose))
 	if err != nil {
 		return err
