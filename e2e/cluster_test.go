@@ -176,17 +176,21 @@ func (c *cluster) addHost(name, lan string) *host {
 	return h
 }
 
-// start runs weftd on h; it is stopped at cleanup.
+// start runs weftd on h with the cluster's etcd; it is stopped at cleanup.
 func (c *cluster) start(h *host, extra ...string) {
 	c.t.Helper()
-	args := append([]string{"netns", "exec", h.ns.Name, c.bin,
-		"--etcd-endpoints=" + c.etcd.Endpoint(),
-		"--etcd-api=" + c.api,
+	c.startWith(h, append([]string{"--etcd-endpoints=" + c.etcd.Endpoint(), "--etcd-api=" + c.api}, extra...)...)
+}
+
+// startWith runs weftd on h with the common flags and args.
+func (c *cluster) startWith(h *host, args ...string) {
+	c.t.Helper()
+	args = append([]string{"netns", "exec", h.ns.Name, c.bin,
 		"--iface=eth0",
 		"--subnet-file=" + filepath.Join(h.dir, "subnet.env"),
 		"--lease-state-file=" + filepath.Join(h.dir, "lease.json"),
 		"--healthz-ip=127.0.0.1", "--healthz-port=8475",
-	}, extra...)
+	}, args...)
 	cmd := exec.Command("ip", args...)
 	cmd.Stdout = &lockedWriter{mu: h.logMu, w: h.log}
 	cmd.Stderr = cmd.Stdout
