@@ -1,0 +1,139 @@
+package lease
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func FuzzParseConfig(f *testing.F) {
+	for _, s := range []string{
+		`{"Network":"10.0.0.0/8"}`,
+		`{"Network":"198.18.0.0/26"}`,
+		`{"Network":"0.0.0.0/0","SubnetLen":24}`,
+		`{"Network":"198.18.0.0/16","SubnetLen":20,"SubnetMin":"198.18.16.0","SubnetMax":"198.18.32.0","Backend":{"Type":"vxlan"}}`,
+		`{"Network":"198.18.0.0/16","SubnetLen":17}`,
+		`{"Network":"198.18.0.0/16","SubnetMin":"198.18.0.0","SubnetMax":"198.18.255.0"}`,
+		`{"Network":"198.18.0.1/16"}`, `{}`, `null`, `[]`, `{"Network":"198.18.0.0/16","Backend":"x"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data)
+		if err != nil {
+			if c != nil || !errors.Is(err, ErrBadConfig) {
+				t.Fatalf("error %v with config %+v, or not ErrBadConfig", err, c)
+			}
+			return
+		}
+		n := c.Network
+		switch {
+		case !n.Addr().Is4() || n.Masked() != n:
+			t.Fatalf("Network %v", n)
+		case c.SubnetLen <= n.Bits() || c.SubnetLen > 28 || c.SubnetLen-n.Bits() > 24:
+			t.Fatalf("SubnetLen %d for %v", c.SubnetLen, n)
+		case c.Count() != 1<<(c.SubnetLen-n.Bits()):
+			t.Fatalf("Count %d", c.Count())
+		case c.SubnetMax.Less(c.SubnetMin):
+			t.Fatalf("SubnetMax %v < SubnetMin %v", c.SubnetMax, c.SubnetMin)
+		case c.BackendType == "" || !json.Valid(c.Backend):
+			t.Fatalf("Backend %q %s", c.BackendType, c.Backend)
+		}
+		for _, a := range []struct {
+			name string
+			i    int
+		}{{"SubnetMin", c.Index(c.SubnetMin)}, {"SubnetMax", c.Index(c.SubnetMax)}} {
+			s := c.Subnet(a.i)
+			if a.i < 0 || a.i >= c.Count() || !c.InRange(s) || c.Index(s.Addr()) != a.i {
+				t.Fatalf("%s: index %d subnet %v out of range in %+v", a.name, a.i, s, c)
+			}
+		}
+		if c.Subnet(c.Index(c.SubnetMin)).Addr() != c.SubnetMin || c.Subnet(c.Index(c.SubnetMax)).Addr() != c.SubnetMax {
+			t.Fatalf("SubnetMin/Max not on a /%d boundary: %+v", c.SubnetLen, c)
+		}
+	})
+}
+
+func FuzzParseSubnetKey(f *testing.F) {
+	for _, s := range []string{"198.18.5.0-24", "/coreos.com/network/subnets/10.0.0.0-8", "0.0.0.0-0",
+		"1.2.3.4-32", "1.2.3.4-31", "1.2.3.0-024", "::-0", "a-b", "-", "/", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		p, err := ParseSubnetKey(key)
+		if err != nil {
+			if !errors.Is(err, ErrBadKey) {
+				t.Fatalf("error %v is not ErrBadKey", err)
+			}
+			return
+		}
+		name := key[strings.LastIndexByte(key, '/')+1:]
+		if !p.Addr().Is4() || p.Masked() != p {
+			t.Fatalf("ParseSubnetKey(%q) = %v", key, p)
+		}
+		if k := SubnetKey(p); k != name {
+			t.Fatalf("SubnetKey(ParseSubnetKey(%q)) = %q", key, k)
+		}
+		if q, err := ParseSubnetKey(SubnetKey(p)); err != nil || q != p {
+			t.Fatalf("ParseSubnetKey(SubnetKey(%v)) = %v, %v", p, q, err)
+		}
+	})
+}
+
+func FuzzDecodeAttrs(f *testing.F) {
+	for _, s := range []string{
+		`{"PublicIP":"192.0.2.1"}`,
+		`{"PublicIP":"192.0.2.1","BackendType":"vxlan","BackendData":{"VtepMAC":"aa:bb:cc:dd:ee:ff"}}`,
+		`{"PublicIP":"192.0.2.1","BackendType":"udp","BackendData": { "x" : [1, 2] },"WeftHostID":"h"}`,
+		`{"PublicIP":"192.0.2.1","BackendData":null}`,
+		`{"PublicIP":"192.0.2.1","BackendData":"<&>"}`,
+		`{"PublicIP":""}`, `null`, `[]`, `{`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a, err := DecodeAttrs(data)
+		if err != nil {
+			if !errors.Is(err, ErrBadValue) {
+				t.Fatalf("error %v is not ErrBadValue", err)
+			}
+			return
+		}
+		enc, err := EncodeAttrs(a)
+		if err != nil {
+			t.Fatalf("EncodeAttrs(DecodeAttrs(%q)): %v", data, err)
+		}
+		b, err := DecodeAttrs(enc)
+		if err != nil {
+			t.Fatalf("DecodeAttrs(%s): %v", enc, err)
+		}
+		if b.PublicIP != a.PublicIP || b.BackendType != a.BackendType || b.HostID != a.HostID ||
+			!jsonEqual(b.BackendData, a.BackendData) {
+			t.Fatalf("round trip of %q: %+v became %+v via %s", data, a, b, enc)
+		}
+		if enc2, err := EncodeAttrs(b); err != nil || !bytes.Equal(enc2, enc) {
+			t.Fatalf("second encoding %s, %v differs from %s", enc2, err, enc)
+		}
+	})
+}
+
+// jsonEqual compares two JSON texts by meaning (nil and empty are equal).
+func jsonEqual(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	va, ea := decodeAny(a)
+	vb, eb := decodeAny(b)
+	return ea == nil && eb == nil && reflect.DeepEqual(va, vb)
+}
+
+func decodeAny(data []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	var v any
+	err := d.Decode(&v)
+	return v, err
+}
