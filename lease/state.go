@@ -20,8 +20,13 @@ type state struct {
 }
 
 // loadState reads the state file, making a new host identity when there is none.
+// Without a state file (path "") there is no durable identity: HostID stays empty and
+// leases carry none, as flanneld's do.
 func loadState(path string) (state, error) {
 	var s state
+	if path == "" {
+		return s, nil
+	}
 	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -46,6 +51,9 @@ func loadState(path string) (state, error) {
 }
 
 func saveState(path string, s state) error {
+	if path == "" {
+		return nil
+	}
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
