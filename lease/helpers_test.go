@@ -12,6 +12,7 @@ import (
 
 	client "go.etcd.io/etcd/client/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/weftnet/weft/internal/etcdproc"
@@ -67,7 +68,7 @@ func newStore(t *testing.T, srv *etcdproc.Server, api string) *store {
 	}
 	switch api {
 	case "v3":
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, Logger: zaptest.NewLogger(t)})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))})
 		if err != nil {
 			t.Fatal(err)
 		}
