@@ -157,7 +157,12 @@ func (m *EtcdManager) tryAcquire(ctx context.Context, cfg *Config, attrs Attrs) 
 			return Lease{}, fmt.Errorf("%w: %v holds %v with host id %s (ours is %s); if that host is gone, delete its key or wait for its lease to expire",
 				ErrPublicIPConflict, attrs.PublicIP, l.Subnet, l.Attrs.HostID, attrs.HostID)
 		}
-		if l.Attrs.BackendType == attrs.BackendType && cfg.InRange(l.Subnet) {
+		ours := attrs.BackendType
+		if ours == "" {
+			ours = "udp"
+		}
+		// flanneld's udp leases carry no BackendType: compatible, not ours to drop.
+		if CompatibleWith(ours, l) && cfg.InRange(l.Subnet) {
 			exp, err := m.reg.Update(ctx, l.Subnet, attrs, m.opts.TTL)
 			if err != nil {
 				return Lease{}, err
