@@ -8,7 +8,7 @@ export CGO_ENABLED ?= 0
 # containernetworking-plugins gives bridge and host-local, but no longer flannel).
 CNI_FLANNEL_PKG := github.com/containernetworking/plugins/plugins/meta/flannel@v0.9.1
 
-.PHONY: all deps build test unit vet demo bench clean
+.PHONY: all deps build flanneld test unit vet demo bench clean
 
 all: build
 
@@ -25,11 +25,17 @@ build:
 	$(GO) build -o $(BIN)/weftd ./cmd/weftd
 	$(GO) build -o $(BIN)/weft-bench ./cmd/weft-bench
 
+# flanneld is the upstream flanneld, built from its Go module in test/flannel (cgo: its
+# udp backend is C), for the mixed-cluster tests and as a row of `make bench`.
+flanneld: $(BIN)/flanneld
+$(BIN)/flanneld: test/flannel/go.mod test/flannel/go.sum
+	cd test/flannel && CGO_ENABLED=1 $(GO) build -o $(CURDIR)/$(BIN)/flanneld github.com/flannel-io/flannel
+
 vet:
 	$(GO) vet $(PKGS)
 
 # test runs everything, e2e in network namespaces included, as root.
-test: deps build vet
+test: deps build flanneld vet
 	WEFT_E2E=1 WEFT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 40m $(PKGS)
 
 # unit runs the tests that need nothing from outside.
@@ -39,9 +45,9 @@ unit:
 demo: deps build
 	$(BIN)/weft-bench demo
 
-bench: deps build
+bench: deps build flanneld
 	$(GO) test -run '^$$' -bench . -benchmem ./proxy/
-	$(BIN)/weft-bench run --out bench/out
+	$(BIN)/weft-bench run --out bench/out --daemon flanneld=$(BIN)/flanneld
 
 clean:
 	rm -rf $(BIN) bench/out
