@@ -185,13 +185,23 @@ func (c *cluster) start(h *host, extra ...string) {
 // startWith runs weftd on h with the common flags and args.
 func (c *cluster) startWith(h *host, args ...string) {
 	c.t.Helper()
-	args = append([]string{"netns", "exec", h.ns.Name, c.bin,
-		"--iface=eth0",
-		"--subnet-file=" + filepath.Join(h.dir, "subnet.env"),
+	c.run(h, c.bin, nil, append([]string{
 		"--lease-state-file=" + filepath.Join(h.dir, "lease.json"),
 		"--healthz-ip=127.0.0.1", "--healthz-port=8475",
+	}, args...)...)
+}
+
+// run starts bin (weftd or flanneld) in h's namespace with flanneld's common flags
+// (--iface, --subnet-file), then args, and env added to the environment. The process
+// is stopped at cleanup, and its log shown when the test failed.
+func (c *cluster) run(h *host, bin string, env []string, args ...string) {
+	c.t.Helper()
+	args = append([]string{"netns", "exec", h.ns.Name, bin,
+		"--iface=eth0",
+		"--subnet-file=" + filepath.Join(h.dir, "subnet.env"),
 	}, args...)
 	cmd := exec.Command("ip", args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout = &lockedWriter{mu: h.logMu, w: h.log}
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
@@ -203,12 +213,12 @@ func (c *cluster) startWith(h *host, args ...string) {
 	c.t.Cleanup(func() {
 		c.stop(h)
 		if c.t.Failed() {
-			c.t.Logf("weftd log of %s:\n%s", h.name, h.logs())
+			c.t.Logf("%s log of %s:\n%s", filepath.Base(bin), h.name, h.logs())
 		}
 	})
 }
 
-// stop sends SIGTERM to weftd on h and waits for it.
+// stop sends SIGTERM to the daemon on h and waits for it.
 func (c *cluster) stop(h *host) {
 	if h.cmd == nil {
 		return
@@ -239,7 +249,7 @@ func (c *cluster) waitSubnetEnv(h *host) lease.SubnetEnv {
 		if h.done != nil {
 			select {
 			case <-h.done:
-				return fmt.Errorf("weftd on %s exited:\n%s", h.name, h.logs())
+				return fmt.Errorf("the daemon on %s exited:\n%s", h.name, h.logs())
 			default:
 			}
 		}
