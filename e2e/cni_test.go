@@ -70,13 +70,14 @@ func (c *cluster) cniPod(h *host) (*netns.NS, string) {
 }
 
 // TestFlannelCNIPods: pods attached by the real flannel CNI plugin from weftd's
-// subnet.env reach each other across hosts, on every backend that can carry a-c.
+// subnet.env reach each other across hosts, on every backend (host-gw on one LAN, the
+// others across the router).
 func TestFlannelCNIPods(t *testing.T) {
-	for _, backend := range []string{"udp", "vxlan"} {
-		t.Run(backend, func(t *testing.T) {
+	for _, tc := range []struct{ backend, lanB string }{{"udp", "lan2"}, {"vxlan", "lan2"}, {"host-gw", "lan1"}} {
+		t.Run(tc.backend, func(t *testing.T) {
 			c := newCluster(t, "v3")
-			c.putConfig(fmt.Sprintf(`{"Network":"198.18.0.0/16","Backend":{"Type":%q}}`, backend))
-			a, b := c.addHost("a", "lan1"), c.addHost("c", "lan2")
+			c.putConfig(fmt.Sprintf(`{"Network":"198.18.0.0/16","Backend":{"Type":%q}}`, tc.backend))
+			a, b := c.addHost("a", "lan1"), c.addHost("b", tc.lanB)
 			c.start(a)
 			c.start(b)
 			c.waitSubnetEnv(a)
