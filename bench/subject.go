@@ -79,7 +79,11 @@ func (s Subject) Setup(ctx context.Context, l *lab.Lab) (Path, error) {
 	case s.Binary != "":
 		prefix := "/weft-bench/" + s.Name
 		for _, h := range []*lab.Host{a, b} {
-			d, derr := l.StartDaemon(ctx, h, s.Binary, s.Backend, "--etcd-prefix="+prefix)
+			start := l.StartDaemon
+			if s.Kind == KindWeft {
+				start = l.StartWeftd
+			}
+			d, derr := start(ctx, h, s.Binary, s.Backend, "--etcd-prefix="+prefix)
 			if derr != nil {
 				return Path{}, fmt.Errorf("subject %s: %w", s.Name, derr)
 			}

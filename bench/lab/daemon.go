@@ -58,13 +58,23 @@ func flagValue(args []string, name string) (string, bool) {
 	return "", false
 }
 
-// StartDaemon runs binary on h with flanneld's flags: etcd at EtcdEndpoint, prefix
-// DefaultPrefix, --iface=eth0, its own subnet file and lease state file, healthz on
-// loopback with an ephemeral port. extraArgs come last, so they override (an
-// --etcd-prefix there is honoured). Unless backendType is empty, the network config
-// under the prefix is first set to that type when it holds another (dropping stale
-// leases). Wait for the lease with WaitSubnetEnv.
+// StartDaemon runs binary, a flanneld-compatible daemon, on h with flanneld's flags:
+// etcd at EtcdEndpoint, prefix DefaultPrefix, --iface=eth0, its own subnet file,
+// healthz off. extraArgs come last, so they override (an --etcd-prefix there is
+// honoured). Unless backendType is empty, the network config under the prefix is
+// first set to that type when it holds another (dropping stale leases). Wait for the
+// lease with WaitSubnetEnv.
 func (l *Lab) StartDaemon(ctx context.Context, h *Host, binary, backendType string, extraArgs ...string) (*Daemon, error) {
+	return l.startDaemon(ctx, h, binary, backendType, false, extraArgs)
+}
+
+// StartWeftd is StartDaemon for weftd: it also gives it a lease state file of its own
+// (the default path would be shared by every host of the lab).
+func (l *Lab) StartWeftd(ctx context.Context, h *Host, binary, backendType string, extraArgs ...string) (*Daemon, error) {
+	return l.startDaemon(ctx, h, binary, backendType, true, extraArgs)
+}
+
+func (l *Lab) startDaemon(ctx context.Context, h *Host, binary, backendType string, weft bool, extraArgs []string) (*Daemon, error) {
 	prefix := DefaultPrefix
 	if p, ok := flagValue(extraArgs, "etcd-prefix"); ok {
 		prefix = p
@@ -96,9 +106,9 @@ func (l *Lab) StartDaemon(ctx context.Context, h *Host, binary, backendType stri
 		"--etcd-prefix=" + DefaultPrefix,
 		"--iface=eth0",
 		"--subnet-file=" + d.SubnetFile(),
-		"--lease-state-file=" + filepath.Join(dir, "lease-state.json"),
-		"--healthz-ip=127.0.0.1",
-		"--healthz-port=0",
+	}
+	if weft {
+		args = append(args, "--lease-state-file="+filepath.Join(dir, "lease-state.json"))
 	}
 	args = append(args, extraArgs...)
 	d.cmd = exec.Command("ip", args...)

@@ -187,7 +187,7 @@ func labHold(ctx context.Context, args []string, stderr io.Writer) error {
 func startWeft(ctx context.Context, l *lab.Lab, hosts []*lab.Host, weftd, bt string) ([]*lab.Daemon, []*lab.Pod, error) {
 	var ds []*lab.Daemon
 	for _, h := range hosts {
-		d, err := l.StartDaemon(ctx, h, weftd, bt)
+		d, err := l.StartWeftd(ctx, h, weftd, bt)
 		if err != nil {
 			return nil, nil, err
 		}
