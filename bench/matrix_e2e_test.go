@@ -15,13 +15,14 @@ import (
 	"github.com/weftnet/weft/internal/testenv"
 )
 
-// weftd returns $WEFT_BIN/weftd (make test sets WEFT_BIN).
-func weftd(t *testing.T) string {
+// binary returns $WEFT_BIN/name (make test sets WEFT_BIN; make build gives weftd, make
+// flanneld the upstream flanneld).
+func binary(t *testing.T, name string) string {
 	t.Helper()
 	bin := os.Getenv("WEFT_BIN")
-	p := filepath.Join(bin, "weftd")
+	p := filepath.Join(bin, name)
 	_, err := os.Stat(p)
-	testenv.Need(t, bin != "" && err == nil, "WEFT_BIN=<dir> with weftd in it (make build; make test sets it)")
+	testenv.Need(t, bin != "" && err == nil, "WEFT_BIN=<dir> with "+name+" in it (make build flanneld; make test sets it)")
 	return p
 }
 
@@ -40,7 +41,7 @@ func labNamespaces(t *testing.T) map[string]bool {
 	return m
 }
 
-// TestTinyMatrix runs every subject (and weftd again as an extra --daemon row) for
+// TestTinyMatrix runs every subject (and the upstream flanneld as a --daemon row) for
 // one repetition of one second, and checks every row has non-zero figures and that
 // nothing is left behind.
 func TestTinyMatrix(t *testing.T) {
@@ -49,9 +50,8 @@ func TestTinyMatrix(t *testing.T) {
 	}
 	testenv.NeedRoot(t)
 	testenv.NeedTools(t, "ip", "bridge", "etcd", "iperf3", "ping", "sysctl")
-	bin := weftd(t)
 	before := labNamespaces(t)
-	subjects := Subjects(bin, [][2]string{{"other-udp", bin}})
+	subjects := Subjects(binary(t, "weftd"), [][2]string{{"flanneld", binary(t, "flanneld")}})
 	var progress strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
