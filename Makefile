@@ -42,8 +42,8 @@ test: deps build flanneld vet
 unit:
 	$(GO) test -short $(PKGS)
 
-demo: deps build
-	$(BIN)/weft-bench demo
+demo: deps build flanneld
+	$(BIN)/weft-bench demo --daemon flanneld=$(BIN)/flanneld
 
 bench: deps build flanneld
 	$(GO) test -run '^$$' -bench . -benchmem ./proxy/

@@ -32,6 +32,8 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	weftd := fs.String("weftd", defaultWeftd(), "weftd binary")
 	dur := fs.Duration("duration", 2*time.Second, "length of each workload in the short run")
 	verbose := fs.Bool("v", false, "debug logging")
+	var extra daemonFlag
+	fs.Var(&extra, "daemon", "NAME=PATH of another flanneld-compatible daemon for the table, run with backend udp (repeatable)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -64,8 +66,11 @@ that also runs etcd. Everything is removed at the end.
 host, no overlay), kernel VXLAN and kernel routes set up by hand as references, and
 weftd with each backend. One repetition of %s per workload (make bench runs more).
 `, *dur)
+	for _, e := range extra {
+		fmt.Fprintf(stdout, "Row %s is %s with its udp backend, on the same topology.\n", e[0], e[1])
+	}
 	rep, err := bench.Run(ctx, bench.Options{
-		Subjects: bench.Subjects(*weftd, nil), Reps: 1, Duration: *dur, Pings: 100,
+		Subjects: bench.Subjects(*weftd, extra), Reps: 1, Duration: *dur, Pings: 100,
 		StateFile: filepath.Join(stateDir(), "run.json"), Progress: stdout,
 	}, log)
 	if err != nil {
@@ -78,7 +83,7 @@ weftd with each backend. One repetition of %s per workload (make bench runs more
 	fmt.Fprint(stdout, `
 How to read it: TCP is one iperf3 stream; UDP 64 B is the rate of small packets
 delivered; "vs kvxlan" divides by kernel VXLAN's figure from the same run. RTT is
-ping's median round trip. daemon CPU is the CPU time weftd spent per GB moved (the
+ping's median round trip. daemon CPU is the CPU time the daemon spent per GB moved (the
 kernel rows have no daemon). udp is the backend for hosts without VXLAN and across
 L3 networks; host-gw and vxlan are the kernel doing the work, programmed by weftd.
 `)

@@ -45,7 +45,7 @@ const usage = `usage: weft-bench <command> [flags]
   lab down
   lab status
   run  [--reps N] [--duration D] [--out DIR] [--subjects a,b] [--daemon NAME=PATH]... [--weftd PATH]
-  demo [--weftd PATH] [--duration D]
+  demo [--weftd PATH] [--duration D] [--daemon NAME=PATH]...
 
 Run as root. Every namespace, link and process is removed at the end, on errors and
 on Ctrl-C; 'lab down' removes what a killed run left.
