@@ -58,6 +58,19 @@ func weftd(t *testing.T) string {
 	return filepath.Join(buildDir, "weftd")
 }
 
+// binDir is where make puts the binaries the tests run: $WEFT_BIN, or ../bin.
+func binDir() string {
+	dir := os.Getenv("WEFT_BIN")
+	if dir == "" {
+		dir = "../bin"
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return dir
+	}
+	return abs
+}
+
 // cluster is a router namespace joining two underlay LANs (192.0.2.0/24 and
 // 198.51.100.0/24), a real etcd on 192.0.2.1:2379 inside it, and hosts on the LANs.
 type cluster struct {

@@ -19,11 +19,7 @@ import (
 // Debian's bridge and host-local plugins live.
 func cniPath(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("WEFT_BIN")
-	if dir == "" {
-		dir = "../bin"
-	}
-	flannel, _ := filepath.Abs(filepath.Join(dir, "cni"))
+	flannel := filepath.Join(binDir(), "cni")
 	_, err := os.Stat(filepath.Join(flannel, "flannel"))
 	testenv.Need(t, err == nil, "the flannel CNI plugin in "+flannel+" (make deps builds it)")
 	_, err = os.Stat("/usr/lib/cni/bridge")

@@ -1,31 +1,20 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/lease"
 )
 
 // flanneldBin returns the upstream flanneld that make flanneld builds from
-// test/flannel into $WEFT_BIN (or ../bin).
+// test/flannel into the bin directory.
 func flanneldBin(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("WEFT_BIN")
-	if dir == "" {
-		dir = "../bin"
-	}
-	bin, _ := filepath.Abs(filepath.Join(dir, "flanneld"))
+	bin := filepath.Join(binDir(), "flanneld")
 	_, err := os.Stat(bin)
 	testenv.Need(t, err == nil, "upstream flanneld at "+bin+" (make flanneld builds it)")
 	return bin
@@ -67,27 +56,13 @@ func TestMixedWithFlanneld(t *testing.T) {
 				subnets[env.Subnet] = h
 				pods[name] = c.attachPod(h, env)
 			}
-			stored := c.leases()
-			if len(stored) != len(hosts) {
-				t.Fatalf("etcd holds %d leases, want %d: %v", len(stored), len(hosts), stored)
-			}
-			for s, h := range subnets {
-				l, ok := stored[s]
-				if !ok {
-					t.Fatalf("no key %s/subnets/%s for %s", prefix, lease.SubnetKey(s), h.name)
-				}
-				// flanneld leaves BackendType out of its udp leases; weftd writes it.
-				wantType := tc.backend
+			// flanneld leaves BackendType out of its udp leases; weftd writes it.
+			c.checkLeases(subnets, func(h *host) string {
 				if h.name == "f" && tc.backend == "udp" {
-					wantType = ""
+					return ""
 				}
-				if l.attrs.PublicIP.String() != h.ip || l.attrs.BackendType != wantType {
-					t.Fatalf("%s: lease attrs %+v, want PublicIP %s and BackendType %q", h.name, l.attrs, h.ip, wantType)
-				}
-				if l.ttl < 23*time.Hour || l.ttl > 24*time.Hour {
-					t.Fatalf("%s: TTL %v, want about 24h", h.name, l.ttl)
-				}
-			}
+				return tc.backend
+			})
 			meshPing(c, hosts, pods, "a", "b", "f")
 			bps := iperfTCP(t, hosts["a"].pod, hosts["f"].pod, pods["f"], 1)
 			if bps <= 0 {
@@ -105,12 +80,9 @@ func TestMixedWithFlanneldKube(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			c := newCluster(t, "v3")
 			srv, cs := kubeCluster(t, c)
-			conf := filepath.Join(t.TempDir(), "net-conf.json")
-			if err := os.WriteFile(conf, []byte(fmt.Sprintf(`{"Network":"198.18.0.0/16","Backend":{"Type":%q}}`, backend)), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			conf := netConf(t, backend)
 			cidrs := map[string]string{"a": "198.18.10.0/24", "f": "198.18.30.0/24"}
-			hosts, pods := map[string]*host{}, map[string]string{}
+			hosts := map[string]*host{}
 			for name, lan := range map[string]string{"a": "lan1", "f": "lan2"} {
 				createNode(t, cs, "node-"+name, cidrs[name])
 				hosts[name] = c.addHost(name, lan)
@@ -118,13 +90,7 @@ func TestMixedWithFlanneldKube(t *testing.T) {
 			kubeArgs := []string{"--kube-subnet-mgr", "--kubeconfig-file=" + srv.Kubeconfig, "--net-config-path=" + conf}
 			c.startWith(hosts["a"], append(kubeArgs, "--node-name=node-a")...)
 			c.run(hosts["f"], flanneldBin(t), []string{"NODE_NAME=node-f"}, kubeArgs...)
-			for name, h := range hosts {
-				env := c.waitSubnetEnv(h)
-				if env.Subnet.String() != cidrs[name] {
-					t.Fatalf("%s: subnet %v, want its podCIDR %s", name, env.Subnet, cidrs[name])
-				}
-				pods[name] = c.attachPod(h, env)
-			}
+			pods := c.podsOnPodCIDRs(hosts, cidrs)
 			meshPing(c, hosts, pods, "a", "f")
 			// Both published the same annotations, which is how each learned the other.
 			for _, name := range []string{"node-a", "node-f"} {
@@ -137,25 +103,4 @@ func TestMixedWithFlanneldKube(t *testing.T) {
 			}
 		})
 	}
-}
-
-// createNode adds a node with podCIDR cidr, as the node IPAM controller would, and an
-// annotation, as the kubelet would (flanneld v0.28 panics on a node without any).
-func createNode(t *testing.T, cs kubernetes.Interface, name, cidr string) {
-	t.Helper()
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
-		Annotations: map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
-		Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}}}
-	if _, err := cs.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func getNode(t *testing.T, cs kubernetes.Interface, name string) *corev1.Node {
-	t.Helper()
-	n, err := cs.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

@@ -54,35 +54,19 @@ func TestKubeSubnetManager(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			c := newCluster(t, "v3")
 			srv, cs := kubeCluster(t, c)
-			conf := filepath.Join(t.TempDir(), "net-conf.json")
-			if err := os.WriteFile(conf, []byte(fmt.Sprintf(`{"Network":"198.18.0.0/16","Backend":{"Type":%q}}`, backend)), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			hosts, pods := map[string]*host{}, map[string]string{}
+			conf := netConf(t, backend)
+			hosts := map[string]*host{}
 			cidrs := map[string]string{"a": "198.18.10.0/24", "c": "198.18.30.0/24"}
 			for name, lan := range map[string]string{"a": "lan1", "c": "lan2"} {
-				node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + name},
-					Spec: corev1.NodeSpec{PodCIDR: cidrs[name], PodCIDRs: []string{cidrs[name]}}}
-				if _, err := cs.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
-					t.Fatal(err)
-				}
+				createNode(t, cs, "node-"+name, cidrs[name])
 				h := c.addHost(name, lan)
 				hosts[name] = h
 				c.startWith(h, "--kube-subnet-mgr", "--node-name=node-"+name, "--kubeconfig-file="+srv.Kubeconfig, "--net-config-path="+conf)
 			}
-			for name, h := range hosts {
-				env := c.waitSubnetEnv(h)
-				if env.Subnet.String() != cidrs[name] {
-					t.Fatalf("%s: subnet %v, want its podCIDR %s", name, env.Subnet, cidrs[name])
-				}
-				pods[name] = c.attachPod(h, env)
-			}
+			pods := c.podsOnPodCIDRs(hosts, cidrs)
 			meshPing(c, hosts, pods, "a", "c")
 
-			n, err := cs.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			n := getNode(t, cs, "node-a")
 			if n.Annotations["flannel.alpha.coreos.com/public-ip"] != hosts["a"].ip ||
 				n.Annotations["flannel.alpha.coreos.com/backend-type"] != backend ||
 				n.Annotations["flannel.alpha.coreos.com/kube-subnet-manager"] != "true" {
@@ -101,4 +85,50 @@ func TestKubeSubnetManager(t *testing.T) {
 			})
 		})
 	}
+}
+
+// netConf writes a net-conf.json for backend, as the kube-flannel ConfigMap would.
+func netConf(t *testing.T, backend string) string {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), "net-conf.json")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`{"Network":"198.18.0.0/16","Backend":{"Type":%q}}`, backend)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return conf
+}
+
+// podsOnPodCIDRs waits until the daemon on each host wrote subnet.env with the podCIDR
+// of its node, attaches a pod on each and returns the pods' addresses.
+func (c *cluster) podsOnPodCIDRs(hosts map[string]*host, cidrs map[string]string) map[string]string {
+	c.t.Helper()
+	pods := map[string]string{}
+	for name, h := range hosts {
+		env := c.waitSubnetEnv(h)
+		if env.Subnet.String() != cidrs[name] {
+			c.t.Fatalf("%s: subnet %v, want its podCIDR %s", name, env.Subnet, cidrs[name])
+		}
+		pods[name] = c.attachPod(h, env)
+	}
+	return pods
+}
+
+// createNode adds a node with podCIDR cidr, as the node IPAM controller would, and an
+// annotation, as the kubelet would (flanneld v0.28 panics on a node without any).
+func createNode(t *testing.T, cs kubernetes.Interface, name, cidr string) {
+	t.Helper()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Annotations: map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+		Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}}}
+	if _, err := cs.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getNode(t *testing.T, cs kubernetes.Interface, name string) *corev1.Node {
+	t.Helper()
+	n, err := cs.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

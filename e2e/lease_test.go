@@ -67,6 +67,32 @@ func (c *cluster) leases() map[netip.Prefix]storedLease {
 	return out
 }
 
+// checkLeases checks that etcd holds exactly the leases of subnets, each in flannel's
+// key layout with its host's PublicIP, the BackendType backendType gives for the host
+// and a TTL of about 24 h, and returns them.
+func (c *cluster) checkLeases(subnets map[netip.Prefix]*host, backendType func(*host) string) []storedLease {
+	c.t.Helper()
+	stored := c.leases()
+	if len(stored) != len(subnets) {
+		c.t.Fatalf("etcd holds %d leases, want %d: %v", len(stored), len(subnets), stored)
+	}
+	var out []storedLease
+	for s, h := range subnets {
+		l, ok := stored[s]
+		if !ok {
+			c.t.Fatalf("no key %s/subnets/%s for %s", prefix, lease.SubnetKey(s), h.name)
+		}
+		if want := backendType(h); l.attrs.PublicIP.String() != h.ip || l.attrs.BackendType != want {
+			c.t.Fatalf("%s: lease attrs %+v, want PublicIP %s and BackendType %q", h.name, l.attrs, h.ip, want)
+		}
+		if l.ttl < 23*time.Hour || l.ttl > 24*time.Hour {
+			c.t.Fatalf("%s: TTL %v, want about 24h", h.name, l.ttl)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
 func (c *cluster) mustLease(key string, _ []byte) netip.Prefix {
 	c.t.Helper()
 	p, err := lease.ParseSubnetKey(key)
@@ -128,20 +154,9 @@ func TestLeasesAcrossHosts(t *testing.T) {
 					t.Fatalf("%s: subnet.env %+v", h.name, env)
 				}
 			}
-			stored := c.leases()
-			if len(stored) != len(hosts) {
-				t.Fatalf("etcd holds %d leases, want %d: %v", len(stored), len(hosts), stored)
-			}
-			for s, h := range subnets {
-				l, ok := stored[s]
-				if !ok {
-					t.Fatalf("no key for %v (%s)", s, h.name)
-				}
-				if l.attrs.PublicIP.String() != h.ip || l.attrs.BackendType != "alloc" || l.attrs.HostID == "" {
-					t.Fatalf("%s: lease attrs %+v", h.name, l.attrs)
-				}
-				if l.ttl < 23*time.Hour || l.ttl > 24*time.Hour {
-					t.Fatalf("%s: TTL %v, want about 24h", h.name, l.ttl)
+			for _, l := range c.checkLeases(subnets, func(*host) string { return "alloc" }) {
+				if l.attrs.HostID == "" {
+					t.Fatalf("lease without WeftHostID: %+v", l.attrs)
 				}
 			}
 
