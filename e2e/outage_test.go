@@ -1,0 +1,58 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftnet/weft/bench/lab"
+)
+
+// TestEtcdOutage: with etcd down, weftd keeps forwarding between the hosts it knows,
+// idles quietly (little CPU, few log lines: flanneld has hot-looped here), and once
+// etcd is back its watches resume: a host that joins afterwards is reachable.
+func TestEtcdOutage(t *testing.T) {
+	c, hosts, pods := podCluster(t, "udp", map[string]string{"a": "lan1", "c": "lan2"})
+	meshPing(c, hosts, pods, "a", "c")
+	a := hosts["a"]
+	cpuBefore, err := lab.ProcCPU(a.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logBefore := countLines(a.logs())
+
+	c.etcd.Stop()
+	// The outage lasts as long as these pings: 30 each way, 200 ms apart. Every one
+	// must come back.
+	for _, p := range [][2]string{{"a", "c"}, {"c", "a"}} {
+		out, err := hosts[p[0]].pod.Run(context.Background(), "ping", "-n", "-q", "-c", "30", "-i", "0.2", "-W", "1", pods[p[1]])
+		if err != nil || !strings.Contains(out, " 0% packet loss") {
+			t.Fatalf("pod %s -> pod %s while etcd is down: %v\n%s", p[0], p[1], err, out)
+		}
+	}
+	cpuAfter, err := lab.ProcCPU(a.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// About 12 s of outage (and 60 pings forwarded): a retry loop with backoff needs
+	// a few milliseconds of that; a hot loop would need seconds.
+	used, lines := cpuAfter-cpuBefore, countLines(a.logs())-logBefore
+	t.Logf("while etcd was down, weftd on a used %v of CPU and logged %d lines", used, lines)
+	if used > time.Second {
+		t.Errorf("weftd on a used %v of CPU while etcd was down", used)
+	}
+	if lines > 30 {
+		t.Errorf("weftd on a logged %d lines while etcd was down:\n%s", lines, a.logs())
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.etcd.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d := c.addHost("d", "lan1")
+	c.start(d)
+	hosts["d"], pods["d"] = d, c.attachPod(d, c.waitSubnetEnv(d))
+	meshPing(c, hosts, pods, "a", "c", "d")
+}
