@@ -21,6 +21,7 @@ type daemon struct {
 	log   *zap.Logger
 	ready atomic.Bool
 	be    atomic.Pointer[encap.Backend]
+	masq  *masquerader // nil without --ip-masq
 }
 
 func (d *daemon) run(ctx context.Context) error {
@@ -70,6 +71,15 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	if err := d.forwardRules(ctx, cfg); err != nil {
 		return err
+	}
+	if d.opts.ipMasq {
+		if d.masq, err = newMasquerader(cfg.Network, !d.opts.ipMasqNotRandom, d.log); err != nil {
+			return err
+		}
+		if err := d.masq.setSubnet(ctx, own.Subnet); err != nil {
+			return fmt.Errorf("--ip-masq: %w", err)
+		}
+		go d.masq.resync(ctx, time.Duration(d.opts.iptablesResync)*time.Second)
 	}
 	if r, ok := mgr.(readyMarker); ok {
 		if err := r.MarkNetworkReady(ctx); err != nil {
@@ -139,6 +149,11 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 			env.Subnet = next.Subnet
 			if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
 				return err
+			}
+			if d.masq != nil {
+				if err := d.masq.setSubnet(ctx, next.Subnet); err != nil {
+					return fmt.Errorf("--ip-masq: %w", err)
+				}
 			}
 		}
 		own = next

@@ -33,10 +33,12 @@ type options struct {
 	subnetFile  string
 	renewMargin int // minutes
 	ipMasq      bool
-	healthzIP   string
-	healthzPort int
-	version     bool
-	verbosity   int
+	// --ip-masq-fully-random-disable: MASQUERADE without --random-fully
+	ipMasqNotRandom bool
+	healthzIP       string
+	healthzPort     int
+	version         bool
+	verbosity       int
 
 	iptablesResync       int
 	iptablesForwardRules bool
@@ -81,12 +83,13 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.publicIPv6, "public-ipv6", "", "IPv6 public address (not supported by weft)")
 	fs.StringVar(&o.subnetFile, "subnet-file", "/run/flannel/subnet.env", "file the subnet lease is written to")
 	fs.IntVar(&o.renewMargin, "subnet-lease-renew-margin", 60, "minutes before expiry at which the lease is renewed")
-	fs.BoolVar(&o.ipMasq, "ip-masq", false, "masquerade traffic leaving the overlay (not supported by weft yet)")
+	fs.BoolVar(&o.ipMasq, "ip-masq", false, "masquerade traffic leaving the overlay (iptables nat chain "+masqChain+")")
+	fs.BoolVar(&o.ipMasqNotRandom, "ip-masq-fully-random-disable", false, "masquerade without --random-fully")
 	fs.StringVar(&o.healthzIP, "healthz-ip", "0.0.0.0", "address the health endpoint listens on")
 	fs.IntVar(&o.healthzPort, "healthz-port", 0, "port of the health endpoint (0: off)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: 0 info, 1 and above debug")
-	fs.IntVar(&o.iptablesResync, "iptables-resync", 5, "seconds between iptables checks (weft installs no iptables rules)")
+	fs.IntVar(&o.iptablesResync, "iptables-resync", 5, "seconds between checks of weftd's iptables rules (forward, masquerade)")
 	fs.BoolVar(&o.iptablesForwardRules, "iptables-forward-rules", true, "accept forwarded overlay traffic in the FORWARD chain")
 	fs.BoolVar(&o.kubeSubnetMgr, "kube-subnet-mgr", false, "take the subnet from the Kubernetes node's podCIDR instead of etcd")
 	fs.StringVar(&o.kubeAPIURL, "kube-api-url", "", "Kubernetes API server URL (kube mode)")
@@ -141,8 +144,6 @@ func (o *options) check() error {
 	switch {
 	case o.etcdAPI != "v3" && o.etcdAPI != "v2":
 		return fmt.Errorf("--etcd-api=%q: must be v3 or v2", o.etcdAPI)
-	case o.ipMasq:
-		return fmt.Errorf("--ip-masq=true: %w yet; masquerade with your own iptables rules", errUnsupported)
 	case o.publicIPv6 != "":
 		return fmt.Errorf("--public-ipv6: IPv6 overlays are %w", errUnsupported)
 	case o.renewMargin <= 0 || time.Duration(o.renewMargin)*time.Minute >= 24*time.Hour:

@@ -33,7 +33,10 @@ func TestParseFlags(t *testing.T) {
 		{name: "env with a bad value", env: map[string]string{"FLANNELD_HEALTHZ_PORT": "x"}, wantErr: "FLANNELD_HEALTHZ_PORT"},
 		{name: "etcd api v2", args: []string{"--etcd-api=v2"}, check: func(o *options) bool { return o.etcdAPI == "v2" }},
 		{name: "bad etcd api", args: []string{"--etcd-api=v4"}, wantErr: "--etcd-api"},
-		{name: "ip-masq not built", args: []string{"--ip-masq"}, wantErr: "--ip-masq"},
+		{name: "ip-masq", args: []string{"--ip-masq"}, check: func(o *options) bool { return o.ipMasq && !o.ipMasqNotRandom }},
+		{name: "ip-masq without random-fully", args: []string{"--ip-masq", "--ip-masq-fully-random-disable"},
+			check: func(o *options) bool { return o.ipMasq && o.ipMasqNotRandom }},
+		{name: "ip-masq from env", env: map[string]string{"FLANNELD_IP_MASQ": "true"}, check: func(o *options) bool { return o.ipMasq }},
 		{name: "ipv6 not built", args: []string{"--public-ipv6=2001:db8::1"}, wantErr: "--public-ipv6"},
 		{name: "renew margin too large", args: []string{"--subnet-lease-renew-margin=1440"}, wantErr: "renew-margin"},
 		{name: "kube needs node name", args: []string{"--kube-subnet-mgr"}, wantErr: "NODE_NAME"},
@@ -62,7 +65,7 @@ func TestParseFlags(t *testing.T) {
 }
 
 func TestUnsupportedIsTyped(t *testing.T) {
-	_, err := parseFlags([]string{"--ip-masq"}, func(string) string { return "" }, io.Discard)
+	_, err := parseFlags([]string{"--public-ipv6=2001:db8::1"}, func(string) string { return "" }, io.Discard)
 	if !errors.Is(err, errUnsupported) {
 		t.Fatalf("error %v does not wrap errUnsupported", err)
 	}
