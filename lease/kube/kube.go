@@ -53,7 +53,6 @@ type Manager struct {
 	factory  informers.SharedInformerFactory
 	informer cache.SharedIndexInformer
 	synced   chan struct{}
-	startErr error
 }
 
 var _ lease.Manager = (*Manager)(nil)
