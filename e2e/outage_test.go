@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,8 +11,9 @@ import (
 )
 
 // TestEtcdOutage: with etcd down, weftd keeps forwarding between the hosts it knows,
-// idles quietly (little CPU, few log lines: flanneld has hot-looped here), and once
-// etcd is back its watches resume: a host that joins afterwards is reachable.
+// idles quietly (little CPU, one log line: flanneld has hot-looped here), and once
+// etcd is back says so and its watches resume: a host that joins afterwards is
+// reachable.
 func TestEtcdOutage(t *testing.T) {
 	c, hosts, pods := podCluster(t, "udp", map[string]string{"a": "lan1", "c": "lan2"})
 	meshPing(c, hosts, pods, "a", "c")
@@ -45,6 +47,10 @@ func TestEtcdOutage(t *testing.T) {
 	if lines > 30 {
 		t.Errorf("weftd on a logged %d lines while etcd was down:\n%s", lines, a.logs())
 	}
+	// Quiet, but not silent: one line says etcd is gone.
+	if n := strings.Count(a.logs(), "etcd unreachable"); n != 1 {
+		t.Errorf("weftd on a reported etcd unreachable %d times, want once:\n%s", n, a.logs())
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -55,4 +61,10 @@ func TestEtcdOutage(t *testing.T) {
 	c.start(d)
 	hosts["d"], pods["d"] = d, c.attachPod(d, c.waitSubnetEnv(d))
 	meshPing(c, hosts, pods, "a", "c", "d")
+	eventually(t, 30*time.Second, func() error {
+		if !strings.Contains(a.logs(), "etcd reachable again") {
+			return fmt.Errorf("weftd on a did not report etcd back:\n%s", a.logs())
+		}
+		return nil
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/connectivity"
 )
 
 // etcd3 keeps leases as flanneld v0.28 does on the v3 API: one etcd lease per subnet
@@ -173,4 +174,10 @@ func (e *etcd3) Watch(ctx context.Context, rev int64, changes func([]Change)) er
 		return ctx.Err()
 	}
 	return fmt.Errorf("%w: watch channel closed", ErrGap)
+}
+
+func (e *etcd3) connState() connectivity.State { return e.cli.ActiveConnection().GetState() }
+
+func (e *etcd3) waitConnChange(ctx context.Context, s connectivity.State) bool {
+	return e.cli.ActiveConnection().WaitForStateChange(ctx, s)
 }

@@ -81,12 +81,21 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 		go d.masq.resync(ctx, time.Duration(d.opts.iptablesResync)*time.Second)
 	}
+	if m, ok := mgr.(etcdMonitor); ok {
+		go m.MonitorEtcd(ctx)
+	}
 	if r, ok := mgr.(readyMarker); ok {
 		if err := r.MarkNetworkReady(ctx); err != nil {
 			d.log.Warn("could not mark the node's network ready", zap.Error(err))
 		}
 	}
 	return d.serve(ctx, mgr, be, own, env)
+}
+
+// etcdMonitor is implemented by managers that can report their store's reachability
+// (etcd v3: one log line when it is lost, one when it is back).
+type etcdMonitor interface {
+	MonitorEtcd(ctx context.Context)
 }
 
 // readyMarker is implemented by managers that tell their store when the network is up

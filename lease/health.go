@@ -1,0 +1,63 @@
+package lease
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/connectivity"
+)
+
+// connStater is implemented by registries whose link to etcd has a state that can be
+// waited on (the v3 API's gRPC connection). The v2 API talks plain HTTP and has none.
+type connStater interface {
+	connState() connectivity.State
+	// waitConnChange blocks until the state differs from s (true) or ctx ends (false).
+	waitConnChange(ctx context.Context, s connectivity.State) bool
+}
+
+// unreachableAfter is how long the connection must stay down before it is reported:
+// reconnects are not worth a line.
+const unreachableAfter = 5 * time.Second
+
+// MonitorEtcd logs one warning when etcd has been unreachable for a few seconds and one
+// line when it is back, until ctx ends. Forwarding never depends on it; without this
+// the daemon would be silent through an outage until a renewal failed, up to an hour
+// later. It costs etcd nothing: it watches the client's own connection state.
+func (m *EtcdManager) MonitorEtcd(ctx context.Context) {
+	cs, ok := m.reg.(connStater)
+	if !ok {
+		return
+	}
+	var downSince time.Time
+	reported := false
+	s := cs.connState()
+	for {
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if s == connectivity.Ready {
+			if reported {
+				m.log.Info("etcd reachable again", zap.Duration("unreachable-for", time.Since(downSince).Round(time.Second)))
+			}
+			downSince, reported = time.Time{}, false
+		} else {
+			if downSince.IsZero() {
+				downSince = time.Now()
+			}
+			if !reported {
+				wctx, cancel = context.WithDeadline(ctx, downSince.Add(unreachableAfter))
+			}
+		}
+		changed := cs.waitConnChange(wctx, s)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if !changed {
+			m.log.Warn("etcd unreachable: forwarding goes on with the last known leases",
+				zap.Duration("for", time.Since(downSince).Round(time.Second)), zap.Stringer("state", s))
+			reported = true
+			continue
+		}
+		s = cs.connState()
+	}
+}
