@@ -79,7 +79,7 @@ func (d *daemon) run(ctx context.Context) error {
 		if err := d.masq.setSubnet(ctx, own.Subnet); err != nil {
 			return fmt.Errorf("--ip-masq: %w", err)
 		}
-		go d.masq.resync(ctx, time.Duration(d.opts.iptablesResync)*time.Second)
+		go every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() { d.masq.repair(ctx) })
 	}
 	if m, ok := mgr.(etcdMonitor); ok {
 		go m.MonitorEtcd(ctx)

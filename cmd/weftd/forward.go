@@ -33,13 +33,8 @@ func (d *daemon) forwardRules(ctx context.Context, cfg *lease.Config) error {
 	}
 	ensure := func() error {
 		for _, r := range rules {
-			check := append([]string{"-w", "5", "-C", "FORWARD"}, r...)
-			if exec.CommandContext(ctx, bin, check...).Run() == nil {
-				continue
-			}
-			add := append([]string{"-w", "5", "-A", "FORWARD"}, r...)
-			if out, err := exec.CommandContext(ctx, bin, add...).CombinedOutput(); err != nil {
-				return fmt.Errorf("iptables %s: %w: %s", strings.Join(add, " "), err, strings.TrimSpace(string(out)))
+			if err := ensureRule(ctx, bin, "filter", "FORWARD", r); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -47,19 +42,37 @@ func (d *daemon) forwardRules(ctx context.Context, cfg *lease.Config) error {
 	if err := ensure(); err != nil {
 		return err
 	}
-	go func() {
-		t := time.NewTicker(time.Duration(d.opts.iptablesResync) * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := ensure(); err != nil && ctx.Err() == nil {
-					d.log.Warn("forward rules", zap.Error(err))
-				}
-			}
+	go every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() {
+		if err := ensure(); err != nil && ctx.Err() == nil {
+			d.log.Warn("forward rules", zap.Error(err))
 		}
-	}()
+	})
 	return nil
+}
+
+// ensureRule appends rule to chain of table unless it is there already.
+func ensureRule(ctx context.Context, iptables, table, chain string, rule []string) error {
+	check := append([]string{"-w", "5", "-t", table, "-C", chain}, rule...)
+	if exec.CommandContext(ctx, iptables, check...).Run() == nil {
+		return nil
+	}
+	add := append([]string{"-w", "5", "-t", table, "-A", chain}, rule...)
+	if out, err := exec.CommandContext(ctx, iptables, add...).CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables %s: %w: %s", strings.Join(add, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// every calls f every period until ctx ends.
+func every(ctx context.Context, period time.Duration, f func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"time"
 
 	"go.uber.org/zap"
 )
@@ -113,15 +112,7 @@ func (m *masquerader) write(ctx context.Context, rules [][]string) error {
 }
 
 func (m *masquerader) ensureJump(ctx context.Context) error {
-	check := append([]string{"-w", "5", "-t", "nat", "-C", "POSTROUTING"}, masqJump...)
-	if exec.CommandContext(ctx, m.iptables, check...).Run() == nil {
-		return nil
-	}
-	add := append([]string{"-w", "5", "-t", "nat", "-A", "POSTROUTING"}, masqJump...)
-	if out, err := exec.CommandContext(ctx, m.iptables, add...).CombinedOutput(); err != nil {
-		return fmt.Errorf("iptables %s: %w: %s", strings.Join(add, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	return ensureRule(ctx, m.iptables, "nat", "POSTROUTING", masqJump)
 }
 
 // intact reports whether masqChain holds exactly rules, in any formatting iptables
@@ -140,26 +131,18 @@ func (m *masquerader) intact(ctx context.Context, rules [][]string) bool {
 	return true
 }
 
-// resync repairs the rules every period until ctx ends.
-func (m *masquerader) resync(ctx context.Context, period time.Duration) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rules := m.rules()
-		var err error
-		if !m.intact(ctx, rules) {
-			m.log.Warn("masquerade rules changed behind our back: rewriting them", zap.String("chain", masqChain))
-			err = m.write(ctx, rules)
-		} else {
-			err = m.ensureJump(ctx)
-		}
-		if err != nil && ctx.Err() == nil {
-			m.log.Warn("masquerade rules", zap.Error(err))
-		}
+// repair rewrites the rules when they are not as written (deleted or changed by hand),
+// and restores the jump to them.
+func (m *masquerader) repair(ctx context.Context) {
+	rules := m.rules()
+	var err error
+	if !m.intact(ctx, rules) {
+		m.log.Warn("masquerade rules changed behind our back: rewriting them", zap.String("chain", masqChain))
+		err = m.write(ctx, rules)
+	} else {
+		err = m.ensureJump(ctx)
+	}
+	if err != nil && ctx.Err() == nil {
+		m.log.Warn("masquerade rules", zap.Error(err))
 	}
 }
