@@ -78,7 +78,8 @@ var (
 )
 
 func TestWatchSnapshotAndChanges(t *testing.T) {
-	const cfg = `{"Network":"198.18.0.0/16"}`
+	// Our random subnet stays below the peers' fixed ones (198.18.201-204.0/24).
+	const cfg = `{"Network":"198.18.0.0/16","SubnetMax":"198.18.200.0"}`
 	eachAPI(t, func(t *testing.T, srv *etcdproc.Server, api string) {
 		ctx := testCtx(t, 2*time.Minute)
 		s := newStore(t, srv, api)
