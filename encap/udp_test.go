@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseUDPOptions(t *testing.T) {
@@ -15,11 +16,11 @@ func TestParseUDPOptions(t *testing.T) {
 		want    udpOptions
 		errName string // option the error must name; "" for success
 	}{
-		{``, udpOptions{8285, 1472, def}, ""},
-		{`null`, udpOptions{8285, 1472, def}, ""},
-		{`{"Type":"udp"}`, udpOptions{8285, 1472, def}, ""},
-		{`{"Type":"udp","Port":9000,"MTU":1400,"Workers":2}`, udpOptions{9000, 1400, 2}, ""},
-		{`{"type":"udp","port":9001}`, udpOptions{9001, 1472, def}, ""},
+		{``, udpOptions{Port: 8285, MTU: 1472, Workers: def}, ""},
+		{`null`, udpOptions{Port: 8285, MTU: 1472, Workers: def}, ""},
+		{`{"Type":"udp"}`, udpOptions{Port: 8285, MTU: 1472, Workers: def}, ""},
+		{`{"Type":"udp","Port":9000,"MTU":1400,"Workers":2}`, udpOptions{Port: 9000, MTU: 1400, Workers: 2}, ""},
+		{`{"type":"udp","port":9001}`, udpOptions{Port: 9001, MTU: 1472, Workers: def}, ""},
 		{`{"Type":"vxlan"}`, udpOptions{}, "Type"},
 		{`{"Type":"udp","VNI":1}`, udpOptions{}, "VNI"},
 		{`{"Port":"8285"}`, udpOptions{}, "Port"},
@@ -29,6 +30,12 @@ func TestParseUDPOptions(t *testing.T) {
 		{`{"MTU":1.5}`, udpOptions{}, "MTU"},
 		{`{"Workers":0}`, udpOptions{}, "Workers"},
 		{`{"Workers":9}`, udpOptions{}, "Workers"},
+		{`{"BusyPoll":"200us","Workers":1}`, udpOptions{Port: 8285, MTU: 1472, Workers: 1, BusyPoll: 200 * time.Microsecond}, ""},
+		{`{"busypoll":"0s"}`, udpOptions{Port: 8285, MTU: 1472, Workers: def}, ""},
+		{`{"BusyPoll":200}`, udpOptions{}, "BusyPoll"},
+		{`{"BusyPoll":"soon"}`, udpOptions{}, "BusyPoll"},
+		{`{"BusyPoll":"-1ms"}`, udpOptions{}, "BusyPoll"},
+		{`{"BusyPoll":"2s"}`, udpOptions{}, "BusyPoll"},
 		{`[1]`, udpOptions{}, "Backend"},
 	} {
 		got, err := parseUDPOptions(json.RawMessage(c.raw), 1500)

@@ -3,13 +3,17 @@ package proxy
 import (
 	"context"
 	"net"
+	"os"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/google/gopacket/layers"
+	"go.uber.org/zap"
 
+	"github.com/weftnet/weft/internal/netnstest"
 	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/tun"
 )
 
 func TestTwoHosts(t *testing.T) {
@@ -21,6 +25,8 @@ func TestTwoHosts(t *testing.T) {
 		{"plain", labOpts{queues: 2}},
 		{"one queue, no mmsg", labOpts{queues: 1, cfg: Config{NoMmsg: true, NoReusePort: true}}},
 		{"offload", labOpts{queues: 2, offload: true}},
+		{"busy poll", labOpts{queues: 2, offload: true, cfg: Config{BusyPoll: time.Millisecond}}},
+		{"busy poll, plain", labOpts{queues: 1, cfg: Config{BusyPoll: 100 * time.Microsecond}}},
 	} {
 		t.Run(o.name, func(t *testing.T) { testTwoHosts(t, o.labOpts) })
 	}
@@ -65,6 +71,10 @@ func testTwoHosts(t *testing.T, o labOpts) {
 	if sa.TxPackets == 0 || sb.RxPackets == 0 {
 		t.Fatalf("no packets counted: a tx %d, b rx %d", sa.TxPackets, sb.RxPackets)
 	}
+	if busy := o.cfg.BusyPoll > 0; busy != (sa.PollSleeps > 0) {
+		// Pings 200 ms apart leave every busy poller idle for longer than its window.
+		t.Errorf("busy poll %s, but %d sleeps in poll(2)", o.cfg.BusyPoll, sa.PollSleeps)
+	}
 
 	t.Run("inject from non-lease address", func(t *testing.T) {
 		mustRun(t, b.ns, "ip", "addr", "add", "192.0.2.99/24", "dev", "wb")
@@ -101,4 +111,79 @@ func testTwoHosts(t *testing.T, o labOpts) {
 			t.Fatalf("no_route / icmp not counted: %+v", a.px.Stats())
 		}
 	})
+}
+
+// TestBusyPollRelease: a busy-polling proxy ends promptly when its context does and
+// leaves no descriptor behind, whether it ran or was closed unrun.
+func TestBusyPollRelease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("TUN devices in a namespace: not a -short test")
+	}
+	ns := netnstest.New(t, "weft-pxbusy")
+	table, err := NewTable(labNetwork, 24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var devs []*tun.Device
+	t.Cleanup(func() {
+		for _, d := range devs {
+			d.Close()
+		}
+	})
+	open := func() *Proxy {
+		t.Helper()
+		var px *Proxy
+		err := ns.Do(func() error {
+			d, err := tun.Open(tun.Config{Name: "flannel0", Queues: 2}, zap.NewNop())
+			if err != nil {
+				return err
+			}
+			devs = append(devs, d)
+			var qs []TUN
+			for _, q := range d.Queues() {
+				qs = append(qs, q)
+			}
+			px, err = New(Config{MTU: labMTU, BusyPoll: time.Hour}, table, qs, zap.NewNop())
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return px
+	}
+	fds := openFDs(t)
+
+	px := open()
+	if err := px.Close(); err != nil {
+		t.Fatalf("close unrun: %v", err)
+	}
+	devs[0].Close()
+
+	px = open()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- px.Run(ctx) }()
+	// The workers spin (window of an hour) until the context ends.
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("busy-polling proxy still running 5 s after its context ended")
+	}
+	devs[1].Close()
+	if got := openFDs(t); got != fds {
+		t.Errorf("%d descriptors open before, %d after", fds, got)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }

@@ -58,6 +58,9 @@ type Stats struct {
 	RxBatches uint64 `json:"rx_batches"` // recvmmsg calls that returned datagrams
 	RxWrites  uint64 `json:"rx_writes"`  // TUN writes (a coalesced TCP run is one)
 	ICMPSent  uint64 `json:"icmp_sent"`
+	// PollSleeps counts how often a busy-polling worker went idle and slept in
+	// poll(2) (Config.BusyPoll).
+	PollSleeps uint64 `json:"poll_sleeps"`
 	// Drops counts dropped packets by reason (DropReason.String).
 	Drops map[string]uint64 `json:"drops"`
 	// TxBatchSizes and RxBatchSizes are histograms of batch sizes; bucket i counts
@@ -75,6 +78,7 @@ type counters struct {
 	rxPackets, rxBytes, rxBatches atomic.Uint64
 	rxWrites                      atomic.Uint64
 	icmpSent                      atomic.Uint64
+	pollSleeps                    atomic.Uint64
 	drops                         [numDropReasons]atomic.Uint64
 	txHist, rxHist                [histBuckets]atomic.Uint64
 	_                             [64]byte // keep workers' counters off each other's cache lines
@@ -91,6 +95,7 @@ func (c *counters) addTo(s *Stats) {
 	s.RxBatches += c.rxBatches.Load()
 	s.RxWrites += c.rxWrites.Load()
 	s.ICMPSent += c.icmpSent.Load()
+	s.PollSleeps += c.pollSleeps.Load()
 	for r := DropReason(1); r < numDropReasons; r++ {
 		s.Drops[r.String()] += c.drops[r].Load()
 	}

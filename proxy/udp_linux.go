@@ -45,6 +45,7 @@ type udpConn struct {
 	rbufs  [][]byte
 	rn     int
 	rerr   error
+	rtry   bool // tryRecv: return on EAGAIN instead of waiting
 	recvFn func(uintptr) bool
 }
 
@@ -264,8 +265,16 @@ func (u *udpConn) doSend(fd uintptr) bool {
 
 // recv receives up to len(rbufs) datagrams, waiting for the first. Datagram i is
 // rbufs[i][:u.size(i)] from u.src(i).
-func (u *udpConn) recv() (int, error) {
-	u.rn, u.rerr = 0, nil
+func (u *udpConn) recv() (int, error) { return u.receive(false) }
+
+// tryRecv is recv without the wait: 0 datagrams and no error when none is queued.
+func (u *udpConn) tryRecv() (int, error) { return u.receive(true) }
+
+// fd gives the socket's descriptor to f, for poll(2) beside other sources.
+func (u *udpConn) fd(f func(fd uintptr)) error { return u.rc.Control(f) }
+
+func (u *udpConn) receive(try bool) (int, error) {
+	u.rn, u.rerr, u.rtry = 0, nil, try
 	if err := u.rc.Read(u.recvFn); err != nil {
 		return 0, err
 	}
@@ -296,7 +305,7 @@ func (u *udpConn) doRecv(fd uintptr) bool {
 			return true
 		case unix.EINTR:
 		case unix.EAGAIN:
-			return false
+			return u.rtry
 		case unix.ENOSYS:
 			if !u.mmsg {
 				u.rerr = fmt.Errorf("recvmsg: %w", e)

@@ -23,6 +23,7 @@ type worker struct {
 	table *Table
 	cnt   *counters
 	log   *zap.Logger
+	busy  *busyPoller // nil: one goroutine per direction, each waiting in the netpoller
 
 	// egress (TUN -> UDP), owned by the egress goroutine
 	vnet    bool // the queue has TUN offloads: virtio-net headers, super packets

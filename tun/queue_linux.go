@@ -24,6 +24,7 @@ type Queue struct {
 	roff   int
 	rn     int
 	rerr   error
+	rtry   bool // TryRead: return on EAGAIN instead of waiting
 	readFn func(uintptr) bool
 
 	// write state, used by writeFn inside rc.Write, guarded by wmu
@@ -53,10 +54,23 @@ func newQueue(name string, f *os.File) (*Queue, error) {
 // virtio-net header goes to the VnetHdrLen bytes before offset. It returns the number of
 // packets read; an error comes with n == 0 (or after the packets read before it).
 func (q *Queue) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return q.read(bufs, sizes, offset, false)
+}
+
+// TryRead is Read without the wait: it returns 0 packets and no error when the queue
+// is empty. A busy-polling worker calls it in a loop.
+func (q *Queue) TryRead(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return q.read(bufs, sizes, offset, true)
+}
+
+// SyscallConn gives the queue's file descriptor, for poll(2) beside other sources.
+func (q *Queue) SyscallConn() (syscall.RawConn, error) { return q.rc, nil }
+
+func (q *Queue) read(bufs [][]byte, sizes []int, offset int, try bool) (int, error) {
 	if q.vnet {
 		offset -= VnetHdrLen
 	}
-	q.rbufs, q.rsizes, q.roff, q.rn, q.rerr = bufs, sizes, offset, 0, nil
+	q.rbufs, q.rsizes, q.roff, q.rn, q.rerr, q.rtry = bufs, sizes, offset, 0, nil, try
 	err := q.rc.Read(q.readFn)
 	n, rerr := q.rn, q.rerr
 	q.rbufs, q.rsizes = nil, nil
@@ -84,7 +98,7 @@ func (q *Queue) doRead(fd uintptr) bool {
 			q.rn++
 		case errors.Is(err, unix.EINTR):
 		case errors.Is(err, unix.EAGAIN):
-			return q.rn > 0 // nothing yet: wait for the poller
+			return q.rn > 0 || q.rtry // nothing yet: wait for the poller
 		default:
 			q.rerr = err
 			return true

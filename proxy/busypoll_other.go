@@ -1,0 +1,18 @@
+//go:build !linux
+
+package proxy
+
+import (
+	"errors"
+	"time"
+)
+
+type busyPoller struct{}
+
+func newBusyPoller(TUN, time.Duration) (*busyPoller, bool, error) {
+	return nil, false, errors.ErrUnsupported
+}
+
+func (bp *busyPoller) stop()      {}
+func (bp *busyPoller) release()   {}
+func (w *worker) busyPoll() error { return errors.ErrUnsupported }
