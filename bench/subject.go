@@ -29,7 +29,13 @@ type Subject struct {
 	Kind    string
 	Binary  string // daemon subjects: weftd or a flanneld-compatible daemon
 	Backend string // daemon subjects: network config Backend.Type
+	// Options are more members of the Backend object (JSON without braces).
+	Options string
 }
+
+// BusyPollWindow is the udp backend's BusyPoll of the weftd-udp-busy subject: longer
+// than the gap between the pings of a run, so every ping finds the workers awake.
+const BusyPollWindow = "50ms"
 
 // Subjects returns the standard rows (references, weftd's three backends) and one
 // udp row per extra daemon (name -> binary, in the order given).
@@ -39,6 +45,7 @@ func Subjects(weftd string, extra [][2]string) []Subject {
 		{Name: KernelVXLAN, Kind: KindReference},
 		{Name: KernelHostGW, Kind: KindReference},
 		{Name: "weftd-udp", Kind: KindWeft, Binary: weftd, Backend: "udp"},
+		{Name: "weftd-udp-busy", Kind: KindWeft, Binary: weftd, Backend: "udp", Options: `"BusyPoll":"` + BusyPollWindow + `"`},
 		{Name: "weftd-vxlan", Kind: KindWeft, Binary: weftd, Backend: "vxlan"},
 		{Name: "weftd-host-gw", Kind: KindWeft, Binary: weftd, Backend: "host-gw"},
 	}
@@ -78,12 +85,19 @@ func (s Subject) Setup(ctx context.Context, l *lab.Lab) (Path, error) {
 		envs, err = l.KernelHostGW(ctx, []*lab.Host{a, b})
 	case s.Binary != "":
 		prefix := "/weft-bench/" + s.Name
+		bt := s.Backend
+		if s.Options != "" {
+			if err := l.SetBackendWith(ctx, prefix, s.Backend, s.Options); err != nil {
+				return Path{}, fmt.Errorf("subject %s: %w", s.Name, err)
+			}
+			bt = "" // set above, with the options
+		}
 		for _, h := range []*lab.Host{a, b} {
 			start := l.StartDaemon
 			if s.Kind == KindWeft {
 				start = l.StartWeftd
 			}
-			d, derr := start(ctx, h, s.Binary, s.Backend, "--etcd-prefix="+prefix)
+			d, derr := start(ctx, h, s.Binary, bt, "--etcd-prefix="+prefix)
 			if derr != nil {
 				return Path{}, fmt.Errorf("subject %s: %w", s.Name, derr)
 			}

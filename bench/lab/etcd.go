@@ -108,23 +108,38 @@ func (l *Lab) DeletePrefix(ctx context.Context, prefix string) error {
 }
 
 // NetworkConfig is the JSON network config the lab writes for backend type bt.
-func NetworkConfig(bt string) string {
-	return fmt.Sprintf(`{"Network":%q,"SubnetLen":24,"Backend":{"Type":%q}}`, Overlay.String(), bt)
+func NetworkConfig(bt string) string { return NetworkConfigWith(bt, "") }
+
+// NetworkConfigWith is NetworkConfig with more members of the Backend object: opts
+// is their JSON text without braces, e.g. `"BusyPoll":"50ms"`.
+func NetworkConfigWith(bt, opts string) string {
+	if opts != "" {
+		opts = "," + opts
+	}
+	return fmt.Sprintf(`{"Network":%q,"SubnetLen":24,"Backend":{"Type":%q%s}}`, Overlay.String(), bt, opts)
 }
 
 // SetBackend writes prefix/config for backend type bt and removes the leases under
 // prefix/subnets/ (they may be of another type).
 func (l *Lab) SetBackend(ctx context.Context, prefix, bt string) error {
+	return l.SetBackendWith(ctx, prefix, bt, "")
+}
+
+// SetBackendWith is SetBackend with backend options (see NetworkConfigWith).
+func (l *Lab) SetBackendWith(ctx context.Context, prefix, bt, opts string) error {
+	if !json.Valid([]byte(NetworkConfigWith(bt, opts))) {
+		return fmt.Errorf("backend %s options %s: not JSON members", bt, opts)
+	}
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
 	if err := l.DeletePrefix(ctx, prefix+"/subnets/"); err != nil {
 		return err
 	}
-	if err := l.Put(ctx, prefix+"/config", NetworkConfig(bt)); err != nil {
+	if err := l.Put(ctx, prefix+"/config", NetworkConfigWith(bt, opts)); err != nil {
 		return err
 	}
-	l.log.Debug("network config", zap.String("prefix", prefix), zap.String("backend", bt))
+	l.log.Debug("network config", zap.String("prefix", prefix), zap.String("backend", bt), zap.String("options", opts))
 	return nil
 }
 
