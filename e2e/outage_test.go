@@ -14,9 +14,15 @@ import (
 // TestEtcdOutage: with etcd down, weftd keeps forwarding between the hosts it knows,
 // idles quietly (little CPU, one log line: flanneld has hot-looped here), and once
 // etcd is back says so and its watches resume: a host that joins afterwards is
-// reachable.
+// reachable. On both APIs: v3 reports from the gRPC connection state, v2 from probes.
 func TestEtcdOutage(t *testing.T) {
-	c, hosts, pods := podCluster(t, "udp", map[string]string{"a": "lan1", "c": "lan2"})
+	for _, api := range []string{"v3", "v2"} {
+		t.Run(api, func(t *testing.T) { testEtcdOutage(t, api) })
+	}
+}
+
+func testEtcdOutage(t *testing.T, api string) {
+	c, hosts, pods := podClusterAPI(t, api, "udp", map[string]string{"a": "lan1", "c": "lan2"})
 	meshPing(c, hosts, pods, "a", "c")
 	a := hosts["a"]
 	cpuBefore, err := lab.ProcCPU(a.cmd.Process.Pid)

@@ -17,7 +17,12 @@ import (
 // podCluster starts weftd with backend on hosts a, b (lan1) and c (lan2), attaches a
 // pod to each and returns the pods' addresses by host.
 func podCluster(t *testing.T, backend string, names map[string]string) (*cluster, map[string]*host, map[string]string) {
-	c := newCluster(t, "v3")
+	return podClusterAPI(t, "v3", backend, names)
+}
+
+// podClusterAPI is podCluster on etcd's v3 or v2 API.
+func podClusterAPI(t *testing.T, api, backend string, names map[string]string) (*cluster, map[string]*host, map[string]string) {
+	c := newCluster(t, api)
 	c.putConfig(fmt.Sprintf(`{"Network":"198.18.0.0/16","SubnetLen":24,"Backend":{"Type":%q}}`, backend))
 	hosts, pods := map[string]*host{}, map[string]string{}
 	for name, lan := range names {

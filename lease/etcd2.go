@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	client "go.etcd.io/etcd/client/v2"
@@ -17,9 +18,11 @@ import (
 // etcd2 keeps leases on etcd's v2 API, as flanneld did before v0.21: key TTLs, create
 // with prevExist=false, watch from an index.
 type etcd2 struct {
-	opts EtcdOptions
-	kapi client.KeysAPI
-	log  *zap.Logger
+	opts  EtcdOptions
+	cli   client.Client
+	kapi  client.KeysAPI
+	log   *zap.Logger
+	state atomic.Int32 // connectivity.State of the last probe (health_v2.go)
 }
 
 func newEtcd2(opts EtcdOptions, tlsCfg *tls.Config, log *zap.Logger) (*etcd2, error) {
@@ -38,7 +41,7 @@ func newEtcd2(opts EtcdOptions, tlsCfg *tls.Config, log *zap.Logger) (*etcd2, er
 	if err != nil {
 		return nil, fmt.Errorf("etcd v2 client: %w", err)
 	}
-	return &etcd2{opts: opts, kapi: client.NewKeysAPI(c), log: log}, nil
+	return &etcd2{opts: opts, cli: c, kapi: client.NewKeysAPI(c), log: log}, nil
 }
 
 func (e *etcd2) Close() error { return nil }

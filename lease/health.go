@@ -9,7 +9,7 @@ import (
 )
 
 // connStater is implemented by registries whose link to etcd has a state that can be
-// waited on (the v3 API's gRPC connection). The v2 API talks plain HTTP and has none.
+// waited on: the v3 API's gRPC connection, or (v2, plain HTTP) the outcome of a probe.
 type connStater interface {
 	connState() connectivity.State
 	// waitConnChange blocks until the state differs from s (true) or ctx ends (false).
@@ -23,7 +23,8 @@ const unreachableAfter = 5 * time.Second
 // MonitorEtcd logs one warning when etcd has been unreachable for a few seconds and one
 // line when it is back, until ctx ends. Forwarding never depends on it; without this
 // the daemon would be silent through an outage until a renewal failed, up to an hour
-// later. It costs etcd nothing: it watches the client's own connection state.
+// later. On the v3 API it costs etcd nothing: it watches the client's own connection
+// state; on v2 it asks etcd for its version every probeEvery.
 func (m *EtcdManager) MonitorEtcd(ctx context.Context) {
 	cs, ok := m.reg.(connStater)
 	if !ok {
