@@ -86,6 +86,9 @@ delivered; "vs kvxlan" divides by kernel VXLAN's figure from the same run. RTT i
 ping's median round trip. daemon CPU is the CPU time the daemon spent per GB moved (the
 kernel rows have no daemon). udp is the backend for hosts without VXLAN and across
 L3 networks; host-gw and vxlan are the kernel doing the work, programmed by weftd.
+weftd-udp-busy is the udp backend with "BusyPoll": its workers poll instead of
+sleeping while packets keep coming, which buys round-trip time with CPU. RTTs on a
+small VM swing a lot from run to run: compare rows of one run, not across runs.
 `)
 	heading(stdout, fmt.Sprintf("Done in %.0fs: every namespace, link and process was removed", time.Since(start).Seconds()))
 	if len(failed) > 0 {
