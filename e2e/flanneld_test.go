@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/weftnet/weft/internal/testenv"
@@ -32,16 +33,19 @@ func (c *cluster) startFlanneld(h *host, env []string, extra ...string) {
 // leases, and carry pod traffic both ways on each backend.
 func TestMixedWithFlanneld(t *testing.T) {
 	for _, tc := range []struct {
-		backend string
-		lanF    string // flanneld's LAN: host-gw needs one segment
+		name, backend string
+		options       string // more members of the Backend object
+		lanF          string // flanneld's LAN: host-gw needs one segment
 	}{
-		{"udp", "lan2"},
-		{"vxlan", "lan2"},
-		{"host-gw", "lan1"},
+		{"udp", "udp", "", "lan2"},
+		// weft's own option: flanneld must start on the shared config all the same.
+		{"udp busy poll", "udp", `,"BusyPoll":"20ms"`, "lan2"},
+		{"vxlan", "vxlan", "", "lan2"},
+		{"host-gw", "host-gw", "", "lan1"},
 	} {
-		t.Run(tc.backend, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, "v3")
-			c.putConfig(fmt.Sprintf(`{"Network":"198.18.0.0/16","SubnetLen":24,"Backend":{"Type":%q}}`, tc.backend))
+			c.putConfig(fmt.Sprintf(`{"Network":"198.18.0.0/16","SubnetLen":24,"Backend":{"Type":%q%s}}`, tc.backend, tc.options))
 			hosts := map[string]*host{"a": c.addHost("a", "lan1"), "b": c.addHost("b", "lan1"), "f": c.addHost("f", tc.lanF)}
 			c.start(hosts["a"])
 			c.start(hosts["b"])
@@ -63,6 +67,9 @@ func TestMixedWithFlanneld(t *testing.T) {
 				}
 				return tc.backend
 			})
+			if tc.options != "" && !strings.Contains(hosts["a"].logs(), `"busy_poll":0.02`) {
+				t.Errorf("weftd a did not take BusyPoll from the config:\n%s", hosts["a"].logs())
+			}
 			meshPing(c, hosts, pods, "a", "b", "f")
 			bps := iperfTCP(t, hosts["a"].pod, hosts["f"].pod, pods["f"], 1)
 			if bps <= 0 {
