@@ -4,13 +4,14 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
 type busyPoller struct{}
 
 func newBusyPoller(TUN, time.Duration) (*busyPoller, bool, error) {
-	return nil, false, errors.ErrUnsupported
+	return nil, false, fmt.Errorf("busy poll: %w", errors.ErrUnsupported)
 }
 
 func (bp *busyPoller) stop()      {}

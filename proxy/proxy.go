@@ -28,6 +28,9 @@ const (
 // ErrConfig is wrapped by errors about a bad Config.
 var ErrConfig = errors.New("bad proxy config")
 
+// ErrClosed is returned by Run on a proxy already closed.
+var ErrClosed = errors.New("udp data path closed")
+
 // Config tunes the data path. Zero values take the defaults; every kernel feature can
 // be switched off here or by an environment variable (see ApplyEnv).
 type Config struct {
@@ -193,7 +196,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 	p.closeMu.Lock()
 	if p.closed {
 		p.closeMu.Unlock()
-		return errors.New("udp data path: run after close")
+		return ErrClosed
 	}
 	p.started = true
 	p.closeMu.Unlock()

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"runtime"
@@ -156,6 +157,9 @@ func TestBusyPollRelease(t *testing.T) {
 	px := open()
 	if err := px.Close(); err != nil {
 		t.Fatalf("close unrun: %v", err)
+	}
+	if err := px.Run(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("run after close: %v, want ErrClosed", err)
 	}
 	devs[0].Close()
 
