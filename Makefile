@@ -8,7 +8,7 @@ export CGO_ENABLED ?= 0
 # containernetworking-plugins gives bridge and host-local, but no longer flannel).
 CNI_FLANNEL_PKG := github.com/containernetworking/plugins/plugins/meta/flannel@v0.9.1
 
-.PHONY: all deps build flanneld test unit vet demo bench clean
+.PHONY: all deps build flanneld test unit race lint vet fmt staticcheck demo bench clean
 
 all: build
 
@@ -31,16 +31,37 @@ flanneld: $(BIN)/flanneld
 $(BIN)/flanneld: test/flannel/go.mod test/flannel/go.sum
 	cd test/flannel && CGO_ENABLED=1 $(GO) build -o $(CURDIR)/$(BIN)/flanneld github.com/flannel-io/flannel
 
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(BIN)/tools/staticcheck
+
+# lint: gofmt, go vet and staticcheck (pinned, installed into bin/tools on first use).
+lint: fmt vet staticcheck
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
 vet:
 	$(GO) vet $(PKGS)
 
-# test runs everything, e2e in network namespaces included, as root.
-test: deps build flanneld vet
-	WEFT_E2E=1 WEFT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 40m $(PKGS)
+$(STATICCHECK):
+	GOBIN=$(CURDIR)/$(BIN)/tools $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-# unit runs the tests that need nothing from outside.
+staticcheck: $(STATICCHECK)
+	$(STATICCHECK) $(PKGS)
+
+# test runs everything as root: lint, the race detector over the tests that need nothing
+# from outside, then every test, e2e in network namespaces included.
+test: deps build flanneld lint race
+	WEFT_E2E=1 WEFT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 60m $(PKGS)
+
+# unit runs the tests that need nothing from outside: no root, no etcd, no namespaces.
 unit:
 	$(GO) test -short $(PKGS)
+
+# race runs the same tests under the race detector (which needs cgo).
+race:
+	CGO_ENABLED=1 $(GO) test -race -short -count=1 $(PKGS)
 
 demo: deps build flanneld
 	$(BIN)/weft-bench demo --daemon flanneld=$(BIN)/flanneld

@@ -64,7 +64,7 @@ type Manager interface {
 	// Config returns the network configuration, waiting (with a log line) until it
 	// exists or ctx ends.
 	Config(ctx context.Context) (*Config, error)
-	// Acquire leases a subnet for attrs, in the order DESIGN.md gives, and records it
+	// Acquire leases a subnet for attrs, in the order docs/design.md gives, and records it
 	// in the durable state file. The caller writes subnet.env (WriteSubnetEnv), since
 	// FLANNEL_MTU comes from the backend.
 	Acquire(ctx context.Context, attrs Attrs) (Lease, error)

@@ -39,14 +39,20 @@ func Binary(ctx context.Context, repoRoot string) (string, error) {
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
-	tmp := bin + ".tmp"
+	// A name of this process's own: two test binaries may build at once, and each
+	// renames its finished build into place.
+	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, ".")
 	cmd.Dir = filepath.Join(repoRoot, "test", "kube")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build kube-apiserver in %s: %w: %s", cmd.Dir, err, out)
 	}
-	return bin, os.Rename(tmp, bin)
+	if err := os.Rename(tmp, bin); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("install kube-apiserver: %w", err)
+	}
+	return bin, nil
 }
 
 // Options say where the API server runs.
