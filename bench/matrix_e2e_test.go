@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/lab"
 	"github.com/weftnet/weft/internal/netns"
 	"github.com/weftnet/weft/internal/testenv"
 )

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/lab"
 	"github.com/weftnet/weft/internal/netns"
 )
 

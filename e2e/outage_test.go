@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/lab"
 )
 
 // TestEtcdOutage: with etcd down, weftd keeps forwarding between the hosts it knows,

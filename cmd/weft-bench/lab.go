@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/lab"
 	"github.com/weftnet/weft/internal/netns"
 )
 

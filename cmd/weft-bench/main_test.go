@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/weftnet/weft/bench"
-	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/lab"
 	"github.com/weftnet/weft/internal/netns"
 	"github.com/weftnet/weft/internal/testenv"
 )

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/bench/lab"
-	"github.com/weftnet/weft/bench/lab/labtest"
+	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/lab/labtest"
 	"github.com/weftnet/weft/internal/netns"
 	"github.com/weftnet/weft/lease"
 )
