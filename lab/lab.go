@@ -1,7 +1,12 @@
-// Package lab builds a one-machine lab of network namespaces for weft's demo,
-// benchmarks and end-to-end tests: hosts on one or two underlay LANs, a router
-// between the LANs that also runs etcd, overlay daemons on the hosts and pod
-// namespaces attached to each host's cni0 bridge as the CNI bridge plugin would.
+// Package lab builds a one-machine lab of network namespaces, the one topology behind
+// weft's demo, benchmarks, end-to-end tests and the package tests of the data path:
+// hosts on one or two underlay LANs, a router between the LANs that also runs etcd,
+// overlay daemons on the hosts, and pod namespaces attached by the real flannel CNI
+// plugin or, without a plugin, to each host's cni0 bridge as the bridge plugin would.
+//
+// A lab without a router (Spec.NoRouter) is two hosts joined by one veth and nothing
+// else: for tests and benchmarks that run a data path in-process inside a host's
+// namespace (Host.NS.Do) and want no hop between the hosts.
 package lab
 
 import (
@@ -41,6 +46,12 @@ const EtcdEndpoint = "http://192.0.2.1:2379"
 // ErrSpec is wrapped by errors about an invalid Spec.
 var ErrSpec = errors.New("bad lab spec")
 
+// ErrNoEtcd is returned by the etcd methods of a lab built without etcd.
+var ErrNoEtcd = errors.New("lab has no etcd")
+
+// ErrClosed is returned when hosts, pods or daemons are added to a closed lab.
+var ErrClosed = errors.New("lab closed")
+
 // HostSpec names one host and the LAN it sits on (LAN1 when empty).
 type HostSpec struct {
 	Name string
@@ -58,6 +69,11 @@ type Spec struct {
 	StateFile string
 	// EtcdBinary is the etcd to run (default "etcd" on PATH).
 	EtcdBinary string
+	// NoEtcd leaves etcd out (the router still joins the LANs).
+	NoEtcd bool
+	// NoRouter leaves the router (and so etcd) out: at most two hosts, both on LAN1,
+	// their eth0s the two ends of one veth, without a default route.
+	NoRouter bool
 }
 
 // Host is one host namespace with eth0 on its LAN.
@@ -66,7 +82,7 @@ type Host struct {
 	LAN    string
 	NS     *netns.NS
 	Addr   netip.Addr // eth0's address
-	Router netip.Addr // default gateway
+	Router netip.Addr // default gateway (invalid without a router)
 	index  int
 	pods   int
 }
@@ -78,26 +94,27 @@ type Lab struct {
 	dir    string
 	router *netns.NS
 	etcd   *etcdproc.Server
-	hosts  []*Host
-	byName map[string]*Host
 
 	mu      sync.Mutex
+	hosts   []*Host
+	byName  map[string]*Host
+	next    map[string]int // next host octet per LAN
 	daemons []*Daemon
 	pods    []*Pod
 	nsExtra []*netns.NS
 	closed  bool
 }
 
-// New builds the topology of spec: router and LAN bridges, hosts, etcd. On error
-// everything made so far is removed.
+// New builds the topology of spec: router and LAN bridges, hosts, etcd. More hosts
+// can join later (AddHost). On error everything made so far is removed.
 func New(ctx context.Context, spec Spec, log *zap.Logger) (l *Lab, err error) {
 	if spec.Prefix == "" {
 		spec.Prefix = "wb"
 	}
-	if len(spec.Hosts) == 0 {
-		return nil, fmt.Errorf("%w: no hosts", ErrSpec)
+	if spec.NoRouter {
+		spec.NoEtcd = true
 	}
-	l = &Lab{spec: spec, log: log, byName: map[string]*Host{}}
+	l = &Lab{spec: spec, log: log, byName: map[string]*Host{}, next: map[string]int{LAN1: 10, LAN2: 10}}
 	defer func() {
 		if err != nil {
 			l.Close()
@@ -107,35 +124,27 @@ func New(ctx context.Context, spec Spec, log *zap.Logger) (l *Lab, err error) {
 	if l.dir, err = os.MkdirTemp("", "weft-lab-"); err != nil {
 		return nil, fmt.Errorf("lab dir: %w", err)
 	}
-	if err = l.buildRouter(ctx); err != nil {
-		return nil, err
-	}
-	next := map[string]int{LAN1: 10, LAN2: 10}
-	for i, hs := range spec.Hosts {
-		if hs.LAN == "" {
-			hs.LAN = LAN1
-		}
-		if hs.Name == "" || l.byName[hs.Name] != nil {
-			return nil, fmt.Errorf("%w: host %d: name %q empty or repeated", ErrSpec, i, hs.Name)
-		}
-		var h *Host
-		if h, err = l.addHost(ctx, i, hs, next[hs.LAN]); err != nil {
+	if !spec.NoRouter {
+		if err = l.buildRouter(ctx); err != nil {
 			return nil, err
 		}
-		next[hs.LAN]++
-		l.hosts = append(l.hosts, h)
-		l.byName[h.Name] = h
+	}
+	for _, hs := range spec.Hosts {
+		if _, err = l.AddHost(ctx, hs); err != nil {
+			return nil, err
+		}
+	}
+	if !spec.NoEtcd {
+		l.etcd, err = etcdproc.Start(ctx, etcdproc.Options{
+			Binary: spec.EtcdBinary, Netns: l.router.Name, Host: "192.0.2.1", Port: 2379,
+			Dir: l.dir + "/etcd",
+		})
+		if err != nil {
+			return nil, fmt.Errorf("lab etcd: %w", err)
+		}
 		l.saveState()
 	}
-	l.etcd, err = etcdproc.Start(ctx, etcdproc.Options{
-		Binary: spec.EtcdBinary, Netns: l.router.Name, Host: "192.0.2.1", Port: 2379,
-		Dir: l.dir + "/etcd",
-	})
-	if err != nil {
-		return nil, fmt.Errorf("lab etcd: %w", err)
-	}
-	l.saveState()
-	log.Debug("lab up", zap.Int("hosts", len(l.hosts)), zap.String("router", l.router.Name))
+	log.Debug("lab up", zap.Int("hosts", len(l.hosts)), zap.Bool("router", l.router != nil), zap.Bool("etcd", l.etcd != nil))
 	return l, nil
 }
 
@@ -157,7 +166,12 @@ func (l *Lab) buildRouter(ctx context.Context) error {
 	})
 }
 
-func (l *Lab) addHost(ctx context.Context, i int, hs HostSpec, octet int) (*Host, error) {
+// AddHost makes a host on hs.LAN (LAN1 when empty) with the next free address of
+// that LAN (.10, .11, ...), a default route via the router and forwarding on.
+func (l *Lab) AddHost(ctx context.Context, hs HostSpec) (*Host, error) {
+	if hs.LAN == "" {
+		hs.LAN = LAN1
+	}
 	lan, br := lan1Net, "br1"
 	switch hs.LAN {
 	case LAN1:
@@ -166,20 +180,49 @@ func (l *Lab) addHost(ctx context.Context, i int, hs HostSpec, octet int) (*Host
 	default:
 		return nil, fmt.Errorf("%w: host %s: LAN %q is neither %s nor %s", ErrSpec, hs.Name, hs.LAN, LAN1, LAN2)
 	}
-	if octet > 254 {
+	l.mu.Lock()
+	switch {
+	case l.closed:
+		l.mu.Unlock()
+		return nil, ErrClosed
+	case hs.Name == "" || l.byName[hs.Name] != nil:
+		l.mu.Unlock()
+		return nil, fmt.Errorf("%w: host %d: name %q empty or repeated", ErrSpec, len(l.hosts), hs.Name)
+	case l.spec.NoRouter && (hs.LAN != LAN1 || len(l.hosts) >= 2):
+		l.mu.Unlock()
+		return nil, fmt.Errorf("%w: host %s: a lab without router has at most two hosts, on %s", ErrSpec, hs.Name, LAN1)
+	case l.next[hs.LAN] > 254:
+		l.mu.Unlock()
 		return nil, fmt.Errorf("%w: too many hosts on %s", ErrSpec, hs.LAN)
 	}
+	a4 := lan.Addr().As4()
+	a4[3] = byte(l.next[hs.LAN])
+	l.next[hs.LAN]++
+	h := &Host{Name: hs.Name, LAN: hs.LAN, Addr: netip.AddrFrom4(a4), index: len(l.hosts)}
+	if !l.spec.NoRouter {
+		h.Router = lan.Addr().Next()
+	}
+	l.hosts = append(l.hosts, h)
+	l.byName[h.Name] = h
+	l.mu.Unlock()
+
 	ns, err := netns.New(l.spec.Prefix + "-" + hs.Name)
 	if err != nil {
 		return nil, fmt.Errorf("host %s: %w", hs.Name, err)
 	}
-	a4 := lan.Addr().As4()
-	a4[3] = byte(octet)
-	h := &Host{Name: hs.Name, LAN: hs.LAN, NS: ns, Addr: netip.AddrFrom4(a4), Router: lan.Addr().Next(), index: i}
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, errors.Join(ErrClosed, ns.Close())
+	}
+	h.NS = ns
 	l.nsExtra = append(l.nsExtra, ns)
 	l.mu.Unlock()
-	port := fmt.Sprintf("p%d", i)
+	l.saveState()
+	if l.spec.NoRouter {
+		return h, l.wire(ctx, h)
+	}
+	port := fmt.Sprintf("p%d", h.index)
 	if err := netns.Veth(ns, "eth0", l.router, port); err != nil {
 		return nil, fmt.Errorf("host %s: veth: %w", hs.Name, err)
 	}
@@ -197,6 +240,28 @@ func (l *Lab) addHost(ctx context.Context, i int, hs HostSpec, octet int) (*Host
 	return h, nil
 }
 
+// wire joins the second host of a lab without router to the first: one veth, eth0
+// at both ends, each with its address.
+func (l *Lab) wire(ctx context.Context, h *Host) error {
+	if h.index == 0 {
+		return runAll(ctx, h.NS, [][]string{{"sysctl", "-qw", "net.ipv4.ip_forward=1"}})
+	}
+	first := l.hosts[0]
+	if err := netns.Veth(first.NS, "eth0", h.NS, "eth0"); err != nil {
+		return fmt.Errorf("host %s: veth: %w", h.Name, err)
+	}
+	for _, x := range []*Host{first, h} {
+		err := runAll(ctx, x.NS, [][]string{
+			{"sysctl", "-qw", "net.ipv4.ip_forward=1"},
+			{"ip", "addr", "add", x.Addr.String() + "/24", "dev", "eth0"},
+		})
+		if err != nil {
+			return fmt.Errorf("host %s: %w", x.Name, err)
+		}
+	}
+	return nil
+}
+
 func runAll(ctx context.Context, ns *netns.NS, cmds [][]string) error {
 	for _, c := range cmds {
 		if _, err := ns.Run(ctx, c[0], c[1:]...); err != nil {
@@ -206,14 +271,33 @@ func runAll(ctx context.Context, ns *netns.NS, cmds [][]string) error {
 	return nil
 }
 
-// Hosts returns the hosts in Spec order.
-func (l *Lab) Hosts() []*Host { return l.hosts }
+// Hosts returns the hosts in the order they were made (Spec order first).
+func (l *Lab) Hosts() []*Host {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]*Host(nil), l.hosts...)
+}
 
 // Host returns the host of that name, or nil.
-func (l *Lab) Host(name string) *Host { return l.byName[name] }
+func (l *Lab) Host(name string) *Host {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byName[name]
+}
 
-// Router returns the router namespace (LAN bridges br1 and br2, etcd).
+// Router returns the router namespace (LAN bridges br1 and br2, etcd), or nil
+// without a router.
 func (l *Lab) Router() *netns.NS { return l.router }
+
+// Etcd returns the lab's etcd server (to stop and restart it), or nil without etcd.
+func (l *Lab) Etcd() *etcdproc.Server { return l.etcd }
+
+// Daemons returns every daemon started in the lab, stopped ones included.
+func (l *Lab) Daemons() []*Daemon {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]*Daemon(nil), l.daemons...)
+}
 
 // Dir is the lab's temporary directory (daemon files and logs, etcd data).
 func (l *Lab) Dir() string { return l.dir }
@@ -238,8 +322,8 @@ func (l *Lab) Close() error {
 	for _, d := range daemons {
 		keep(d.Stop())
 	}
-	for _, p := range pods {
-		keep(p.NS.Close())
+	for i := len(pods) - 1; i >= 0; i-- {
+		keep(pods[i].remove())
 	}
 	for _, ns := range extra {
 		keep(ns.Close())

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftnet/weft/internal/netns"
 	"github.com/weftnet/weft/lab"
 	"github.com/weftnet/weft/lab/labtest"
-	"github.com/weftnet/weft/internal/netns"
 	"github.com/weftnet/weft/lease"
 )
 

@@ -7,22 +7,44 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/weftnet/weft/lab"
 	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/lab"
 )
 
 // New builds spec for t; everything it makes is removed at cleanup, and the test
-// fails if a namespace of it is left behind. Missing root, ip or etcd fails the test
-// under WEFT_E2E=1 and skips it otherwise.
+// fails if a namespace of it is left behind. When
+// the test failed, the log of every daemon the lab ran is shown. Under -short the
+// test is skipped (a lab needs root); missing root, ip or etcd fails the test under
+// WEFT_E2E=1 and skips it otherwise.
 func New(t testing.TB, spec lab.Spec) *lab.Lab {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("network namespaces need root: not a -short test")
+	}
 	testenv.NeedRoot(t)
-	testenv.NeedTools(t, "ip", "bridge", "etcd", "sysctl")
+	tools := []string{"ip", "sysctl"}
+	if !spec.NoRouter {
+		tools = append(tools, "bridge")
+	}
+	if !spec.NoEtcd && !spec.NoRouter {
+		tools = append(tools, "etcd")
+	}
+	testenv.NeedTools(t, tools...)
 	l, err := lab.New(context.Background(), spec, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatalf("lab: %v", err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			seen := map[string]bool{}
+			for _, d := range l.Daemons() {
+				if seen[d.LogPath] {
+					continue // a restart: the same log
+				}
+				seen[d.LogPath] = true
+				t.Logf("log of %s on %s (%s):\n%s", d.Binary, d.Host.Name, d.LogPath, d.Log())
+			}
+		}
 		names := l.State().Namespaces
 		if err := l.Close(); err != nil {
 			t.Errorf("lab close: %v", err)
