@@ -107,7 +107,16 @@ type Lab struct {
 
 // New builds the topology of spec: router and LAN bridges, hosts, etcd. More hosts
 // can join later (AddHost). On error everything made so far is removed.
-func New(ctx context.Context, spec Spec, log *zap.Logger) (l *Lab, err error) {
+func New(ctx context.Context, spec Spec, log *zap.Logger) (*Lab, error) {
+	l, err := build(ctx, spec, log)
+	if err != nil {
+		// l is what was made before the error: remove it.
+		return nil, errors.Join(err, l.Close())
+	}
+	return l, nil
+}
+
+func build(ctx context.Context, spec Spec, log *zap.Logger) (l *Lab, err error) {
 	if spec.Prefix == "" {
 		spec.Prefix = "wb"
 	}
@@ -115,23 +124,17 @@ func New(ctx context.Context, spec Spec, log *zap.Logger) (l *Lab, err error) {
 		spec.NoEtcd = true
 	}
 	l = &Lab{spec: spec, log: log, byName: map[string]*Host{}, next: map[string]int{LAN1: 10, LAN2: 10}}
-	defer func() {
-		if err != nil {
-			l.Close()
-			l = nil
-		}
-	}()
 	if l.dir, err = os.MkdirTemp("", "weft-lab-"); err != nil {
-		return nil, fmt.Errorf("lab dir: %w", err)
+		return l, fmt.Errorf("lab dir: %w", err)
 	}
 	if !spec.NoRouter {
 		if err = l.buildRouter(ctx); err != nil {
-			return nil, err
+			return l, err
 		}
 	}
 	for _, hs := range spec.Hosts {
 		if _, err = l.AddHost(ctx, hs); err != nil {
-			return nil, err
+			return l, err
 		}
 	}
 	if !spec.NoEtcd {
@@ -140,7 +143,7 @@ func New(ctx context.Context, spec Spec, log *zap.Logger) (l *Lab, err error) {
 			Dir: l.dir + "/etcd",
 		})
 		if err != nil {
-			return nil, fmt.Errorf("lab etcd: %w", err)
+			return l, fmt.Errorf("lab etcd: %w", err)
 		}
 		l.saveState()
 	}
