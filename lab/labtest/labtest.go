@@ -18,9 +18,7 @@ import (
 // WEFT_E2E=1 and skips it otherwise.
 func New(t testing.TB, spec lab.Spec) *lab.Lab {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("network namespaces need root: not a -short test")
-	}
+	testenv.SkipShort(t, "a namespace lab")
 	testenv.NeedRoot(t)
 	tools := []string{"ip", "sysctl"}
 	if !spec.NoRouter {
