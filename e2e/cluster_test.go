@@ -55,17 +55,7 @@ func weftd(t *testing.T) string {
 }
 
 // binDir is where make puts the binaries the tests run: $WEFT_BIN, or ../bin.
-func binDir() string {
-	dir := os.Getenv("WEFT_BIN")
-	if dir == "" {
-		dir = "../bin"
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return dir
-	}
-	return abs
-}
+func binDir() string { return labtest.BinDir("../bin") }
 
 // cluster is a lab (package lab): a router namespace joining two underlay LANs
 // (192.0.2.0/24 and 198.51.100.0/24), a real etcd on 192.0.2.1:2379 inside it, and

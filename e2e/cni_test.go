@@ -3,26 +3,16 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/lab/labtest"
 )
 
-// cniPath is where the flannel CNI plugin (make deps builds it into bin/cni) and
-// Debian's bridge and host-local plugins live.
-func cniPath(t *testing.T) string {
-	t.Helper()
-	flannel := filepath.Join(binDir(), "cni")
-	_, err := os.Stat(filepath.Join(flannel, "flannel"))
-	testenv.Need(t, err == nil, "the flannel CNI plugin in "+flannel+" (make deps builds it)")
-	_, err = os.Stat("/usr/lib/cni/bridge")
-	testenv.Need(t, err == nil, "/usr/lib/cni/bridge and host-local (Debian's containernetworking-plugins)")
-	return flannel + ":/usr/lib/cni"
-}
+// cniPath is CNI_PATH: the flannel CNI plugin (make deps builds it into bin/cni) and
+// Debian's bridge and host-local plugins.
+func cniPath(t *testing.T) string { return labtest.CNIPath(t, binDir()) }
 
 // cniPod attaches a new pod namespace on h with the real flannel CNI plugin reading
 // weftd's subnet.env, and returns the pod and its address. The lab runs DEL at cleanup.

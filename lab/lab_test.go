@@ -245,3 +245,48 @@ func FuzzParseProcStatCPU(f *testing.F) {
 		}
 	})
 }
+
+// TestCNIPods: pods attached by the real flannel CNI plugin from a subnet.env (here
+// the kernel host-gw reference's) get an address of the host's subnet and reach each
+// other; Close runs DEL, which frees their addresses, and removes their namespaces.
+func TestCNIPods(t *testing.T) {
+	l := labtest.New(t, lab.Spec{Hosts: []lab.HostSpec{{Name: "a"}, {Name: "b"}}, NoEtcd: true})
+	cni := labtest.CNIPath(t, labtest.BinDir("../bin"))
+	ctx := context.Background()
+	hosts := l.Hosts()
+	envs, err := l.KernelHostGW(ctx, hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []*lab.Pod
+	for i, h := range hosts {
+		file := filepath.Join(l.Dir(), h.Name+"-subnet.env")
+		if err := lease.WriteSubnetEnv(file, envs[i]); err != nil {
+			t.Fatal(err)
+		}
+		p, err := l.AttachCNIPod(ctx, h, file, cni)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !lab.RefSubnet(h).Contains(p.Addr) || p.Addr == p.Gateway {
+			t.Errorf("pod on %s at %s, gateway %s: not a pod address of %s", h.Name, p.Addr, p.Gateway, lab.RefSubnet(h))
+		}
+		pods = append(pods, p)
+	}
+	ping(t, pods[0].NS, pods[1].Addr.String())
+	ping(t, pods[1].NS, pods[0].Addr.String())
+
+	names := l.State().Namespaces
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := lab.Leftover(names); len(left) > 0 {
+		t.Errorf("left after Close: %v", left)
+	}
+	for _, p := range pods {
+		dir := filepath.Join("/var/lib/cni/networks", "weft-"+p.NS.Name)
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("host-local state %s after Close: %v", dir, err)
+		}
+	}
+}

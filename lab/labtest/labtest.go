@@ -3,6 +3,8 @@ package labtest
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"go.uber.org/zap/zaptest"
@@ -52,4 +54,30 @@ func New(t testing.TB, spec lab.Spec) *lab.Lab {
 		}
 	})
 	return l
+}
+
+// CNIPath returns the CNI_PATH for Lab.AttachCNIPod: binDir/cni, where make deps
+// builds the flannel CNI plugin, then Debian's /usr/lib/cni (bridge, host-local).
+// Missing plugins fail the test under WEFT_E2E=1 and skip it otherwise.
+func CNIPath(t testing.TB, binDir string) string {
+	t.Helper()
+	flannel := filepath.Join(binDir, "cni")
+	_, err := os.Stat(filepath.Join(flannel, "flannel"))
+	testenv.Need(t, err == nil, "the flannel CNI plugin in "+flannel+" (make deps builds it)")
+	_, err = os.Stat("/usr/lib/cni/bridge")
+	testenv.Need(t, err == nil, "/usr/lib/cni/bridge and host-local (Debian's containernetworking-plugins)")
+	return flannel + ":/usr/lib/cni"
+}
+
+// BinDir is where make puts the binaries tests run: $WEFT_BIN (make test sets it),
+// else rel (the repository's bin directory relative to the test's package).
+func BinDir(rel string) string {
+	dir := os.Getenv("WEFT_BIN")
+	if dir == "" {
+		dir = rel
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return dir
 }
