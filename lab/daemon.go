@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -30,6 +31,7 @@ type Daemon struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	err     error // set before done is closed
+	mu      sync.Mutex
 	env     lease.SubnetEnv
 }
 
@@ -183,7 +185,9 @@ func (d *Daemon) WaitSubnetEnv(ctx context.Context, timeout time.Duration) (leas
 	defer tick.Stop()
 	for {
 		if env, err := lease.ReadSubnetEnv(d.SubnetFile()); err == nil {
+			d.mu.Lock()
 			d.env = env
+			d.mu.Unlock()
 			return env, nil
 		}
 		select {
@@ -198,7 +202,11 @@ func (d *Daemon) WaitSubnetEnv(ctx context.Context, timeout time.Duration) (leas
 }
 
 // Env is the subnet.env WaitSubnetEnv read last.
-func (d *Daemon) Env() lease.SubnetEnv { return d.env }
+func (d *Daemon) Env() lease.SubnetEnv {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.env
+}
 
 // Exited reports whether the daemon has ended, and why.
 func (d *Daemon) Exited() (bool, error) {

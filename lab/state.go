@@ -63,8 +63,8 @@ func (l *Lab) State() State {
 		for _, d := range l.daemons {
 			if d.Host == h {
 				hs.Daemon, hs.Log = d.Binary, d.LogPath
-				if d.env.Subnet.IsValid() {
-					hs.Subnet = d.env.Subnet.String()
+				if env := d.Env(); env.Subnet.IsValid() {
+					hs.Subnet = env.Subnet.String()
 				}
 			}
 		}
