@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/lab"
 )
 
 // Options configure a matrix run.

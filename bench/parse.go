@@ -1,5 +1,5 @@
 // Package bench measures overlay subjects (weftd's backends, reference kernel
-// configurations, other flanneld-compatible daemons) in a lab built by bench/lab:
+// configurations, other flanneld-compatible daemons) in a lab built by package lab:
 // workload runners (iperf3 TCP and 64-byte UDP, ping, daemon CPU), the subject x
 // workload matrix, and reports (terminal table, Markdown, JSON, SVG).
 package bench

@@ -2,67 +2,27 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/netnstest"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/lab/labtest"
 )
 
-// cniPath is where the flannel CNI plugin (make deps builds it into bin/cni) and
-// Debian's bridge and host-local plugins live.
-func cniPath(t *testing.T) string {
-	t.Helper()
-	flannel := filepath.Join(binDir(), "cni")
-	_, err := os.Stat(filepath.Join(flannel, "flannel"))
-	testenv.Need(t, err == nil, "the flannel CNI plugin in "+flannel+" (make deps builds it)")
-	_, err = os.Stat("/usr/lib/cni/bridge")
-	testenv.Need(t, err == nil, "/usr/lib/cni/bridge and host-local (Debian's containernetworking-plugins)")
-	return flannel + ":/usr/lib/cni"
-}
+// cniPath is CNI_PATH: the flannel CNI plugin (make deps builds it into bin/cni) and
+// Debian's bridge and host-local plugins.
+func cniPath(t *testing.T) string { return labtest.CNIPath(t, binDir()) }
 
 // cniPod attaches a new pod namespace on h with the real flannel CNI plugin reading
-// weftd's subnet.env, and returns the pod and its address. DEL runs at cleanup.
+// weftd's subnet.env, and returns the pod and its address. The lab runs DEL at cleanup.
 func (c *cluster) cniPod(h *host) (*netns.NS, string) {
 	c.t.Helper()
-	path := cniPath(c.t)
-	pod := netnstest.New(c.t, "wc")
-	name := "weft-" + pod.Name
-	conf := fmt.Sprintf(`{"cniVersion":"0.3.1","name":%q,"type":"flannel","subnetFile":%q,"dataDir":%q,
-		"delegate":{"isDefaultGateway":true}}`, name, h.subnetFile(), filepath.Join(h.dir, "cni"))
-	run := func(command string) ([]byte, error) {
-		cmd := exec.Command("ip", "netns", "exec", h.ns.Name, filepath.Join(strings.Split(path, ":")[0], "flannel"))
-		cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+pod.Name,
-			"CNI_NETNS=/var/run/netns/"+pod.Name, "CNI_IFNAME=eth0", "CNI_PATH="+path)
-		cmd.Stdin = strings.NewReader(conf)
-		return cmd.CombinedOutput()
-	}
-	out, err := run("ADD")
-	c.t.Cleanup(func() {
-		if out, err := run("DEL"); err != nil {
-			c.t.Errorf("CNI DEL: %v: %s", err, out)
-		}
-		os.RemoveAll(filepath.Join("/var/lib/cni/networks", name))
-	})
+	p, err := c.lab.AttachCNIPod(context.Background(), h.lh, h.subnetFile(), cniPath(c.t))
 	if err != nil {
-		c.t.Fatalf("CNI ADD on %s: %v: %s", h.name, err, out)
+		c.t.Fatal(err)
 	}
-	var result struct {
-		IPs []struct {
-			Address string `json:"address"`
-		} `json:"ips"`
-	}
-	if err := json.Unmarshal(out, &result); err != nil || len(result.IPs) == 0 {
-		c.t.Fatalf("CNI ADD result %s: %v", out, err)
-	}
-	ip, _, _ := strings.Cut(result.IPs[0].Address, "/")
-	return pod, ip
+	return p.NS, p.Addr.String()
 }
 
 // TestFlannelCNIPods: pods attached by the real flannel CNI plugin from weftd's

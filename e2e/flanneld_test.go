@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/lab"
 )
 
 // flanneldBin returns the upstream flanneld that make flanneld builds from
@@ -25,7 +26,7 @@ func flanneldBin(t *testing.T) string {
 // the only one flanneld still speaks).
 func (c *cluster) startFlanneld(h *host, env []string, extra ...string) {
 	c.t.Helper()
-	c.run(h, flanneldBin(c.t), env, append([]string{"--etcd-endpoints=" + c.etcd.Endpoint()}, extra...)...)
+	c.run(h, lab.DaemonSpec{Binary: flanneldBin(c.t), Env: env, Args: extra})
 }
 
 // TestMixedWithFlanneld: weftd hosts and an upstream flanneld host share one etcd.
@@ -96,7 +97,7 @@ func TestMixedWithFlanneldKube(t *testing.T) {
 			}
 			kubeArgs := []string{"--kube-subnet-mgr", "--kubeconfig-file=" + srv.Kubeconfig, "--net-config-path=" + conf}
 			c.startWith(hosts["a"], append(kubeArgs, "--node-name=node-a")...)
-			c.run(hosts["f"], flanneldBin(t), []string{"NODE_NAME=node-f"}, kubeArgs...)
+			c.run(hosts["f"], lab.DaemonSpec{Binary: flanneldBin(t), NoEtcd: true, Env: []string{"NODE_NAME=node-f"}, Args: kubeArgs})
 			pods := c.podsOnPodCIDRs(hosts, cidrs)
 			meshPing(c, hosts, pods, "a", "f")
 			// Both published the same annotations, which is how each learned the other.

@@ -115,18 +115,7 @@ func (c *cluster) deleteLease(p netip.Prefix) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	key := prefix + "/subnets/" + lease.SubnetKey(p)
-	if c.api == "v2" {
-		hc := &http.Client{Transport: &http.Transport{DialContext: c.router.DialContext}}
-		req, _ := http.NewRequestWithContext(ctx, "DELETE", c.etcd.Endpoint()+"/v2/keys"+key, nil)
-		resp, err := hc.Do(req)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		resp.Body.Close()
-		return
-	}
-	if _, err := c.etcdClient().Delete(ctx, key); err != nil {
+	if err := c.lab.Delete(ctx, prefix+"/subnets/"+lease.SubnetKey(p)); err != nil {
 		c.t.Fatal(err)
 	}
 }

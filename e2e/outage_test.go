@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/weftnet/weft/bench/lab"
 )
 
 // TestEtcdOutage: with etcd down, weftd keeps forwarding between the hosts it knows,
@@ -25,7 +23,7 @@ func testEtcdOutage(t *testing.T, api string) {
 	c, hosts, pods := podClusterAPI(t, api, "udp", map[string]string{"a": "lan1", "c": "lan2"})
 	meshPing(c, hosts, pods, "a", "c")
 	a := hosts["a"]
-	cpuBefore, err := lab.ProcCPU(a.cmd.Process.Pid)
+	cpuBefore, err := a.daemon.CPUTime()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +38,7 @@ func testEtcdOutage(t *testing.T, api string) {
 			t.Fatalf("pod %s -> pod %s while etcd is down: %d of 30 replies\n%s", p[0], p[1], got, out)
 		}
 	}
-	cpuAfter, err := lab.ProcCPU(a.cmd.Process.Pid)
+	cpuAfter, err := a.daemon.CPUTime()
 	if err != nil {
 		t.Fatal(err)
 	}

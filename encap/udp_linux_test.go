@@ -11,25 +11,22 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/netnstest"
 	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/lab/labtest"
 	"github.com/weftnet/weft/lease"
 	"github.com/weftnet/weft/proxy"
 )
 
-// TestUDPBackendTwoHosts runs the udp backend in two namespaces linked by a veth:
+// TestUDPBackendTwoHosts runs the udp backend on two lab hosts linked by a veth:
 // Register opens flannel0 there, HandleEvents fills the table, ping crosses both ways,
 // a removed lease answers net unreachable, Close removes flannel0.
 func TestUDPBackendTwoHosts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("namespaces and TUN devices: not a -short test")
-	}
+	l := labtest.New(t, lab.Spec{Prefix: "wudp", NoRouter: true, Hosts: []lab.HostSpec{{Name: "a"}, {Name: "b"}}})
 	testenv.NeedTools(t, "ping")
-	nss := [2]*netns.NS{netnstest.New(t, "weft-udpa"), netnstest.New(t, "weft-udpb")}
-	if err := netns.Veth(nss[0], "ua", nss[1], "ub"); err != nil {
-		t.Fatal(err)
-	}
-	under := [2]netip.Addr{netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.12")}
+	hosts := l.Hosts()
+	nss := [2]*netns.NS{hosts[0].NS, hosts[1].NS}
+	under := [2]netip.Addr{hosts[0].Addr, hosts[1].Addr}
 	leases := [2]lease.Lease{
 		{Subnet: netip.MustParsePrefix("198.18.11.0/24"), Attrs: lease.Attrs{PublicIP: under[0], BackendType: "udp"}},
 		{Subnet: netip.MustParsePrefix("198.18.12.0/24"), Attrs: lease.Attrs{PublicIP: under[1]}}, // flanneld: no type
@@ -51,11 +48,7 @@ func TestUDPBackendTwoHosts(t *testing.T) {
 		}
 	})
 	for i, n := range nss {
-		dev := []string{"ua", "ub"}[i]
-		if _, err := n.Run(ctx, "ip", "addr", "add", under[i].String()+"/24", "dev", dev); err != nil {
-			t.Fatal(err)
-		}
-		ext := ExternalInterface{Name: dev, MTU: 1500, IfaceIP: under[i], PublicIP: under[i]}
+		ext := ExternalInterface{Name: "eth0", MTU: 1500, IfaceIP: under[i], PublicIP: under[i]}
 		be, err := NewUDP(cfg, ext, zaptest.NewLogger(t))
 		if err != nil {
 			t.Fatal(err)

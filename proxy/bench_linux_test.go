@@ -39,9 +39,8 @@ func benchVsVXLAN(b *testing.B, offload bool) {
 	a, z := l.hosts[0], l.hosts[1]
 	vx := [2]netip.Addr{netip.MustParseAddr("198.18.200.1"), netip.MustParseAddr("198.18.200.2")}
 	for i, h := range l.hosts {
-		dev := []string{"wa", "wb"}[i]
-		mustRun(b, h.ns, "ip", "link", "add", "vx0", "type", "vxlan", "id", "42", "local", labUnder[i].String(),
-			"remote", labUnder[1-i].String(), "dstport", "4789", "dev", dev)
+		mustRun(b, h.ns, "ip", "link", "add", "vx0", "type", "vxlan", "id", "42", "local", h.under.String(),
+			"remote", l.hosts[1-i].under.String(), "dstport", "4789", "dev", "eth0")
 		mustRun(b, h.ns, "ip", "addr", "add", vx[i].String()+"/24", "dev", "vx0")
 		mustRun(b, h.ns, "ip", "link", "set", "vx0", "up")
 	}

@@ -15,16 +15,16 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/netnstest"
+	weftlab "github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/lab/labtest"
 	"github.com/weftnet/weft/tun"
 )
 
-// The lab: two namespaces (hosts) on one veth, 192.0.2.1 and 192.0.2.2, each with an
-// in-process udp data path on flannel0 for its subnet of 198.18.0.0/16 and a "pod"
-// address (.1 of its subnet) on lo.
+// The lab (package lab, without router or etcd): two hosts whose eth0s are the ends
+// of one veth, 192.0.2.10 and 192.0.2.11, each with an in-process udp data path on
+// flannel0 for its subnet of 198.18.0.0/16 and a "pod" address (.1 of its subnet) on lo.
 var (
 	labNetwork = netip.MustParsePrefix("198.18.0.0/16")
-	labUnder   = [2]netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")}
 	labSubnet  = [2]netip.Prefix{netip.MustParsePrefix("198.18.1.0/24"), netip.MustParsePrefix("198.18.2.0/24")}
 	labPod     = [2]netip.Addr{netip.MustParseAddr("198.18.1.1"), netip.MustParseAddr("198.18.2.1")}
 )
@@ -33,6 +33,7 @@ const labMTU = 1500 - 28
 
 type labHost struct {
 	ns    *netns.NS
+	under netip.Addr // eth0's address
 	dev   *tun.Device
 	px    *Proxy
 	table *Table
@@ -50,16 +51,10 @@ type labOpts struct {
 
 func newLab(t testing.TB, o labOpts) *lab {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("namespaces, TUN devices and iperf3: not a -short test")
-	}
+	ll := labtest.New(t, weftlab.Spec{Prefix: "wpx", NoRouter: true, Hosts: []weftlab.HostSpec{{Name: "a"}, {Name: "b"}}})
 	l := &lab{}
-	for i := range l.hosts {
-		l.hosts[i] = &labHost{ns: netnstest.New(t, fmt.Sprintf("weft-px%d", i))}
-	}
-	a, b := l.hosts[0].ns, l.hosts[1].ns
-	if err := netns.Veth(a, "wa", b, "wb"); err != nil {
-		t.Fatal(err)
+	for i, h := range ll.Hosts() {
+		l.hosts[i] = &labHost{ns: h.NS, under: h.Addr}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -79,8 +74,6 @@ func newLab(t testing.TB, o labOpts) *lab {
 		log = zaptest.NewLogger(tt, zaptest.Level(zap.InfoLevel))
 	}
 	for i, h := range l.hosts {
-		dev := []string{"wa", "wb"}[i]
-		mustRun(t, h.ns, "ip", "addr", "add", labUnder[i].String()+"/24", "dev", dev)
 		mustRun(t, h.ns, "ip", "addr", "add", labPod[i].String()+"/32", "dev", "lo")
 		table, err := NewTable(labNetwork, 24)
 		if err != nil {
@@ -90,7 +83,7 @@ func newLab(t testing.TB, o labOpts) *lab {
 			t.Fatal(err)
 		}
 		peer := 1 - i
-		if err := table.Apply([]Route{{Subnet: labSubnet[peer], PublicIP: labUnder[peer]}}, nil); err != nil {
+		if err := table.Apply([]Route{{Subnet: labSubnet[peer], PublicIP: l.hosts[peer].under}}, nil); err != nil {
 			t.Fatal(err)
 		}
 		h.table = table

@@ -78,13 +78,13 @@ func testTwoHosts(t *testing.T, o labOpts) {
 	}
 
 	t.Run("inject from non-lease address", func(t *testing.T) {
-		mustRun(t, b.ns, "ip", "addr", "add", "192.0.2.99/24", "dev", "wb")
+		mustRun(t, b.ns, "ip", "addr", "add", "192.0.2.99/24", "dev", "eth0")
 		before := a.px.Stats().Dropped(DropUnknownSource)
 		// A well-formed inner packet from b's subnet to a's pod, sent from 192.0.2.99.
 		pkt := ipv4Packet(labPod[1], labPod[0], 64, layers.IPProtocolUDP, make([]byte, 8))
 		err := b.ns.Do(func() error {
 			c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP("192.0.2.99")},
-				&net.UDPAddr{IP: labUnder[0].AsSlice(), Port: DefaultPort})
+				&net.UDPAddr{IP: a.under.AsSlice(), Port: DefaultPort})
 			if err != nil {
 				return err
 			}

@@ -10,9 +10,11 @@ import (
 )
 
 // Start runs etcd for t (loopback, free port, v2 API enabled) and removes it at cleanup.
-// A missing etcd binary fails the test under WEFT_E2E=1 and skips it otherwise.
+// A missing etcd binary fails the test under WEFT_E2E=1 and skips it otherwise; under
+// -short the test is skipped.
 func Start(t testing.TB) *etcdproc.Server {
 	t.Helper()
+	testenv.SkipShort(t, "a real etcd server")
 	testenv.NeedTools(t, "etcd")
 	s, err := etcdproc.Start(context.Background(), etcdproc.Options{})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 // New makes a namespace for t, removed (with its processes and links) at cleanup.
 func New(t testing.TB, prefix string) *netns.NS {
 	t.Helper()
+	testenv.SkipShort(t, "network namespaces")
 	testenv.NeedRoot(t)
 	testenv.NeedTools(t, "ip")
 	n, err := netns.New(prefix)

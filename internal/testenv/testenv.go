@@ -23,9 +23,19 @@ func Need(t testing.TB, ok bool, why string) {
 	t.Skipf("missing prerequisite: %s (set WEFT_E2E=1 to fail instead)", why)
 }
 
-// NeedRoot requires uid 0.
+// SkipShort skips t under -short: what it needs (root, etcd, network namespaces) is
+// not there for the unit tests (go test -short runs as any user, without etcd).
+func SkipShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("%s: not a -short test", what)
+	}
+}
+
+// NeedRoot requires uid 0; under -short the test is skipped (see SkipShort).
 func NeedRoot(t testing.TB) {
 	t.Helper()
+	SkipShort(t, "needs root")
 	Need(t, os.Geteuid() == 0, "root is needed for network namespaces, TUN and netlink")
 }
 

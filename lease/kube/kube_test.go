@@ -32,6 +32,7 @@ var (
 // apiServer runs a real kube-apiserver (built once, cached) on a real etcd for t.
 func apiServer(t *testing.T) (*kubeproc.Server, kubernetes.Interface) {
 	t.Helper()
+	testenv.SkipShort(t, "a real kube-apiserver (built first) and etcd")
 	testenv.NeedTools(t, "go", "etcd")
 	apiOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -22,6 +23,19 @@ type Pod struct {
 	Addr    netip.Addr // eth0's address: the subnet's second address
 	Gateway netip.Addr // cni0's address: the subnet's first address
 	MTU     int
+	del     func() error // the CNI plugin's DEL, for pods it attached
+}
+
+// remove detaches the pod (CNI DEL) and deletes its namespace.
+func (p *Pod) remove() error {
+	var err error
+	if p.del != nil {
+		err = p.del()
+	}
+	if p.NS != nil {
+		err = errors.Join(err, p.NS.Close())
+	}
+	return err
 }
 
 // AttachPod makes a pod namespace on h as the CNI bridge plugin would from env (a
@@ -55,6 +69,10 @@ func (l *Lab) AttachPod(ctx context.Context, h *Host, env lease.SubnetEnv) (*Pod
 	}
 	p := &Pod{Host: h, NS: ns, Addr: addr, Gateway: gw, MTU: mtu}
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, errors.Join(ErrClosed, ns.Close())
+	}
 	l.pods = append(l.pods, p)
 	l.mu.Unlock()
 	l.saveState()

@@ -56,12 +56,15 @@ func (l *Lab) State() State {
 		s.Namespaces = append(s.Namespaces, p.NS.Name)
 	}
 	for _, h := range l.hosts {
+		if h.NS == nil {
+			continue // still being made
+		}
 		hs := HostState{Name: h.Name, LAN: h.LAN, NS: h.NS.Name, Addr: h.Addr.String()}
 		for _, d := range l.daemons {
 			if d.Host == h {
 				hs.Daemon, hs.Log = d.Binary, d.LogPath
-				if d.env.Subnet.IsValid() {
-					hs.Subnet = d.env.Subnet.String()
+				if env := d.Env(); env.Subnet.IsValid() {
+					hs.Subnet = env.Subnet.String()
 				}
 			}
 		}
@@ -73,7 +76,8 @@ func (l *Lab) State() State {
 		s.Hosts = append(s.Hosts, hs)
 	}
 	for _, d := range l.daemons {
-		if d.Pid() > 0 {
+		// Only running daemons: the pid of one that ended may be another's now.
+		if exited, _ := d.Exited(); !exited && d.Pid() > 0 {
 			s.Pids = append(s.Pids, d.Pid())
 		}
 	}

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/bench/lab"
-	"github.com/weftnet/weft/bench/lab/labtest"
 	"github.com/weftnet/weft/internal/netns"
+	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/lab/labtest"
 	"github.com/weftnet/weft/lease"
+	"go.uber.org/zap/zaptest"
 )
 
 func ping(t *testing.T, from *netns.NS, to string) {
@@ -55,10 +56,81 @@ func TestTopology(t *testing.T) {
 	if leases, err := l.Leases(ctx, ""); err != nil || len(leases) != 0 {
 		t.Errorf("after SetBackend: leases %v, %v", leases, err)
 	}
+	// A host can join the built lab, and is reachable at once.
+	d, err := l.AddHost(ctx, lab.HostSpec{Name: "d", LAN: lab.LAN2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Addr.String() != "198.51.100.11" || l.Host("d") != d || len(l.Hosts()) != 4 {
+		t.Errorf("joined host %s at %s; hosts %d", d.Name, d.Addr, len(l.Hosts()))
+	}
+	ping(t, d.NS, "192.0.2.10")
+	if _, err := l.AddHost(ctx, lab.HostSpec{Name: "d"}); !errors.Is(err, lab.ErrSpec) {
+		t.Errorf("second host d: %v, want ErrSpec", err)
+	}
+	// Delete removes one key.
+	if err := l.Put(ctx, "/weft-lab/x", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Delete(ctx, "/weft-lab/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Delete(ctx, "/weft-lab/x"); err != nil {
+		t.Errorf("deleting a missing key: %v", err)
+	}
 	// etcd answers from a host, through its default route.
 	out, err := c.NS.Run(ctx, "etcdctl", "--endpoints", lab.EtcdEndpoint, "get", lab.DefaultPrefix+"/config", "--print-value-only")
 	if err == nil && !strings.Contains(out, `"Type":"udp"`) {
 		t.Errorf("config from host c: %q", out)
+	}
+}
+
+// TestNoRouter: a lab without router is two hosts on one veth, no etcd, no more hosts.
+func TestNoRouter(t *testing.T) {
+	l := labtest.New(t, lab.Spec{NoRouter: true, Hosts: []lab.HostSpec{{Name: "a"}, {Name: "b"}}})
+	a, b := l.Host("a"), l.Host("b")
+	if a.Addr.String() != "192.0.2.10" || b.Addr.String() != "192.0.2.11" || a.Router.IsValid() {
+		t.Errorf("hosts at %s and %s, router %v", a.Addr, b.Addr, a.Router)
+	}
+	ping(t, a.NS, "192.0.2.11")
+	ping(t, b.NS, "192.0.2.10")
+	if l.Router() != nil || l.Etcd() != nil {
+		t.Errorf("router %v, etcd %v; want neither", l.Router(), l.Etcd())
+	}
+	ctx := context.Background()
+	if err := l.SetBackend(ctx, "", "udp"); !errors.Is(err, lab.ErrNoEtcd) {
+		t.Errorf("SetBackend without etcd: %v, want ErrNoEtcd", err)
+	}
+	if _, err := l.AddHost(ctx, lab.HostSpec{Name: "c"}); !errors.Is(err, lab.ErrSpec) {
+		t.Errorf("third host: %v, want ErrSpec", err)
+	}
+	if s := l.State(); len(s.Namespaces) != 2 || s.Router != "" || s.Etcd != "" {
+		t.Errorf("state %+v", s)
+	}
+}
+
+// TestBadSpec: a spec a lab cannot have is refused before any namespace is made (so
+// this needs no root) and leaves nothing behind.
+func TestBadSpec(t *testing.T) {
+	before, _ := filepath.Glob(filepath.Join(os.TempDir(), "weft-lab-*"))
+	for _, tc := range []struct {
+		name string
+		spec lab.Spec
+	}{
+		{"LAN2 without router", lab.Spec{NoRouter: true, Hosts: []lab.HostSpec{{Name: "a", LAN: lab.LAN2}}}},
+		{"unknown LAN", lab.Spec{NoRouter: true, Hosts: []lab.HostSpec{{Name: "a", LAN: "lan3"}}}},
+		{"no name", lab.Spec{NoRouter: true, Hosts: []lab.HostSpec{{}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := lab.New(context.Background(), tc.spec, zaptest.NewLogger(t))
+			if !errors.Is(err, lab.ErrSpec) || l != nil {
+				t.Fatalf("New: %v, %v; want ErrSpec", l, err)
+			}
+		})
+	}
+	after, _ := filepath.Glob(filepath.Join(os.TempDir(), "weft-lab-*"))
+	if len(after) > len(before) {
+		t.Errorf("lab directories left: %v (before %v)", after, before)
 	}
 }
 
@@ -172,4 +244,49 @@ func FuzzParseProcStatCPU(f *testing.F) {
 			t.Fatalf("negative cpu %v", d)
 		}
 	})
+}
+
+// TestCNIPods: pods attached by the real flannel CNI plugin from a subnet.env (here
+// the kernel host-gw reference's) get an address of the host's subnet and reach each
+// other; Close runs DEL, which frees their addresses, and removes their namespaces.
+func TestCNIPods(t *testing.T) {
+	l := labtest.New(t, lab.Spec{Hosts: []lab.HostSpec{{Name: "a"}, {Name: "b"}}, NoEtcd: true})
+	cni := labtest.CNIPath(t, labtest.BinDir("../bin"))
+	ctx := context.Background()
+	hosts := l.Hosts()
+	envs, err := l.KernelHostGW(ctx, hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []*lab.Pod
+	for i, h := range hosts {
+		file := filepath.Join(l.Dir(), h.Name+"-subnet.env")
+		if err := lease.WriteSubnetEnv(file, envs[i]); err != nil {
+			t.Fatal(err)
+		}
+		p, err := l.AttachCNIPod(ctx, h, file, cni)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !lab.RefSubnet(h).Contains(p.Addr) || p.Addr == p.Gateway {
+			t.Errorf("pod on %s at %s, gateway %s: not a pod address of %s", h.Name, p.Addr, p.Gateway, lab.RefSubnet(h))
+		}
+		pods = append(pods, p)
+	}
+	ping(t, pods[0].NS, pods[1].Addr.String())
+	ping(t, pods[1].NS, pods[0].Addr.String())
+
+	names := l.State().Namespaces
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := lab.Leftover(names); len(left) > 0 {
+		t.Errorf("left after Close: %v", left)
+	}
+	for _, p := range pods {
+		dir := filepath.Join("/var/lib/cni/networks", "weft-"+p.NS.Name)
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("host-local state %s after Close: %v", dir, err)
+		}
+	}
 }

@@ -7,8 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -30,6 +30,7 @@ type Daemon struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	err     error // set before done is closed
+	mu      sync.Mutex
 	env     lease.SubnetEnv
 }
 
@@ -58,6 +59,23 @@ func flagValue(args []string, name string) (string, bool) {
 	return "", false
 }
 
+// DaemonSpec says what to run on a host, and how.
+type DaemonSpec struct {
+	Binary string // weftd, flanneld or another flanneld-compatible daemon
+	// Backend, unless empty, is the backend type the network config under the
+	// daemon's prefix must have: a config of another type is replaced first (and its
+	// leases dropped).
+	Backend string
+	// Weft gives the daemon weftd's --lease-state-file of its own (the default path
+	// would be shared by every host of the lab).
+	Weft bool
+	// NoEtcd leaves out the --etcd-endpoints and --etcd-prefix flags (Kubernetes
+	// subnet manager).
+	NoEtcd bool
+	Args   []string // more flags, last: they override the lab's
+	Env    []string // added to the environment
+}
+
 // StartDaemon runs binary, a flanneld-compatible daemon, on h with flanneld's flags:
 // etcd at EtcdEndpoint, prefix DefaultPrefix, --iface=eth0, its own subnet file,
 // healthz off. extraArgs come last, so they override (an --etcd-prefix there is
@@ -65,66 +83,76 @@ func flagValue(args []string, name string) (string, bool) {
 // first set to that type when it holds another (dropping stale leases). Wait for the
 // lease with WaitSubnetEnv.
 func (l *Lab) StartDaemon(ctx context.Context, h *Host, binary, backendType string, extraArgs ...string) (*Daemon, error) {
-	return l.startDaemon(ctx, h, binary, backendType, false, extraArgs)
+	return l.Start(ctx, h, DaemonSpec{Binary: binary, Backend: backendType, Args: extraArgs})
 }
 
-// StartWeftd is StartDaemon for weftd: it also gives it a lease state file of its own
-// (the default path would be shared by every host of the lab).
+// StartWeftd is StartDaemon for weftd: it also gives it a lease state file of its own.
 func (l *Lab) StartWeftd(ctx context.Context, h *Host, binary, backendType string, extraArgs ...string) (*Daemon, error) {
-	return l.startDaemon(ctx, h, binary, backendType, true, extraArgs)
+	return l.Start(ctx, h, DaemonSpec{Binary: binary, Backend: backendType, Weft: true, Args: extraArgs})
 }
 
-func (l *Lab) startDaemon(ctx context.Context, h *Host, binary, backendType string, weft bool, extraArgs []string) (*Daemon, error) {
+// Start runs the daemon of spec on h (see StartDaemon for the flags it gets). Every
+// daemon of one binary on one host shares a directory: a daemon started again after
+// Stop finds the subnet.env and state file of the one before, as after a restart, and
+// its log goes on in the same file. Close stops it.
+func (l *Lab) Start(ctx context.Context, h *Host, spec DaemonSpec) (*Daemon, error) {
 	prefix := DefaultPrefix
-	if p, ok := flagValue(extraArgs, "etcd-prefix"); ok {
+	if p, ok := flagValue(spec.Args, "etcd-prefix"); ok {
 		prefix = p
 	}
-	if backendType != "" {
-		if err := l.ensureBackend(ctx, prefix, backendType); err != nil {
+	if spec.Backend != "" {
+		if err := l.ensureBackend(ctx, prefix, spec.Backend); err != nil {
 			return nil, err
 		}
 	}
-	abs, err := exec.LookPath(binary)
+	abs, err := exec.LookPath(spec.Binary)
 	if err != nil {
 		return nil, fmt.Errorf("daemon for %s: %w", h.Name, err)
 	}
 	if abs, err = filepath.Abs(abs); err != nil {
 		return nil, fmt.Errorf("daemon for %s: %w", h.Name, err)
 	}
-	dir, err := os.MkdirTemp(l.dir, h.Name+"-"+filepath.Base(binary)+"-")
-	if err != nil {
+	dir := filepath.Join(l.dir, h.Name+"-"+filepath.Base(abs))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("daemon dir: %w", err)
 	}
 	d := &Daemon{Host: h, Binary: abs, Prefix: prefix, Dir: dir, LogPath: filepath.Join(dir, "daemon.log"), done: make(chan struct{})}
-	logf, err := os.Create(d.LogPath)
+	logf, err := os.OpenFile(d.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("daemon log: %w", err)
 	}
 	defer logf.Close()
-	args := []string{"netns", "exec", h.NS.Name, abs,
-		"--etcd-endpoints=" + EtcdEndpoint,
-		"--etcd-prefix=" + DefaultPrefix,
-		"--iface=eth0",
-		"--subnet-file=" + d.SubnetFile(),
+	args := []string{"netns", "exec", h.NS.Name, abs}
+	if !spec.NoEtcd {
+		args = append(args, "--etcd-endpoints="+EtcdEndpoint, "--etcd-prefix="+DefaultPrefix)
 	}
-	if weft {
+	args = append(args, "--iface=eth0", "--subnet-file="+d.SubnetFile())
+	if spec.Weft {
 		args = append(args, "--lease-state-file="+filepath.Join(dir, "lease-state.json"))
 	}
-	args = append(args, extraArgs...)
+	args = append(args, spec.Args...)
 	d.cmd = exec.Command("ip", args...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.Dir = dir
-	if err := d.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s on %s: %w", binary, h.Name, err)
+	if len(spec.Env) > 0 {
+		d.cmd.Env = append(os.Environ(), spec.Env...)
 	}
-	go func() {
-		err := d.cmd.Wait()
-		d.err = fmt.Errorf("%w: %s on %s: %v", ErrDaemonExited, filepath.Base(abs), h.Name, err)
-		close(d.done)
-	}()
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if err := d.cmd.Start(); err != nil {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("start %s on %s: %w", spec.Binary, h.Name, err)
+	}
 	l.daemons = append(l.daemons, d)
 	l.mu.Unlock()
+	go func() {
+		err := d.cmd.Wait()
+		d.err = fmt.Errorf("%w: %s on %s: %w", ErrDaemonExited, filepath.Base(abs), h.Name, err)
+		close(d.done)
+	}()
 	l.saveState()
 	l.log.Debug("daemon started", zap.String("host", h.Name), zap.String("binary", abs), zap.Int("pid", d.Pid()))
 	return d, nil
@@ -156,7 +184,9 @@ func (d *Daemon) WaitSubnetEnv(ctx context.Context, timeout time.Duration) (leas
 	defer tick.Stop()
 	for {
 		if env, err := lease.ReadSubnetEnv(d.SubnetFile()); err == nil {
+			d.mu.Lock()
 			d.env = env
+			d.mu.Unlock()
 			return env, nil
 		}
 		select {
@@ -171,7 +201,11 @@ func (d *Daemon) WaitSubnetEnv(ctx context.Context, timeout time.Duration) (leas
 }
 
 // Env is the subnet.env WaitSubnetEnv read last.
-func (d *Daemon) Env() lease.SubnetEnv { return d.env }
+func (d *Daemon) Env() lease.SubnetEnv {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.env
+}
 
 // Exited reports whether the daemon has ended, and why.
 func (d *Daemon) Exited() (bool, error) {
@@ -197,6 +231,13 @@ func (d *Daemon) LastError() string {
 	return line
 }
 
+// Log returns the daemon's whole log (with those of the daemons before it on the host,
+// see Start).
+func (d *Daemon) Log() string {
+	data, _ := os.ReadFile(d.LogPath)
+	return string(data)
+}
+
 // LogTail returns the last n lines of the daemon's log.
 func (d *Daemon) LogTail(n int) string {
 	data, _ := os.ReadFile(d.LogPath)
@@ -207,7 +248,7 @@ func (d *Daemon) LogTail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// Stop ends the daemon: SIGTERM, then SIGKILL after 5 s. Stopping twice is fine.
+// Stop ends the daemon: SIGTERM, then SIGKILL after 15 s. Stopping twice is fine.
 func (d *Daemon) Stop() error {
 	if d.cmd == nil || d.cmd.Process == nil {
 		return nil
@@ -221,7 +262,7 @@ func (d *Daemon) Stop() error {
 	select {
 	case <-d.done:
 		return nil
-	case <-time.After(5 * time.Second):
+	case <-time.After(15 * time.Second):
 	}
 	_ = d.cmd.Process.Kill()
 	select {
@@ -234,38 +275,3 @@ func (d *Daemon) Stop() error {
 
 // CPUTime returns the user+system CPU time the daemon has used so far.
 func (d *Daemon) CPUTime() (time.Duration, error) { return ProcCPU(d.Pid()) }
-
-// ProcCPU reads utime+stime of pid from /proc/<pid>/stat.
-func ProcCPU(pid int) (time.Duration, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, fmt.Errorf("cpu time: %w", err)
-	}
-	return ParseProcStatCPU(string(data), 100)
-}
-
-// ErrProcStat is wrapped by errors about an unreadable /proc/<pid>/stat line.
-var ErrProcStat = errors.New("bad /proc stat line")
-
-// ParseProcStatCPU returns utime+stime of a /proc/<pid>/stat line; hz is the clock
-// tick rate (USER_HZ, 100 on Linux).
-func ParseProcStatCPU(line string, hz int) (time.Duration, error) {
-	i := strings.LastIndexByte(line, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("%w: no ')'", ErrProcStat)
-	}
-	f := strings.Fields(line[i+1:])
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("%w: %d fields", ErrProcStat, len(f))
-	}
-	u, err1 := strconv.ParseUint(f[11], 10, 64)
-	s, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrProcStat, err)
-	}
-	if u > 1<<40 || s > 1<<40 || hz <= 0 {
-		return 0, fmt.Errorf("%w: cpu ticks %d+%d at %d Hz", ErrProcStat, u, s, hz)
-	}
-	return time.Duration(u+s) * time.Second / time.Duration(hz), nil
-}

@@ -38,6 +38,9 @@ func (l *Lab) etcdHTTP() *http.Client {
 }
 
 func (l *Lab) etcdDo(ctx context.Context, method, path string, body io.Reader, ctype string, out any) error {
+	if l.etcd == nil {
+		return ErrNoEtcd
+	}
 	req, err := http.NewRequestWithContext(ctx, method, EtcdEndpoint+path, body)
 	if err != nil {
 		return fmt.Errorf("etcd %s: %w", path, err)
@@ -96,6 +99,15 @@ func (l *Lab) Put(ctx context.Context, key, value string) error {
 	}
 	form := url.Values{"value": {value}}.Encode()
 	return l.etcdDo(ctx, http.MethodPut, "/v2/keys"+key, strings.NewReader(form), "application/x-www-form-urlencoded", nil)
+}
+
+// Delete removes key from both APIs; a missing key is no error.
+func (l *Lab) Delete(ctx context.Context, key string) error {
+	body, _ := json.Marshal(map[string]string{"key": b64(key)})
+	if err := l.etcdDo(ctx, http.MethodPost, "/v3/kv/deleterange", bytes.NewReader(body), "application/json", nil); err != nil {
+		return err
+	}
+	return l.etcdDo(ctx, http.MethodDelete, "/v2/keys"+key, nil, "", nil)
 }
 
 // DeletePrefix removes every key under prefix from both APIs.
