@@ -23,7 +23,7 @@ type daemon struct {
 	be    atomic.Pointer[encap.Backend]
 	mgr   atomic.Pointer[lease.Manager] // for /readyz
 	held  atomic.Pointer[lease.Lease]   // our lease, once acquired
-	masq  *masquerader // nil without --ip-masq
+	masq  *masquerader                  // nil without --ip-masq
 }
 
 func (d *daemon) run(ctx context.Context) error {
