@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weftnet/weft/internal/kubetest"
 	"github.com/weftnet/weft/internal/testenv"
 )
 
@@ -80,13 +81,14 @@ func TestMixedWithFlanneld(t *testing.T) {
 	}
 }
 
-// TestMixedWithFlanneldKube: in Kubernetes mode a weftd node and a flanneld node read
-// each other's node annotations and carry pod traffic both ways.
+// TestMixedWithFlanneldKube: in Kubernetes mode a weftd node and a flanneld node, both
+// as kube-flannel's ServiceAccount and finding their nodes from their pods, read each
+// other's node annotations and carry pod traffic both ways.
 func TestMixedWithFlanneldKube(t *testing.T) {
 	for _, backend := range []string{"udp", "vxlan"} {
 		t.Run(backend, func(t *testing.T) {
 			c := newCluster(t, "v3")
-			srv, cs := kubeCluster(t, c)
+			_, cs, id := kubeCluster(t, c)
 			conf := netConf(t, backend)
 			cidrs := map[string]string{"a": "198.18.10.0/24", "f": "198.18.30.0/24"}
 			hosts := map[string]*host{}
@@ -94,9 +96,10 @@ func TestMixedWithFlanneldKube(t *testing.T) {
 				createNode(t, cs, "node-"+name, cidrs[name])
 				hosts[name] = c.addHost(name, lan)
 			}
-			kubeArgs := []string{"--kube-subnet-mgr", "--kubeconfig-file=" + srv.Kubeconfig, "--net-config-path=" + conf}
-			c.startWith(hosts["a"], append(kubeArgs, "--node-name=node-a")...)
-			c.run(hosts["f"], flanneldBin(t), []string{"NODE_NAME=node-f"}, kubeArgs...)
+			c.startKube(hosts["a"], cs, id, conf)
+			kubetest.Pod(t, cs, "kube-flannel-ds-f", "node-f")
+			c.run(hosts["f"], flanneldBin(t), []string{"POD_NAME=kube-flannel-ds-f", "POD_NAMESPACE=" + kubetest.Namespace},
+				"--kube-subnet-mgr", "--kubeconfig-file="+id.Kubeconfig, "--net-config-path="+conf)
 			pods := c.podsOnPodCIDRs(hosts, cidrs)
 			meshPing(c, hosts, pods, "a", "f")
 			// Both published the same annotations, which is how each learned the other.
