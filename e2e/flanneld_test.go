@@ -85,7 +85,15 @@ func TestMixedWithFlanneld(t *testing.T) {
 // as kube-flannel's ServiceAccount and finding their nodes from their pods, read each
 // other's node annotations and carry pod traffic both ways.
 func TestMixedWithFlanneldKube(t *testing.T) {
-	for _, backend := range []string{"udp", "vxlan"} {
+	for _, tc := range []struct {
+		backend, prefix string // prefix: --kube-annotation-prefix, "" for the default
+		keys            string // what annotation keys start with
+	}{
+		{"udp", "", "flannel.alpha.coreos.com/"},
+		// flanneld's rule for a prefix with a slash: both daemons must agree on the keys.
+		{"vxlan", "example.com/flannel", "example.com/flannel-"},
+	} {
+		backend := tc.backend
 		t.Run(backend, func(t *testing.T) {
 			c := newCluster(t, "v3")
 			_, cs, id := kubeCluster(t, c)
@@ -96,17 +104,21 @@ func TestMixedWithFlanneldKube(t *testing.T) {
 				createNode(t, cs, "node-"+name, cidrs[name])
 				hosts[name] = c.addHost(name, lan)
 			}
-			c.startKube(hosts["a"], cs, id, conf)
+			var extra []string
+			if tc.prefix != "" {
+				extra = []string{"--kube-annotation-prefix=" + tc.prefix}
+			}
+			c.startKube(hosts["a"], cs, id, conf, extra...)
 			kubetest.Pod(t, cs, "kube-flannel-ds-f", "node-f")
 			c.run(hosts["f"], flanneldBin(t), []string{"POD_NAME=kube-flannel-ds-f", "POD_NAMESPACE=" + kubetest.Namespace},
-				"--kube-subnet-mgr", "--kubeconfig-file="+id.Kubeconfig, "--net-config-path="+conf)
+				append([]string{"--kube-subnet-mgr", "--kubeconfig-file=" + id.Kubeconfig, "--net-config-path=" + conf}, extra...)...)
 			pods := c.podsOnPodCIDRs(hosts, cidrs)
 			meshPing(c, hosts, pods, "a", "f")
 			// Both published the same annotations, which is how each learned the other.
 			for _, name := range []string{"node-a", "node-f"} {
 				n := getNode(t, cs, name)
 				for _, k := range []string{"backend-data", "backend-type", "kube-subnet-manager", "public-ip"} {
-					if _, ok := n.Annotations["flannel.alpha.coreos.com/"+k]; !ok {
+					if _, ok := n.Annotations[tc.keys+k]; !ok {
 						t.Errorf("%s lacks annotation %s: %v", name, k, n.Annotations)
 					}
 				}
