@@ -25,6 +25,22 @@ func (d *daemon) serveHealthz() (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("healthz on %s: %w", addr, err)
 	}
+	srv := &http.Server{Handler: d.healthzMux(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("healthz server", zap.Error(err))
+		}
+	}()
+	d.log.Info("healthz listening", zap.Stringer("addr", ln.Addr()))
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
+
+// healthzMux serves /healthz, /readyz and /stats.
+func (d *daemon) healthzMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "weftd is running")
@@ -50,18 +66,7 @@ func (d *daemon) serveHealthz() (stop func(), err error) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(sr.Stats())
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Error("healthz server", zap.Error(err))
-		}
-	}()
-	d.log.Info("healthz listening", zap.Stringer("addr", ln.Addr()))
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}, nil
+	return mux
 }
 
 // healthReporter is implemented by lease managers that can tell whether the lease is
