@@ -27,6 +27,9 @@ import (
 // (deploy/rbac.yml), never cluster admin.
 func kubeCluster(t *testing.T, c *cluster) (*kubeproc.Server, kubernetes.Interface, kubetest.Identity) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("runs kube-apiserver")
+	}
 	testenv.NeedTools(t, "go")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
