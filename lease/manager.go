@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -42,6 +43,10 @@ type EtcdManager struct {
 	mu  sync.Mutex
 	cfg *Config
 	st  state
+
+	// downSince is when etcd became unreachable (Unix ns; 0 while it is reachable or
+	// nobody watches, see MonitorEtcd), for Health.
+	downSince atomic.Int64
 }
 
 // NewManager returns a Manager over reg.

@@ -19,9 +19,11 @@ import (
 type daemon struct {
 	opts  *options
 	log   *zap.Logger
-	ready atomic.Bool
+	ready atomic.Bool // the data path runs on a held lease
 	be    atomic.Pointer[encap.Backend]
-	masq  *masquerader // nil without --ip-masq
+	mgr   atomic.Pointer[lease.Manager] // for /readyz
+	held  atomic.Pointer[lease.Lease]   // our lease, once acquired
+	masq  *masquerader                  // nil without --ip-masq
 }
 
 func (d *daemon) run(ctx context.Context) error {
@@ -36,11 +38,16 @@ func (d *daemon) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.mgr.Store(&mgr)
 	cfg, err := mgr.Config(ctx)
 	if err != nil {
 		return fmt.Errorf("network config: %w", err)
 	}
-	ext, err := externalInterface(d.opts.ifaces, d.opts.ifaceRegex, d.opts.publicIP)
+	publicIP, err := d.publicIP(ctx, mgr)
+	if err != nil {
+		return err
+	}
+	ext, err := externalInterface(d.opts.ifaces, d.opts.ifaceRegex, publicIP)
 	if err != nil {
 		return err
 	}
@@ -62,6 +69,7 @@ func (d *daemon) run(ctx context.Context) error {
 		return fmt.Errorf("acquire lease: %w", err)
 	}
 	d.log.Info("lease acquired", zap.Stringer("subnet", own.Subnet), zap.Time("expires", own.Expiration))
+	d.held.Store(&own)
 	if err := be.Register(ctx, own); err != nil {
 		return fmt.Errorf("%s backend: %w", be.Type(), err)
 	}
@@ -166,6 +174,7 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 			}
 		}
 		own = next
+		d.held.Store(&next)
 	}
 }
 

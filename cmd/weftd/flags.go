@@ -50,6 +50,10 @@ type options struct {
 	netConfigPath     string
 	setNodeNetUnavail bool
 	nodeName          string
+	// podName, podNamespace: our pod (POD_NAME, POD_NAMESPACE, as kube-flannel.yml
+	// sets them); without a node name the node is the pod's spec.nodeName.
+	podName      string
+	podNamespace string
 
 	leaseStateFile string // weft
 }
@@ -136,6 +140,7 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (*options
 	if o.nodeName == "" {
 		o.nodeName = env("NODE_NAME")
 	}
+	o.podName, o.podNamespace = env("POD_NAME"), env("POD_NAMESPACE")
 	return o, o.check()
 }
 
@@ -152,8 +157,8 @@ func (o *options) check() error {
 		return fmt.Errorf("--healthz-port=%d: not a port", o.healthzPort)
 	case o.iptablesResync <= 0:
 		return fmt.Errorf("--iptables-resync=%d: must be positive", o.iptablesResync)
-	case o.kubeSubnetMgr && o.nodeName == "":
-		return errors.New("--kube-subnet-mgr needs the node name: set NODE_NAME or --node-name")
+	case o.kubeSubnetMgr && o.nodeName == "" && (o.podName == "" || o.podNamespace == ""):
+		return errors.New("--kube-subnet-mgr needs the node: set POD_NAME and POD_NAMESPACE (as kube-flannel.yml does), NODE_NAME or --node-name")
 	}
 	return nil
 }

@@ -19,9 +19,9 @@ func (m *Manager) leaseOf(n *corev1.Node) (lease.Lease, bool) {
 	if err != nil {
 		return lease.Lease{}, false
 	}
-	typ, okT := n.Annotations[m.key("backend-type")]
-	ipStr, okIP := n.Annotations[m.key("public-ip")]
-	data, okD := n.Annotations[m.key("backend-data")]
+	typ, okT := n.Annotations[m.key(annBackendType)]
+	ipStr, okIP := n.Annotations[m.key(annPublicIP)]
+	data, okD := n.Annotations[m.key(annBackendData)]
 	if !okT || !okIP || !okD {
 		return lease.Lease{}, false
 	}
