@@ -59,12 +59,17 @@ func errCode(err error) int {
 }
 
 func (e *etcd2) Config(ctx context.Context) ([]byte, error) {
-	resp, err := e.kapi.Get(ctx, e.opts.configKey(), nil)
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := e.kapi.Get(rctx, e.opts.configKey(), nil)
 	if errCode(err) == client.ErrorCodeKeyNotFound {
 		return nil, fmt.Errorf("%w at %s (v2 API)", ErrNoConfig, e.opts.configKey())
 	}
 	if err != nil {
-		return nil, err
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, e.opts.explain(err, e.opts.configKey())
 	}
 	return []byte(resp.Node.Value), nil
 }
@@ -77,7 +82,7 @@ func (e *etcd2) List(ctx context.Context) (Listing, error) {
 		return Listing{Rev: int64(ce.Index)}, nil
 	}
 	if err != nil {
-		return Listing{}, err
+		return Listing{}, e.opts.explain(err, e.opts.subnetsDir())
 	}
 	l := Listing{Rev: int64(resp.Index)}
 	for _, n := range resp.Node.Nodes {
@@ -116,7 +121,7 @@ func (e *etcd2) set(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.
 		return time.Time{}, fmt.Errorf("%w: %v", ErrNotFound, subnet)
 	}
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, e.opts.explain(err, e.key(subnet))
 	}
 	if resp.Node.Expiration != nil {
 		return *resp.Node.Expiration, nil
@@ -137,7 +142,7 @@ func (e *etcd2) Delete(ctx context.Context, subnet netip.Prefix) error {
 	if errCode(err) == client.ErrorCodeKeyNotFound {
 		return nil
 	}
-	return err
+	return e.opts.explain(err, e.key(subnet))
 }
 
 func (e *etcd2) Watch(ctx context.Context, rev int64, changes func([]Change)) error {
@@ -151,7 +156,7 @@ func (e *etcd2) Watch(ctx context.Context, rev int64, changes func([]Change)) er
 			return fmt.Errorf("%w: %w", ErrGap, err)
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %w", ErrGap, err)
+			return fmt.Errorf("%w: %w", ErrGap, e.opts.explain(err, e.opts.subnetsDir()))
 		}
 		if resp.Node == nil || resp.Node.Dir {
 			continue
