@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -71,6 +72,43 @@ var unreachableWords = []string{
 	"context deadline exceeded", "etcd cluster is unavailable",
 }
 
+// etcdError is an etcd call's failure with its cause named: the sentinels it is
+// (errors.Is), our words on what to check, then the client library's own words.
+type etcdError struct {
+	causes []error
+	what   string
+	err    error
+}
+
+func (e *etcdError) Error() string {
+	var b strings.Builder
+	for i, c := range e.causes {
+		if i > 0 {
+			b.WriteString(" or ")
+		}
+		b.WriteString(c.Error())
+	}
+	return b.String() + " " + e.what + ": " + e.err.Error()
+}
+
+func (e *etcdError) Unwrap() []error { return append(slices.Clip(e.causes), e.err) }
+
+// summary is the error without the library's words, which vary from one attempt to
+// the next (ports, which of gRPC's layers noticed): the same summary is the same cause.
+func (e *etcdError) summary() string {
+	s := e.Error()
+	return s[:len(s)-len(e.err.Error())]
+}
+
+// errorSummary is err's summary when it is an etcdError, else its text.
+func errorSummary(err error) string {
+	var ee *etcdError
+	if errors.As(err, &ee) {
+		return ee.summary()
+	}
+	return err.Error()
+}
+
 // explain wraps err, from an etcd call about key, in the sentinel of its cause. Errors
 // of other kinds (etcd's answers about keys, cancellation) come back unchanged.
 func (o EtcdOptions) explain(err error, key string) error {
@@ -85,49 +123,42 @@ func (o EtcdOptions) explain(err error, key string) error {
 	if user == "" {
 		user = "(none: the client certificate's CN, if etcd takes it)"
 	}
+	wrap := func(what string, causes ...error) error { return &etcdError{causes: causes, what: what, err: err} }
 	switch {
 	case errors.Is(err, rpctypes.ErrAuthFailed):
-		return fmt.Errorf("%w for user %q: check --etcd-username and --etcd-password: %w", ErrEtcdAuth, o.Username, err)
+		return wrap(fmt.Sprintf("for user %q: check --etcd-username and --etcd-password", o.Username), ErrEtcdAuth)
 	case errors.Is(err, rpctypes.ErrUserEmpty), errors.Is(err, rpctypes.ErrUserNotFound):
-		return fmt.Errorf("%w: etcd wants a known user (--etcd-username/--etcd-password, or a client certificate whose CN is an etcd user): %w", ErrEtcdAuth, err)
+		return wrap("at "+o.endpoints()+": etcd wants a known user (--etcd-username/--etcd-password, or a client certificate whose CN is an etcd user)", ErrEtcdAuth)
 	case errors.Is(err, rpctypes.ErrPermissionDenied):
-		return fmt.Errorf("%w for user %s on %s: %s: %w", ErrEtcdPermission, user, key, o.roleHint(), err)
+		return wrap(fmt.Sprintf("for user %s on %s: %s", user, key, o.roleHint()), ErrEtcdPermission)
 	case isV2NoCredentials(err):
-		return fmt.Errorf("%w or %w (the v2 API does not say which) for user %s on %s: check --etcd-username and --etcd-password; %s: %w",
-			ErrEtcdAuth, ErrEtcdPermission, user, key, o.roleHint(), err)
+		return wrap(fmt.Sprintf("(the v2 API does not say which) for user %s on %s: check --etcd-username and --etcd-password; %s", user, key, o.roleHint()),
+			ErrEtcdAuth, ErrEtcdPermission)
 	}
 	for _, c := range tlsCauses {
 		if strings.Contains(msg, c.match) {
-			return fmt.Errorf("%w at %s: %s: %w", ErrEtcdTLS, o.endpoints(), c.hint(o), err)
+			return wrap("at "+o.endpoints()+": "+c.hint(o), ErrEtcdTLS)
 		}
 	}
 	if o.tlsCfg != nil && isTransportError(msg) {
 		if perr := probeTLS(context.Background(), o.Endpoints, o.tlsCfg); perr != nil {
 			for _, c := range tlsCauses {
 				if strings.Contains(perr.Error(), c.match) {
-					return fmt.Errorf("%w at %s: %s: %w (the connection broke: %w)", ErrEtcdTLS, o.endpoints(), c.hint(o), perr, err)
+					return &etcdError{causes: []error{ErrEtcdTLS}, what: "at " + o.endpoints() + ": " + c.hint(o),
+						err: fmt.Errorf("%w (the connection broke: %w)", perr, err)}
 				}
 			}
 		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w at %s: no answer within %v%s: %w", ErrEtcdUnreachable, o.endpoints(), requestTimeout, o.noCertHint(), err)
+		return wrap(fmt.Sprintf("at %s: no answer within %v%s", o.endpoints(), requestTimeout, o.noCertHint()), ErrEtcdUnreachable)
 	}
 	for _, w := range unreachableWords {
 		if strings.Contains(msg, w) {
-			return fmt.Errorf("%w at %s%s: %w", ErrEtcdUnreachable, o.endpoints(), o.noCertHint(), err)
+			return wrap("at "+o.endpoints()+o.noCertHint(), ErrEtcdUnreachable)
 		}
 	}
 	return err
-}
-
-// noCertHint is said of a connection closed under TLS without a client certificate:
-// over TLS 1.3 etcd's refusal may reach us as a broken pipe rather than an alert.
-func (o EtcdOptions) noCertHint() string {
-	if o.CAFile != "" && o.CertFile == "" {
-		return " (if etcd checks client certificates, set --etcd-certfile and --etcd-keyfile)"
-	}
-	return ""
 }
 
 // isTransportError reports words of a connection that broke after it was made.
@@ -150,3 +181,12 @@ func (o EtcdOptions) endpoints() string { return strings.Join(o.Endpoints, ",") 
 // error 110 "Insufficient credentials", the same for a wrong password and a missing
 // permission.
 func isV2NoCredentials(err error) bool { return errCode(err) == client.ErrorCodeUnauthorized }
+
+// noCertHint is said of a connection closed under TLS without a client certificate:
+// over TLS 1.3 etcd's refusal may reach us as a broken pipe rather than an alert.
+func (o EtcdOptions) noCertHint() string {
+	if o.CAFile != "" && o.CertFile == "" {
+		return " (if etcd checks client certificates, set --etcd-certfile and --etcd-keyfile)"
+	}
+	return ""
+}

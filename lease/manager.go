@@ -91,7 +91,7 @@ func (m *EtcdManager) Config(ctx context.Context) (*Config, error) {
 		wait, msg, why := m.opts.ConfigPoll, "waiting for the network config", "no config"
 		if !errors.Is(err, ErrNoConfig) {
 			wait = max(bo.next(), m.opts.ConfigPoll)
-			msg, why = "cannot read the network config from etcd; retrying", err.Error()
+			msg, why = "cannot read the network config from etcd; retrying", errorSummary(err)
 		} else {
 			bo.reset()
 		}
@@ -99,11 +99,11 @@ func (m *EtcdManager) Config(ctx context.Context) (*Config, error) {
 			if why == "no config" {
 				m.log.Warn(msg, zap.Error(err))
 			} else {
-				m.log.Error(msg, zap.Error(err), zap.Duration("retry-in", wait.Round(time.Millisecond)), zap.Int("attempt", attempts))
+				m.log.Error(msg, zap.Error(err), zap.String("retry-in", wait.Round(time.Millisecond).String()), zap.Int("attempt", attempts))
 			}
 			lastLog, lastWhy = time.Now(), why
 		} else {
-			m.log.Debug(msg, zap.Error(err), zap.Duration("retry-in", wait.Round(time.Millisecond)), zap.Int("attempt", attempts))
+			m.log.Debug(msg, zap.Error(err), zap.String("retry-in", wait.Round(time.Millisecond).String()), zap.Int("attempt", attempts))
 		}
 		if err := sleep(ctx, wait); err != nil {
 			return nil, err

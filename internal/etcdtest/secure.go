@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"net"
 	"net/http"
 	"os"
 	"testing"
@@ -12,8 +13,10 @@ import (
 	client "go.etcd.io/etcd/client/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/weftnet/weft/internal/etcdproc"
+	"github.com/weftnet/weft/internal/netns"
 	"github.com/weftnet/weft/internal/testenv"
 	"github.com/weftnet/weft/internal/testpki"
 )
@@ -35,10 +38,15 @@ type Secure struct {
 	CA     *testpki.CA
 	Admin  testpki.Pair // client certificate with CN root
 	Client testpki.Pair // client certificate for weftd, CN weftd-host (no etcd user)
+	NS     *netns.NS    // etcd runs in this namespace (127.0.0.1:2379 there); nil: here
 }
 
 // StartSecure runs a TLS etcd with client certificate checks for t.
-func StartSecure(t testing.TB) *Secure {
+func StartSecure(t testing.TB) *Secure { t.Helper(); return StartSecureIn(t, nil) }
+
+// StartSecureIn is StartSecure inside ns (nil: this namespace); the admin clients
+// dial into it.
+func StartSecureIn(t testing.TB, ns *netns.NS) *Secure {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs a real etcd server; skipped with -short")
@@ -53,16 +61,20 @@ func StartSecure(t testing.TB) *Secure {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Secure{Dir: dir, CA: ca}
+	s := &Secure{Dir: dir, CA: ca, NS: ns}
 	if s.Admin, err = ca.Issue(testpki.Spec{Name: "admin", CN: "root", Client: true}); err != nil {
 		t.Fatal(err)
 	}
 	if s.Client, err = ca.Issue(testpki.Spec{Name: "weftd-client", CN: "weftd-host", Client: true}); err != nil {
 		t.Fatal(err)
 	}
-	s.Server, err = etcdproc.Start(context.Background(), etcdproc.Options{TLS: &etcdproc.TLS{
+	opts := etcdproc.Options{TLS: &etcdproc.TLS{
 		CertFile: srv.CertFile, KeyFile: srv.KeyFile, TrustedCAFile: ca.CertFile, ClientCertAuth: true,
-	}})
+	}}
+	if ns != nil {
+		opts.Netns = ns.Name
+	}
+	s.Server, err = etcdproc.Start(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("etcd with TLS: %v", err)
 	}
@@ -89,10 +101,16 @@ func (s *Secure) AdminTLS(t testing.TB) *tls.Config {
 // V3 is a v3 client as root (before SetupAuth: no auth needed).
 func (s *Secure) V3(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{
+	cfg := clientv3.Config{
 		Endpoints: []string{s.Endpoint()}, TLS: s.AdminTLS(t), DialTimeout: 10 * time.Second,
 		Username: "root", Password: RootPassword, Logger: zap.NewNop(),
-	})
+	}
+	if s.NS != nil {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return s.NS.DialContext(ctx, "tcp", addr)
+		})}
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatalf("etcd v3 admin client: %v", err)
 	}
@@ -105,13 +123,21 @@ func (s *Secure) V2(t testing.TB) client.Client {
 	t.Helper()
 	c, err := client.New(client.Config{
 		Endpoints: []string{s.Endpoint()},
-		Transport: &http.Transport{TLSClientConfig: s.AdminTLS(t)},
+		Transport: s.transport(t),
 		Username:  "root", Password: RootPassword,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+func (s *Secure) transport(t testing.TB) *http.Transport {
+	tr := &http.Transport{TLSClientConfig: s.AdminTLS(t)}
+	if s.NS != nil {
+		tr.DialContext = s.NS.DialContext
+	}
+	return tr
 }
 
 // SetupAuth enables authentication on both APIs (they are separate in etcd 3.4) with
