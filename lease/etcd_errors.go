@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	client "go.etcd.io/etcd/client/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The causes an etcd call can fail for that an operator must act on. Errors from the
@@ -150,7 +152,7 @@ func (o EtcdOptions) explain(err error, key string) error {
 			}
 		}
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
 		return wrap(fmt.Sprintf("at %s: no answer within %v%s", o.endpoints(), requestTimeout, o.noCertHint()), ErrEtcdUnreachable)
 	}
 	for _, w := range unreachableWords {

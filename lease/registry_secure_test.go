@@ -3,14 +3,18 @@ package lease
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	client "go.etcd.io/etcd/client/v2"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/weftnet/weft/internal/etcdproc"
 	"github.com/weftnet/weft/internal/etcdtest"
+	"github.com/weftnet/weft/internal/testenv"
 	"github.com/weftnet/weft/internal/testpki"
 )
 
@@ -210,5 +214,86 @@ func TestRegistryNoUser(t *testing.T) {
 	_, err = reg.Config(testCtx(t, 30*time.Second))
 	if !errors.Is(err, ErrEtcdAuth) && !errors.Is(err, ErrEtcdPermission) {
 		t.Fatalf("Config without a user = %v, want ErrEtcdAuth or ErrEtcdPermission", err)
+	}
+}
+
+// TestRegistryExpiredServerCertificate: etcd serves a certificate that expired an
+// hour ago.
+func TestRegistryExpiredServerCertificate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a real etcd server; skipped with -short")
+	}
+	testenv.NeedTools(t, "etcd")
+	dir := t.TempDir()
+	ca, err := testpki.NewCA(dir, "ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCert, err := ca.Issue(testpki.Spec{Name: "server", Server: true,
+		NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := etcdproc.Start(context.Background(), etcdproc.Options{TLS: &etcdproc.TLS{CertFile: srvCert.CertFile, KeyFile: srvCert.KeyFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	for _, api := range apis {
+		t.Run(api, func(t *testing.T) {
+			reg, err := NewEtcdRegistry(EtcdOptions{Endpoints: []string{srv.Endpoint()}, API: api, CAFile: ca.CertFile}, zaptest.NewLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { reg.Close() })
+			_, err = reg.Config(testCtx(t, 30*time.Second))
+			if !errors.Is(err, ErrEtcdTLS) || !strings.Contains(err.Error(), "etcd's certificate has expired or is not yet valid") {
+				t.Fatalf("Config = %v, want ErrEtcdTLS saying etcd's certificate expired", err)
+			}
+		})
+	}
+}
+
+// TestRegistryNoAnswer: the endpoint takes connections and never answers (a hung
+// etcd, a proxy without a backend). Config gives up after one bounded attempt and
+// says so.
+func TestRegistryNoAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	for _, api := range apis {
+		t.Run(api, func(t *testing.T) {
+			reg, err := NewEtcdRegistry(EtcdOptions{Endpoints: []string{"http://" + ln.Addr().String()}, API: api}, zaptest.NewLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { reg.Close() })
+			_, err = reg.Config(testCtx(t, 30*time.Second))
+			if !errors.Is(err, ErrEtcdUnreachable) || !strings.Contains(err.Error(), "no answer within") {
+				t.Fatalf("Config = %v, want ErrEtcdUnreachable saying there was no answer", err)
+			}
+		})
 	}
 }
