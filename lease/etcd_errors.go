@@ -18,8 +18,8 @@ import (
 // registries wrap one of them (errors.Is) with a hint naming the flag or the role to
 // look at, and keep the client library's own words after it.
 var (
-	// ErrEtcdUnreachable: no connection to any endpoint (refused, no route, timeout).
-	ErrEtcdUnreachable = errors.New("etcd unreachable")
+	// ErrEtcdUnreachable: no connection to any endpoint (refused, no route, no answer).
+	ErrEtcdUnreachable = errors.New("no connection to etcd")
 	// ErrEtcdTLS: the TLS handshake failed, on either side.
 	ErrEtcdTLS = errors.New("etcd TLS handshake failed")
 	// ErrEtcdAuth: etcd rejected the user name and password, or wants some.

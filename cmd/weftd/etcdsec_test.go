@@ -358,7 +358,7 @@ func TestWeftdEtcdUnreachable(t *testing.T) {
 	for _, api := range []string{"v3", "v2"} {
 		t.Run(api, func(t *testing.T) {
 			p := startWeftd(t, ns, "--etcd-endpoints="+ep, "--etcd-api="+api)
-			expectRetrying(t, p, []string{"etcd unreachable at " + ep, "connection refused"})
+			expectRetrying(t, p, []string{"no connection to etcd at " + ep, "connection refused"})
 		})
 	}
 }
