@@ -10,9 +10,13 @@ import (
 )
 
 // Start runs etcd for t (loopback, free port, v2 API enabled) and removes it at cleanup.
-// A missing etcd binary fails the test under WEFT_E2E=1 and skips it otherwise.
+// A missing etcd binary fails the test under WEFT_E2E=1 and skips it otherwise; with
+// -short the test is skipped.
 func Start(t testing.TB) *etcdproc.Server {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a real etcd server; skipped with -short")
+	}
 	testenv.NeedTools(t, "etcd")
 	s, err := etcdproc.Start(context.Background(), etcdproc.Options{})
 	if err != nil {
