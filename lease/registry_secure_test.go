@@ -297,3 +297,50 @@ func TestRegistryNoAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestRegistryClientCertificateAsUser: with --client-cert-auth etcd takes the client
+// certificate's CN as the user when no password comes: weftd needs no password then.
+func TestRegistryClientCertificateAsUser(t *testing.T) {
+	l := newSecureLab(t)
+	cert, err := l.etcd.CA.Issue(testpki.Spec{Name: "weftd-cn", CN: etcdtest.WeftdUser, Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outsider, err := l.etcd.CA.Issue(testpki.Spec{Name: "outsider-cn", CN: etcdtest.OutsiderUser, Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, api := range apis {
+		t.Run(api, func(t *testing.T) {
+			o := l.good(api)
+			o.Username, o.Password = "", ""
+			o.CertFile, o.KeyFile = cert.CertFile, cert.KeyFile
+			reg, err := NewEtcdRegistry(o, zaptest.NewLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { reg.Close() })
+			ctx := testCtx(t, 30*time.Second)
+			if _, err := reg.Config(ctx); err != nil {
+				t.Fatalf("Config as CN %s: %v", etcdtest.WeftdUser, err)
+			}
+			sub := pfx("198.18.9.0/24")
+			if _, err := reg.Create(ctx, sub, attrsA, time.Hour); err != nil {
+				t.Fatalf("Create as CN %s: %v", etcdtest.WeftdUser, err)
+			}
+			if err := reg.Delete(ctx, sub); err != nil {
+				t.Fatal(err)
+			}
+
+			o.CertFile, o.KeyFile = outsider.CertFile, outsider.KeyFile
+			reg2, err := NewEtcdRegistry(o, zaptest.NewLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { reg2.Close() })
+			if _, err := reg2.Config(ctx); !errors.Is(err, ErrEtcdPermission) {
+				t.Fatalf("Config as CN %s = %v, want ErrEtcdPermission", etcdtest.OutsiderUser, err)
+			}
+		})
+	}
+}
