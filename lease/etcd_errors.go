@@ -157,7 +157,11 @@ func (o EtcdOptions) explain(err error, key string) error {
 	}
 	for _, w := range unreachableWords {
 		if strings.Contains(msg, w) {
-			return wrap("at "+o.endpoints()+o.noCertHint(), ErrEtcdUnreachable)
+			hint := o.noCertHint()
+			if o.tlsCfg == nil && o.CAFile == "" && isTransportError(msg) {
+				hint = " (if etcd serves TLS, use https:// endpoints and --etcd-cafile)"
+			}
+			return wrap("at "+o.endpoints()+hint, ErrEtcdUnreachable)
 		}
 	}
 	return err

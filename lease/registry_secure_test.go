@@ -138,6 +138,10 @@ func TestRegistryTLSAndAuthFailures(t *testing.T) {
 		// error names the flag either way.
 		{"no client certificate", apis, func(o *EtcdOptions) { o.CertFile, o.KeyFile = "", "" },
 			nil, []string{"--etcd-certfile and --etcd-keyfile"}},
+		{"http:// to a TLS etcd", []string{"v3"}, func(o *EtcdOptions) {
+			o.Endpoints[0] = strings.Replace(o.Endpoints[0], "https://", "http://", 1)
+			o.CAFile, o.CertFile, o.KeyFile = "", "", ""
+		}, []error{ErrEtcdUnreachable}, []string{"if etcd serves TLS, use https://"}},
 		{"wrong password", []string{"v3"}, func(o *EtcdOptions) { o.Password = "wrong" },
 			[]error{ErrEtcdAuth}, []string{"authentication failed", `user "weftd"`}},
 		{"user without rights on the prefix", []string{"v3"}, func(o *EtcdOptions) {
