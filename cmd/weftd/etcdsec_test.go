@@ -350,6 +350,35 @@ func TestWeftdEtcdRefusals(t *testing.T) {
 	}
 }
 
+// TestWeftdEtcdNoRightsOnLeases: the user may read the config but not the leases;
+// weftd names the key and the rights it lacks while it retries to acquire a lease
+// (on v2 too, whose 401 says nothing more, as the password did read the config).
+func TestWeftdEtcdNoRightsOnLeases(t *testing.T) {
+	s := newSecureEtcd(t)
+	for _, api := range []string{"v3", "v2"} {
+		t.Run(api, func(t *testing.T) {
+			p := startWeftd(t, s.NS, s.flags(api, func(f map[string]string) {
+				f["etcd-username"], f["etcd-password"] = etcdtest.ReaderUser, etcdtest.ReaderSecret
+			})...)
+			const msg = "acquiring a lease failed; retrying"
+			l, after := p.await(t, "the lease failure", func(l logLine) bool { return l.str("msg") == msg })
+			for _, w := range []string{"permission denied", "user reader on " + s.prefix + "/subnets/", "readwrite on the keys under " + s.prefix + "/subnets/"} {
+				if !strings.Contains(l.str("error"), w) {
+					t.Errorf("error does not say %q: %s", w, l.str("error"))
+				}
+			}
+			if strings.Contains(l.str("error"), "authentication failed") {
+				t.Errorf("blames the password that read the config: %s", l.str("error"))
+			}
+			t.Logf("after %v: %s", after, l.str("error"))
+			if err := p.stop(t); err != nil {
+				t.Fatalf("weftd exit after SIGTERM while acquiring: %v", err)
+			}
+			p.await(t, "a clean stop", func(l logLine) bool { return l.str("msg") == "stopped while acquiring a lease" })
+		})
+	}
+}
+
 // TestWeftdEtcdUnreachable: nothing listens at the endpoint. weftd says so, keeps
 // trying, and stops cleanly on SIGTERM.
 func TestWeftdEtcdUnreachable(t *testing.T) {

@@ -28,6 +28,8 @@ const (
 	WeftdPassword  = "weftd-secret"
 	OutsiderUser   = "outsider" // holds the weftd role for another prefix only
 	OutsiderSecret = "outsider-secret"
+	ReaderUser     = "reader" // may read the config and nothing else
+	ReaderSecret   = "reader-secret"
 )
 
 // Secure is an etcd that serves clients only over TLS and only with a client
@@ -141,8 +143,9 @@ func (s *Secure) transport(t testing.TB) *http.Transport {
 }
 
 // SetupAuth enables authentication on both APIs (they are separate in etcd 3.4) with
-// three users: root, WeftdUser with the least-privilege role of README.md for prefix,
-// and OutsiderUser with that role for another prefix only. On the v2 API the guest
+// four users: root, WeftdUser with the least-privilege role of README.md for prefix,
+// OutsiderUser with that role for another prefix only, and ReaderUser who may read
+// the config but no lease. On the v2 API the guest
 // role, which may do anything, loses its rights.
 func (s *Secure) SetupAuth(t testing.TB, prefix string) {
 	t.Helper()
@@ -169,6 +172,14 @@ func (s *Secure) SetupAuth(t testing.TB, prefix string) {
 		_, err = cli.UserGrantRole(ctx, u.name, role)
 		step("v3 grant "+u.name, err)
 	}
+	_, err = cli.RoleAdd(ctx, "reader-role")
+	step("v3 reader role", err)
+	_, err = cli.RoleGrantPermission(ctx, "reader-role", prefix+"/config", "", clientv3.PermissionType(clientv3.PermRead))
+	step("v3 reader role", err)
+	_, err = cli.UserAdd(ctx, ReaderUser, ReaderSecret)
+	step("v3 add reader", err)
+	_, err = cli.UserGrantRole(ctx, ReaderUser, "reader-role")
+	step("v3 grant reader", err)
 	_, err = cli.AuthEnable(ctx)
 	step("v3 auth enable", err)
 
@@ -184,6 +195,12 @@ func (s *Secure) SetupAuth(t testing.TB, prefix string) {
 		_, err = users.GrantUser(ctx, u.name, []string{role})
 		step("v2 grant "+u.name, err)
 	}
+	step("v2 reader role", roles.AddRole(ctx, "reader-role"))
+	_, err = roles.GrantRoleKV(ctx, "reader-role", []string{prefix + "/config"}, client.ReadPermission)
+	step("v2 reader role", err)
+	step("v2 add reader", users.AddUser(ctx, ReaderUser, ReaderSecret))
+	_, err = users.GrantUser(ctx, ReaderUser, []string{"reader-role"})
+	step("v2 grant reader", err)
 	step("v2 auth enable", client.NewAuthAPI(c2).Enable(ctx))
 	_, err = roles.RevokeRoleKV(ctx, "guest", []string{"/*"}, client.ReadWritePermission)
 	step("v2 revoke guest", err)
