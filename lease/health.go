@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -66,9 +65,6 @@ func (m *EtcdManager) MonitorEtcd(ctx context.Context) {
 		s = cs.connState()
 	}
 }
-
-// ErrEtcdUnreachable is Health's reason while etcd cannot be reached.
-var ErrEtcdUnreachable = errors.New("etcd unreachable")
 
 // Health returns nil unless MonitorEtcd has seen etcd unreachable for longer than a
 // reconnect takes; then the watch of the other hosts' leases is not current (weftd's

@@ -41,6 +41,10 @@ func (d *daemon) run(ctx context.Context) error {
 	d.mgr.Store(&mgr)
 	cfg, err := mgr.Config(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			d.log.Info("stopped while waiting for the network config")
+			return nil // a signal, not a failure
+		}
 		return fmt.Errorf("network config: %w", err)
 	}
 	publicIP, err := d.publicIP(ctx, mgr)
@@ -66,6 +70,10 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	own, err := mgr.Acquire(ctx, lease.Attrs{PublicIP: ext.PublicIP, BackendType: be.Type(), BackendData: data})
 	if err != nil {
+		if ctx.Err() != nil {
+			d.log.Info("stopped while acquiring a lease")
+			return nil
+		}
 		return fmt.Errorf("acquire lease: %w", err)
 	}
 	d.log.Info("lease acquired", zap.Stringer("subnet", own.Subnet), zap.Time("expires", own.Expiration))
