@@ -334,7 +334,6 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, account, configMap strin
 	}
 }
 
-
 // imageRef is the image make image builds (cmd/weft-image's defaultRef).
 func imageRef(t *testing.T) string {
 	t.Helper()
