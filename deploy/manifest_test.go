@@ -31,14 +31,13 @@ import (
 
 // objects of a manifest, by kind.
 type objects struct {
-	namespaces   []*corev1.Namespace
-	roles        []*rbacv1.ClusterRole
-	bindings     []*rbacv1.ClusterRoleBinding
-	accounts     []*corev1.ServiceAccount
-	configMaps   []*corev1.ConfigMap
-	daemonSets   []*appsv1.DaemonSet
-	all          []runtime.Object
-	labelsOfKind map[string]map[string]string
+	namespaces []*corev1.Namespace
+	roles      []*rbacv1.ClusterRole
+	bindings   []*rbacv1.ClusterRoleBinding
+	accounts   []*corev1.ServiceAccount
+	configMaps []*corev1.ConfigMap
+	daemonSets []*appsv1.DaemonSet
+	all        []runtime.Object
 }
 
 // decode reads a multi-document YAML manifest into typed objects. Decoding is strict: an
@@ -49,7 +48,7 @@ func decode(t *testing.T, data []byte) *objects {
 	codecs := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict)
 	dec := codecs.UniversalDeserializer()
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	o := &objects{labelsOfKind: map[string]map[string]string{}}
+	o := &objects{}
 	for {
 		doc, err := r.Read()
 		if errors.Is(err, io.EOF) {
