@@ -205,6 +205,23 @@ func TestContainerdRunsImage(t *testing.T) {
 	if err := os.Mkdir(hostCNI, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The install-cni step reads the ConfigMap as the kubelet mounts it: the key is a
+	// symlink into a ..data directory, mounted read-only.
+	cfgDir, netd := filepath.Join(work, "kube-flannel-cfg"), filepath.Join(work, "net.d")
+	conflist := `{"name":"cbr0","cniVersion":"1.0.0","plugins":[{"type":"flannel"}]}`
+	for _, d := range []string{filepath.Join(cfgDir, "..2026_01_01"), netd} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "..2026_01_01", "cni-conf.json"), []byte(conflist), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{"..data": "..2026_01_01", "cni-conf.json": "..data/cni-conf.json"} {
+		if err := os.Symlink(target, filepath.Join(cfgDir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tt := range []struct {
 		name string
 		opts []string
@@ -219,6 +236,10 @@ func TestContainerdRunsImage(t *testing.T) {
 		{"iptables legacy", []string{"--cap-add", "CAP_NET_ADMIN"}, []string{"iptables-legacy", "-w", "5", "-t", "nat", "-S", "POSTROUTING"}, "-P POSTROUTING ACCEPT"},
 		{"install CNI plugin", []string{"--mount", "type=bind,src=" + hostCNI + ",dst=/opt/cni/bin,options=rbind:rw"},
 			[]string{"weft-install", "/flannel", "/opt/cni/bin/flannel"}, ""},
+		{"install CNI config", []string{
+			"--mount", "type=bind,src=" + cfgDir + ",dst=/etc/kube-flannel,options=rbind:ro",
+			"--mount", "type=bind,src=" + netd + ",dst=/etc/cni/net.d,options=rbind:rw"},
+			[]string{"weft-install", "-mode", "0644", "/etc/kube-flannel/cni-conf.json", "/etc/cni/net.d/10-flannel.conflist"}, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"run", "--rm"}, tt.opts...)
@@ -242,6 +263,13 @@ func TestContainerdRunsImage(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("installed plugin (%d bytes) differs from %s (%d bytes)", len(got), cniPlugin, len(want))
+	}
+	conf := filepath.Join(netd, "10-flannel.conflist")
+	if got, err := os.ReadFile(conf); err != nil || string(got) != conflist {
+		t.Errorf("installed CNI config %q (%v), want %q", got, err, conflist)
+	}
+	if st, err := os.Stat(conf); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("installed CNI config: %v %v, want mode 0644", st.Mode(), err)
 	}
 	// A container without NET_ADMIN must not reach the nat table: the capability the
 	// manifest adds is the one that matters.
