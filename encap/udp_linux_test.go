@@ -56,7 +56,7 @@ func TestUDPBackendTwoHosts(t *testing.T) {
 			t.Fatal(err)
 		}
 		ext := ExternalInterface{Name: dev, MTU: 1500, IfaceIP: under[i], PublicIP: under[i]}
-		be, err := NewUDP(cfg, ext, zaptest.NewLogger(t))
+		be, err := NewUDP(cfg, ext, UDPTuning{}, zaptest.NewLogger(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +45,7 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.log.Info("using external interface", zap.String("iface", ext.Name),
 		zap.Stringer("iface-ip", ext.IfaceIP), zap.Stringer("public-ip", ext.PublicIP), zap.Int("mtu", ext.MTU))
-	be, err := encap.New(cfg, ext, d.log)
+	be, err := encap.New(cfg, ext, d.opts.tuning, d.log)
 	if err != nil {
 		return err
 	}
@@ -214,14 +213,4 @@ func (d *daemon) manager() (lease.Manager, error) {
 		StateFile:   d.opts.leaseStateFile,
 		RenewMargin: time.Duration(d.opts.renewMargin) * time.Minute,
 	}, d.log), nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }

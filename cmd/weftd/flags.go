@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/weftnet/weft/encap"
 )
 
 // flagHelp is returned when -h or --help was asked for (usage is already printed).
@@ -52,18 +54,28 @@ type options struct {
 	nodeName          string
 
 	leaseStateFile string // weft
+
+	tuning encap.Tuning // weft: the WEFT_* variables (knobs.go)
 }
 
+// listFlag is a repeatable flag of comma-separated values.
 type listFlag []string
 
 func (l *listFlag) String() string { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error {
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*l = append(*l, s)
+	*l = append(*l, splitList(v)...)
+	return nil
+}
+
+// splitList splits a comma-separated list, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
 		}
 	}
-	return nil
+	return out
 }
 
 func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
@@ -135,6 +147,9 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (*options
 	}
 	if o.nodeName == "" {
 		o.nodeName = env("NODE_NAME")
+	}
+	if o.tuning, err = parseKnobs(env); err != nil {
+		return nil, err
 	}
 	return o, o.check()
 }
