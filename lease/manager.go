@@ -61,6 +61,9 @@ func NewManager(reg Registry, opts ManagerOptions, log *zap.Logger) *EtcdManager
 	return &EtcdManager{reg: reg, opts: opts, log: log}
 }
 
+// Close closes the registry.
+func (m *EtcdManager) Close() error { return m.reg.Close() }
+
 // Config waits for <prefix>/config and parses it. A config that does not parse is an
 // error; a missing one (or an unreachable etcd) is waited for.
 func (m *EtcdManager) Config(ctx context.Context) (*Config, error) {

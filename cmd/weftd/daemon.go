@@ -21,9 +21,29 @@ type daemon struct {
 	ready atomic.Bool
 	be    atomic.Pointer[encap.Backend]
 	masq  *masquerader // nil without --ip-masq
+
+	// wg counts the goroutines run started (spawn); run returns only when all ended.
+	wg sync.WaitGroup
 }
 
+// spawn runs f in a goroutine that run waits for before it returns.
+func (d *daemon) spawn(f func()) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		f()
+	}()
+}
+
+// run runs weftd until ctx ends or something fails. Before it returns, every
+// goroutine it started has ended and the lease manager (etcd client, informer) is
+// closed; the lease itself is kept for the next start.
 func (d *daemon) run(ctx context.Context) error {
+	// Deferred in this order, so they run in reverse: stop the goroutines, wait
+	// for them, and only then close what they used.
+	defer d.wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if d.opts.healthzPort > 0 {
 		stopHealthz, err := d.serveHealthz()
 		if err != nil {
@@ -35,6 +55,13 @@ func (d *daemon) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer func() {
+		cancel()
+		d.wg.Wait()
+		if err := mgr.Close(); err != nil {
+			d.log.Warn("closing the lease manager", zap.Error(err))
+		}
+	}()
 	cfg, err := mgr.Config(ctx)
 	if err != nil {
 		return fmt.Errorf("network config: %w", err)
@@ -78,10 +105,12 @@ func (d *daemon) run(ctx context.Context) error {
 		if err := d.masq.setSubnet(ctx, own.Subnet); err != nil {
 			return fmt.Errorf("--ip-masq: %w", err)
 		}
-		go every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() { d.masq.repair(ctx) })
+		d.spawn(func() {
+			every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() { d.masq.repair(ctx) })
+		})
 	}
 	if m, ok := mgr.(etcdMonitor); ok {
-		go m.MonitorEtcd(ctx)
+		d.spawn(func() { m.MonitorEtcd(ctx) })
 	}
 	if r, ok := mgr.(readyMarker); ok {
 		if err := r.MarkNetworkReady(ctx); err != nil {

@@ -46,7 +46,9 @@ func (d *daemon) serveHealthz() (stop func(), err error) {
 		_ = json.NewEncoder(w).Encode(sr.Stats())
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan struct{})
 	go func() {
+		defer close(served)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("healthz server", zap.Error(err))
 		}
@@ -56,5 +58,7 @@ func (d *daemon) serveHealthz() (stop func(), err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
+		_ = srv.Close() // connections Shutdown could not wait out
+		<-served
 	}, nil
 }

@@ -50,9 +50,10 @@ type Manager struct {
 	client kubernetes.Interface
 
 	once     sync.Once
-	factory  informers.SharedInformerFactory
 	informer cache.SharedIndexInformer
 	synced   chan struct{}
+	stop     chan struct{} // closed by Close: the informer stops
+	done     sync.WaitGroup
 }
 
 var _ lease.Manager = (*Manager)(nil)
@@ -97,7 +98,7 @@ func NewWithClient(client kubernetes.Interface, opts Options, log *zap.Logger) *
 	if opts.Resync <= 0 {
 		opts.Resync = 5 * time.Minute
 	}
-	return &Manager{opts: opts, log: log, client: client, synced: make(chan struct{})}
+	return &Manager{opts: opts, log: log, client: client, synced: make(chan struct{}), stop: make(chan struct{})}
 }
 
 // annotation keys, as flanneld writes them.
@@ -112,14 +113,18 @@ func (m *Manager) Config(ctx context.Context) (*lease.Config, error) {
 	return lease.ParseConfig(data)
 }
 
-// start runs the node informer once; later calls wait for its cache.
+// start runs the node informer once (until Close); later calls wait for its cache.
 func (m *Manager) start(ctx context.Context) error {
 	m.once.Do(func() {
-		m.factory = informers.NewSharedInformerFactory(m.client, m.opts.Resync)
-		m.informer = m.factory.Core().V1().Nodes().Informer()
-		go m.informer.Run(context.WithoutCancel(ctx).Done())
+		m.informer = informers.NewSharedInformerFactory(m.client, m.opts.Resync).Core().V1().Nodes().Informer()
+		m.done.Add(2)
 		go func() {
-			if cache.WaitForCacheSync(ctx.Done(), m.informer.HasSynced) {
+			defer m.done.Done()
+			m.informer.Run(m.stop)
+		}()
+		go func() {
+			defer m.done.Done()
+			if cache.WaitForCacheSync(m.stop, m.informer.HasSynced) {
 				close(m.synced)
 			}
 		}()
@@ -130,6 +135,14 @@ func (m *Manager) start(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Close stops the node informer and waits for it. Call it once, after every other
+// call has returned.
+func (m *Manager) Close() error {
+	close(m.stop)
+	m.done.Wait()
+	return nil
 }
 
 // node returns our node from the informer's cache.

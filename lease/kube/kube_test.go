@@ -80,6 +80,7 @@ func newManager(t *testing.T, srv *kubeproc.Server, node string) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { m.Close() })
 	return m
 }
 
