@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/lease"
 )
 
 // flagHelp is returned when -h or --help was asked for (usage is already printed).
@@ -82,7 +83,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("weftd", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&o.etcdEndpoints, "etcd-endpoints", "http://127.0.0.1:4001,http://127.0.0.1:2379", "comma-separated etcd endpoints")
-	fs.StringVar(&o.etcdPrefix, "etcd-prefix", "/coreos.com/network", "etcd prefix")
+	fs.StringVar(&o.etcdPrefix, "etcd-prefix", lease.DefaultPrefix, "etcd prefix")
 	fs.StringVar(&o.etcdCertFile, "etcd-certfile", "", "TLS client certificate for etcd")
 	fs.StringVar(&o.etcdKeyFile, "etcd-keyfile", "", "TLS client key for etcd")
 	fs.StringVar(&o.etcdCAFile, "etcd-cafile", "", "TLS CA for etcd")
