@@ -39,9 +39,6 @@ func (d *daemon) spawn(f func()) {
 // goroutine it started has ended and the lease manager (etcd client, informer) is
 // closed; the lease itself is kept for the next start.
 func (d *daemon) run(ctx context.Context) error {
-	// Deferred in this order, so they run in reverse: stop the goroutines, wait
-	// for them, and only then close what they used.
-	defer d.wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if d.opts.healthzPort > 0 {
@@ -56,6 +53,7 @@ func (d *daemon) run(ctx context.Context) error {
 		return err
 	}
 	defer func() {
+		// Stop the goroutines, wait for them, and only then close what they used.
 		cancel()
 		d.wg.Wait()
 		if err := mgr.Close(); err != nil {
