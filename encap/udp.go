@@ -3,7 +3,6 @@ package encap
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -65,14 +64,18 @@ func parseUDPOptions(raw json.RawMessage, extMTU int, tuning UDPTuning) (udpOpti
 	pc := proxy.Config{Port: o.Port, MTU: o.MTU, BusyPoll: o.BusyPoll, Batch: tuning.Batch,
 		SocketBuffer: tuning.SocketBuffer, NoReusePort: tuning.NoReusePort, NoMmsg: tuning.NoMmsg,
 		NoGSO: tuning.NoGSO, NoGRO: tuning.NoGRO}
-	// The data path's bounds are proxy's, checked in one place for every source.
-	err := errors.Join(proxy.CheckPort(o.Port), proxy.CheckMTU(o.MTU), proxy.CheckBusyPoll(o.BusyPoll),
-		proxy.CheckBatch(tuning.Batch))
-	if err == nil && (o.Workers < 1 || o.Workers > maxUDPWorkers) {
-		return o, pc, fmt.Errorf("%w: udp backend: Workers %d is not in 1-%d", ErrBadOption, o.Workers, maxUDPWorkers)
+	// The data path's bounds are proxy's: one check for the config's and the
+	// environment's values alike. (An explicit Port 0 is no default here: flanneld
+	// would listen on a random port.)
+	err := pc.Check()
+	if o.Port == 0 {
+		err = proxy.CheckPort(o.Port)
 	}
 	if err != nil {
 		return o, pc, fmt.Errorf("%w: udp backend: %w", ErrBadOption, err)
+	}
+	if o.Workers < 1 || o.Workers > maxUDPWorkers {
+		return o, pc, fmt.Errorf("%w: udp backend: Workers %d is not in 1-%d", ErrBadOption, o.Workers, maxUDPWorkers)
 	}
 	return o, pc, nil
 }

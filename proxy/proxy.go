@@ -97,6 +97,13 @@ func CheckBusyPoll(d time.Duration) error {
 	return nil
 }
 
+// Check reports the fields of c out of bounds (zero fields take their defaults),
+// each error naming its field; New checks the same.
+func (c Config) Check() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 func (c Config) withDefaults() (Config, error) {
 	if c.Port == 0 {
 		c.Port = DefaultPort
