@@ -80,7 +80,12 @@ func newManager(t *testing.T, srv *kubeproc.Server, node string) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.Close() })
+	t.Cleanup(func() {
+		m.Close()
+		if m.informer != nil && !m.informer.IsStopped() {
+			t.Errorf("node informer of %s still running after Close", node)
+		}
+	})
 	return m
 }
 
