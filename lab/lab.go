@@ -21,6 +21,7 @@ import (
 
 	"github.com/weftnet/weft/internal/etcdproc"
 	"github.com/weftnet/weft/internal/netns"
+	"github.com/weftnet/weft/lease"
 )
 
 // The two underlay LANs and the overlay network of the lab.
@@ -37,7 +38,7 @@ var (
 )
 
 // DefaultPrefix is flannel's etcd prefix, used unless a daemon is given another.
-const DefaultPrefix = "/coreos.com/network"
+const DefaultPrefix = lease.DefaultPrefix
 
 // EtcdEndpoint is where the lab's etcd listens, inside the router namespace; every
 // host reaches it through its default route.

@@ -165,10 +165,10 @@ func (e *etcd2) Watch(ctx context.Context, rev int64, changes func([]Change)) er
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errCode(err) == client.ErrorCodeEventIndexCleared {
-			return fmt.Errorf("%w: %w", ErrGap, err)
-		}
-		if err != nil {
+		if err != nil { // "event index cleared" among others: list again
+			if errCode(err) == client.ErrorCodeEventIndexCleared {
+				return fmt.Errorf("%w: %w", ErrGap, err)
+			}
 			return fmt.Errorf("%w: %w", ErrGap, e.explain(err, e.opts.subnetsDir()))
 		}
 		if resp.Node == nil || resp.Node.Dir {

@@ -66,6 +66,9 @@ func NewManager(reg Registry, opts ManagerOptions, log *zap.Logger) *EtcdManager
 	return &EtcdManager{reg: reg, opts: opts, log: log}
 }
 
+// Close closes the registry.
+func (m *EtcdManager) Close() error { return m.reg.Close() }
+
 // Config waits for <prefix>/config and parses it. A config that does not parse is an
 // error; a missing one is polled for every ConfigPoll. While etcd cannot be asked
 // (unreachable, TLS, authentication, permission) it retries with backoff, and says

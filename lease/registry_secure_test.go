@@ -107,7 +107,7 @@ func TestRegistryTLSAndAuth(t *testing.T) {
 			if _, err := reg.Update(ctx, sub, attrsB, time.Hour); err != nil {
 				t.Fatalf("Update: %v", err)
 			}
-			if got := leaseMap(t, reg)[sub]; !sameAttrs(got.Attrs, attrsB) {
+			if got := leaseMap(t, reg)[sub]; !got.Attrs.Equal(attrsB) {
 				t.Fatalf("after Update: %+v", got.Attrs)
 			}
 			if err := reg.Delete(ctx, sub); err != nil {

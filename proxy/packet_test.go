@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"github.com/weftnet/weft/internal/ipconv"
 )
 
 var (
@@ -126,7 +128,7 @@ func TestRouteEgress(t *testing.T) {
 
 func TestCheckIngress(t *testing.T) {
 	s := testSnapshot(t)
-	peer, stranger := be32(tPeerIP), ip4("192.0.2.99")
+	peer, stranger := ipconv.U32(tPeerIP), ip4("192.0.2.99")
 	good := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 30))
 	withOpts := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 30))
 	withOpts[0] = 0x46 // a 24-byte header: still consistent with the total length

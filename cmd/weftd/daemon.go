@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,9 +23,26 @@ type daemon struct {
 	mgr   atomic.Pointer[lease.Manager] // for /readyz
 	held  atomic.Pointer[lease.Lease]   // our lease, once acquired
 	masq  *masquerader                  // nil without --ip-masq
+
+	// wg counts the goroutines run started (spawn); run returns only when all ended.
+	wg sync.WaitGroup
 }
 
+// spawn runs f in a goroutine that run waits for before it returns.
+func (d *daemon) spawn(f func()) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		f()
+	}()
+}
+
+// run runs weftd until ctx ends or something fails. Before it returns, every
+// goroutine it started has ended and the lease manager (etcd client, informer) is
+// closed; the lease itself is kept for the next start.
 func (d *daemon) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if d.opts.healthzPort > 0 {
 		stopHealthz, err := d.serveHealthz()
 		if err != nil {
@@ -39,6 +55,14 @@ func (d *daemon) run(ctx context.Context) error {
 		return err
 	}
 	d.mgr.Store(&mgr)
+	defer func() {
+		// Stop the goroutines, wait for them, and only then close what they used.
+		cancel()
+		d.wg.Wait()
+		if err := mgr.Close(); err != nil {
+			d.log.Warn("closing the lease manager", zap.Error(err))
+		}
+	}()
 	cfg, err := mgr.Config(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -57,7 +81,7 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.log.Info("using external interface", zap.String("iface", ext.Name),
 		zap.Stringer("iface-ip", ext.IfaceIP), zap.Stringer("public-ip", ext.PublicIP), zap.Int("mtu", ext.MTU))
-	be, err := encap.New(cfg, ext, d.log)
+	be, err := encap.New(cfg, ext, d.opts.tuning, d.log)
 	if err != nil {
 		return err
 	}
@@ -95,10 +119,12 @@ func (d *daemon) run(ctx context.Context) error {
 		if err := d.masq.setSubnet(ctx, own.Subnet); err != nil {
 			return fmt.Errorf("--ip-masq: %w", err)
 		}
-		go every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() { d.masq.repair(ctx) })
+		d.spawn(func() {
+			every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() { d.masq.repair(ctx) })
+		})
 	}
 	if m, ok := mgr.(etcdMonitor); ok {
-		go m.MonitorEtcd(ctx)
+		d.spawn(func() { m.MonitorEtcd(ctx) })
 	}
 	if r, ok := mgr.(readyMarker); ok {
 		if err := r.MarkNetworkReady(ctx); err != nil {
@@ -231,14 +257,4 @@ func (d *daemon) manager() (lease.Manager, error) {
 		StateFile:   d.opts.leaseStateFile,
 		RenewMargin: time.Duration(d.opts.renewMargin) * time.Minute,
 	}, d.log), nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }

@@ -7,6 +7,9 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/lease"
 )
 
 // flagHelp is returned when -h or --help was asked for (usage is already printed).
@@ -56,25 +59,35 @@ type options struct {
 	podNamespace string
 
 	leaseStateFile string // weft
+
+	tuning encap.Tuning // weft: the WEFT_* variables (knobs.go)
 }
 
+// listFlag is a repeatable flag of comma-separated values.
 type listFlag []string
 
 func (l *listFlag) String() string { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error {
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*l = append(*l, s)
+	*l = append(*l, splitList(v)...)
+	return nil
+}
+
+// splitList splits a comma-separated list, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
 		}
 	}
-	return nil
+	return out
 }
 
 func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("weftd", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&o.etcdEndpoints, "etcd-endpoints", "http://127.0.0.1:4001,http://127.0.0.1:2379", "comma-separated etcd endpoints")
-	fs.StringVar(&o.etcdPrefix, "etcd-prefix", "/coreos.com/network", "etcd prefix")
+	fs.StringVar(&o.etcdPrefix, "etcd-prefix", lease.DefaultPrefix, "etcd prefix")
 	fs.StringVar(&o.etcdCertFile, "etcd-certfile", "", "TLS client certificate for etcd")
 	fs.StringVar(&o.etcdKeyFile, "etcd-keyfile", "", "TLS client key for etcd")
 	fs.StringVar(&o.etcdCAFile, "etcd-cafile", "", "TLS CA for etcd")
@@ -141,6 +154,9 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (*options
 		o.nodeName = env("NODE_NAME")
 	}
 	o.podName, o.podNamespace = env("POD_NAME"), env("POD_NAMESPACE")
+	if o.tuning, err = parseKnobs(env); err != nil {
+		return nil, err
+	}
 	return o, o.check()
 }
 

@@ -42,10 +42,12 @@ func (d *daemon) forwardRules(ctx context.Context, cfg *lease.Config) error {
 	if err := ensure(); err != nil {
 		return err
 	}
-	go every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() {
-		if err := ensure(); err != nil && ctx.Err() == nil {
-			d.log.Warn("forward rules", zap.Error(err))
-		}
+	d.spawn(func() {
+		every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() {
+			if err := ensure(); err != nil && ctx.Err() == nil {
+				d.log.Warn("forward rules", zap.Error(err))
+			}
+		})
 	})
 	return nil
 }

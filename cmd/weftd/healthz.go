@@ -26,7 +26,9 @@ func (d *daemon) serveHealthz() (stop func(), err error) {
 		return nil, fmt.Errorf("healthz on %s: %w", addr, err)
 	}
 	srv := &http.Server{Handler: d.healthzMux(), ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan struct{})
 	go func() {
+		defer close(served)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("healthz server", zap.Error(err))
 		}
@@ -36,6 +38,8 @@ func (d *daemon) serveHealthz() (stop func(), err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
+		_ = srv.Close() // connections Shutdown could not wait out
+		<-served
 	}, nil
 }
 

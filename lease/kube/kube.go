@@ -76,6 +76,8 @@ type Manager struct {
 	held     atomic.Pointer[lease.Lease]
 
 	badOverwrite atomic.Pointer[string] // last bad public-ip-overwrite logged
+	stop         chan struct{}          // closed by Close: the informer stops
+	done         sync.WaitGroup
 }
 
 var _ lease.Manager = (*Manager)(nil)
@@ -122,7 +124,7 @@ func NewWithClient(client kubernetes.Interface, opts Options, log *zap.Logger) (
 		opts.WatchStale = 15 * time.Minute
 	}
 	return &Manager{opts: opts, log: log, client: client, prefix: prefix, nodeName: opts.NodeName,
-		synced: make(chan struct{}), contact: &contact{now: time.Now}}, nil
+		synced: make(chan struct{}), contact: &contact{now: time.Now}, stop: make(chan struct{})}, nil
 }
 
 // key is the annotation key of name, as flanneld writes it.
@@ -175,8 +177,8 @@ func (m *Manager) nodeNameOf(ctx context.Context) (string, error) {
 	}
 }
 
-// start finds our node, then runs the node informer once; later calls wait for its
-// cache.
+// start finds our node, then runs the node informer once (until Close); later calls
+// wait for its cache.
 func (m *Manager) start(ctx context.Context) error {
 	if _, err := m.nodeNameOf(ctx); err != nil {
 		return err
@@ -184,9 +186,14 @@ func (m *Manager) start(ctx context.Context) error {
 	m.once.Do(func() {
 		lw := trackedNodes{nodes: m.client.CoreV1().Nodes(), c: m.contact}
 		m.informer = cache.NewSharedIndexInformer(lw, &corev1.Node{}, m.opts.Resync, cache.Indexers{})
-		go m.informer.Run(context.WithoutCancel(ctx).Done())
+		m.done.Add(2)
 		go func() {
-			if cache.WaitForCacheSync(ctx.Done(), m.informer.HasSynced) {
+			defer m.done.Done()
+			m.informer.Run(m.stop)
+		}()
+		go func() {
+			defer m.done.Done()
+			if cache.WaitForCacheSync(m.stop, m.informer.HasSynced) {
 				close(m.synced)
 			}
 		}()
@@ -197,6 +204,14 @@ func (m *Manager) start(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Close stops the node informer and waits for it. Call it once, after every other
+// call has returned.
+func (m *Manager) Close() error {
+	close(m.stop)
+	m.done.Wait()
+	return nil
 }
 
 // node returns our node from the informer's cache.

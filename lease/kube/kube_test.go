@@ -96,6 +96,12 @@ func newManager(t *testing.T, id kubetest.Identity, o Options) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		m.Close()
+		if m.informer != nil && !m.informer.IsStopped() {
+			t.Errorf("node informer of %s still running after Close", o.NodeName)
+		}
+	})
 	return m
 }
 
