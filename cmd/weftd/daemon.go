@@ -75,7 +75,7 @@ func (d *daemon) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ext, err := externalInterface(d.opts.ifaces, d.opts.ifaceRegex, publicIP)
+	ext, err := externalInterface(d.opts.ifaceChoice(publicIP))
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func TestRunLeavesNoGoroutine(t *testing.T) {
 		t.Skip("runs a real etcd server")
 	}
 	srv := etcdtest.Start(t)
-	if _, err := externalInterface(nil, []string{"."}, ""); err != nil {
+	if _, err := externalInterface(ifaceChoice{regexes: []string{"."}}); err != nil {
 		testenv.Need(t, false, "an interface with a global IPv4 address: "+err.Error())
 	}
 	for _, api := range []string{"v3", "v2"} {

@@ -31,6 +31,7 @@ type options struct {
 
 	ifaces      listFlag
 	ifaceRegex  listFlag
+	canReach    string
 	publicIP    string
 	publicIPv6  string
 	subnetFile  string
@@ -63,24 +64,19 @@ type options struct {
 	tuning encap.Tuning // weft: the WEFT_* variables (knobs.go)
 }
 
-// listFlag is a repeatable flag of comma-separated values.
+// listFlag is a repeatable flag; each use adds its whole value, commas included, as
+// flanneld's --iface and --iface-regex do (a regex such as ^eth[0-9]{1,2}$ holds one).
 type listFlag []string
 
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) String() string { return strings.Join(*l, " ") }
 func (l *listFlag) Set(v string) error {
-	*l = append(*l, splitList(v)...)
+	*l = append(*l, v)
 	return nil
 }
 
-// splitList splits a comma-separated list, dropping blanks.
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
+// ifaceChoice is what the interface flags ask for, with the public IP to use.
+func (o *options) ifaceChoice(publicIP string) ifaceChoice {
+	return ifaceChoice{ifaces: o.ifaces, regexes: o.ifaceRegex, canReach: o.canReach, publicIP: publicIP}
 }
 
 func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
@@ -94,8 +90,9 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.etcdUsername, "etcd-username", "", "etcd user name")
 	fs.StringVar(&o.etcdPassword, "etcd-password", "", "etcd password")
 	fs.StringVar(&o.etcdAPI, "etcd-api", "v3", "etcd API: v3 or v2 (weft)")
-	fs.Var(&o.ifaces, "iface", "interface (name or IP) for inter-host traffic; repeatable, first found wins")
-	fs.Var(&o.ifaceRegex, "iface-regex", "regular expression matching an interface name or IP; repeatable")
+	fs.Var(&o.ifaces, "iface", "interface (name or IP) for inter-host traffic; repeatable, the first found wins")
+	fs.Var(&o.ifaceRegex, "iface-regex", "regular expression matching an interface's IP or name; repeatable, tried after every --iface")
+	fs.StringVar(&o.canReach, "iface-can-reach", "", "use the interface of the route to this IPv4 address (as `ip route get`), after --iface and --iface-regex")
 	fs.StringVar(&o.publicIP, "public-ip", "", "IP peers reach this host at (default: the interface's)")
 	fs.StringVar(&o.publicIPv6, "public-ipv6", "", "IPv6 public address (not supported by weft)")
 	fs.StringVar(&o.subnetFile, "subnet-file", "/run/flannel/subnet.env", "file the subnet lease is written to")
@@ -177,4 +174,15 @@ func (o *options) check() error {
 		return errors.New("--kube-subnet-mgr needs the node: set POD_NAME and POD_NAMESPACE (as kube-flannel.yml does), NODE_NAME or --node-name")
 	}
 	return nil
+}
+
+// splitList splits a comma-separated list, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -24,8 +24,17 @@ func TestParseFlags(t *testing.T) {
 				o.etcdEndpoints == "http://127.0.0.1:4001,http://127.0.0.1:2379" &&
 				o.leaseStateFile == "/var/lib/weft/lease.json" && o.iptablesForwardRules
 		}},
-		{name: "repeatable iface", args: []string{"--iface=eth0", "--iface", "192.0.2.10,eth1"},
-			check: func(o *options) bool { return strings.Join(o.ifaces, " ") == "eth0 192.0.2.10 eth1" }},
+		{name: "repeatable iface", args: []string{"--iface=eth0", "--iface", "192.0.2.10"},
+			check: func(o *options) bool { return strings.Join(o.ifaces, "|") == "eth0|192.0.2.10" }},
+		// flanneld takes each value whole: a regex may hold commas.
+		{name: "iface-regex with a comma", args: []string{"--iface-regex=^eth[0-9]{1,2}$", "--iface-regex", "^192\\.0\\.2\\."},
+			check: func(o *options) bool { return strings.Join(o.ifaceRegex, "|") == `^eth[0-9]{1,2}$|^192\.0\.2\.` }},
+		{name: "iface with a comma is one name", args: []string{"--iface=eth0,eth1"},
+			check: func(o *options) bool { return len(o.ifaces) == 1 && o.ifaces[0] == "eth0,eth1" }},
+		{name: "iface-regex from env keeps commas", env: map[string]string{"FLANNELD_IFACE_REGEX": "^e[a-z]{2,3}0$"},
+			check: func(o *options) bool { return len(o.ifaceRegex) == 1 && o.ifaceRegex[0] == "^e[a-z]{2,3}0$" }},
+		{name: "iface-can-reach", args: []string{"--iface-can-reach=192.0.2.1"},
+			check: func(o *options) bool { return o.canReach == "192.0.2.1" }},
 		{name: "env fills a flag", env: map[string]string{"FLANNELD_ETCD_PREFIX": "/x", "FLANNELD_SUBNET_LEASE_RENEW_MARGIN": "30"},
 			check: func(o *options) bool { return o.etcdPrefix == "/x" && o.renewMargin == 30 }},
 		{name: "command line beats env", args: []string{"--etcd-prefix=/cli"}, env: map[string]string{"FLANNELD_ETCD_PREFIX": "/env"},

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/weftnet/weft/internal/netnstest"
+)
+
+// TestExternalInterface picks interfaces in a namespace holding veths eth0 (192.0.2.10/24,
+// the default route), eth12 (198.51.100.5/24) and bare (no address), as flanneld's
+// --iface, --iface-regex, --iface-can-reach and --public-ip would.
+func TestExternalInterface(t *testing.T) {
+	ns := netnstest.New(t, "weft-iface")
+	ctx := context.Background()
+	for _, cmd := range [][]string{
+		{"link", "add", "eth0", "type", "veth", "peer", "name", "p0"},
+		{"link", "add", "eth12", "type", "veth", "peer", "name", "p12"},
+		{"link", "add", "bare", "type", "veth", "peer", "name", "pb"},
+		{"link", "set", "p0", "up"},
+		{"link", "set", "p12", "up"},
+		{"link", "set", "pb", "up"},
+		{"addr", "add", "192.0.2.10/24", "dev", "eth0"},
+		{"addr", "add", "198.51.100.5/24", "dev", "eth12"},
+		{"link", "set", "eth0", "up"},
+		{"link", "set", "eth12", "up"},
+		{"link", "set", "bare", "up"},
+		{"route", "add", "default", "via", "192.0.2.1", "dev", "eth0"},
+	} {
+		if out, err := ns.Run(ctx, "ip", cmd...); err != nil {
+			t.Fatalf("ip %v: %v: %s", cmd, err, out)
+		}
+	}
+	tests := []struct {
+		name     string
+		c        ifaceChoice
+		wantName string
+		wantIP   string // IfaceIP
+		wantPub  string // PublicIP; empty: IfaceIP
+		wantErr  string
+	}{
+		{name: "default route", wantName: "eth0", wantIP: "192.0.2.10"},
+		{name: "by name", c: ifaceChoice{ifaces: []string{"eth12"}}, wantName: "eth12", wantIP: "198.51.100.5"},
+		{name: "by IP", c: ifaceChoice{ifaces: []string{"198.51.100.5"}}, wantName: "eth12", wantIP: "198.51.100.5"},
+		{name: "first existing iface wins", c: ifaceChoice{ifaces: []string{"nope", "bare", "eth12", "eth0"}}, wantName: "eth12", wantIP: "198.51.100.5"},
+		{name: "regex with a comma", c: ifaceChoice{regexes: []string{`^eth[0-9]{2,3}$`}}, wantName: "eth12", wantIP: "198.51.100.5"},
+		{name: "regex matches an address first", c: ifaceChoice{regexes: []string{`^198\.51\.`}}, wantName: "eth12", wantIP: "198.51.100.5"},
+		{name: "iface matching nothing falls through to the regex", c: ifaceChoice{ifaces: []string{"nope"}, regexes: []string{"^eth1"}},
+			wantName: "eth12", wantIP: "198.51.100.5"},
+		{name: "bad regex then a good one", c: ifaceChoice{regexes: []string{"(", "eth0"}}, wantName: "eth0", wantIP: "192.0.2.10"},
+		{name: "iface wins over regex", c: ifaceChoice{ifaces: []string{"eth0"}, regexes: []string{"eth12"}}, wantName: "eth0", wantIP: "192.0.2.10"},
+		{name: "can-reach", c: ifaceChoice{canReach: "198.51.100.77"}, wantName: "eth12", wantIP: "198.51.100.5"},
+		{name: "can-reach via the default route", c: ifaceChoice{canReach: "198.18.0.1"}, wantName: "eth0", wantIP: "192.0.2.10"},
+		{name: "iface and regex miss, can-reach finds", c: ifaceChoice{ifaces: []string{"nope"}, regexes: []string{"^zz"}, canReach: "198.51.100.1"},
+			wantName: "eth12", wantIP: "198.51.100.5"},
+		{name: "public IP names the interface", c: ifaceChoice{publicIP: "198.51.100.5"}, wantName: "eth12", wantIP: "198.51.100.5"},
+		{name: "public IP held by no interface", c: ifaceChoice{publicIP: "198.18.9.9"}, wantName: "eth0", wantIP: "192.0.2.10", wantPub: "198.18.9.9"},
+		{name: "public IP with iface", c: ifaceChoice{ifaces: []string{"eth12"}, publicIP: "192.0.2.99"}, wantName: "eth12", wantIP: "198.51.100.5", wantPub: "192.0.2.99"},
+		{name: "nothing matches", c: ifaceChoice{ifaces: []string{"nope"}, regexes: []string{"^zz"}}, wantErr: "--iface-regex=^zz"},
+		{name: "iface without address", c: ifaceChoice{ifaces: []string{"bare"}}, wantErr: "bare has no IPv4 address"},
+		{name: "can-reach not an IP", c: ifaceChoice{canReach: "eth0"}, wantErr: "--iface-can-reach=eth0"},
+		{name: "bad public IP", c: ifaceChoice{ifaces: []string{"eth0"}, publicIP: "x"}, wantErr: "--public-ip"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ext struct{ name, ip, pub string }
+			var err error
+			if derr := ns.Do(func() error {
+				e, ferr := externalInterface(tt.c)
+				err = ferr
+				ext.name, ext.ip, ext.pub = e.Name, e.IfaceIP.String(), e.PublicIP.String()
+				return nil
+			}); derr != nil {
+				t.Fatal(derr)
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want one naming %q", err, tt.wantErr)
+				}
+				if tt.c.publicIP == "" && !errors.Is(err, errNoInterface) {
+					t.Fatalf("error %v does not wrap errNoInterface", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub := tt.wantPub
+			if pub == "" {
+				pub = tt.wantIP
+			}
+			if ext.name != tt.wantName || ext.ip != tt.wantIP || ext.pub != pub {
+				t.Fatalf("got %s %s public %s, want %s %s public %s", ext.name, ext.ip, ext.pub, tt.wantName, tt.wantIP, pub)
+			}
+		})
+	}
+}
