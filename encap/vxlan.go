@@ -20,15 +20,30 @@ import (
 )
 
 // vxlanOptions are the vxlan backend's options in the network config's Backend object.
+// As in flanneld, MTU is the underlay's MTU (default: the external interface's); the
+// device gets MTU-50, the VXLAN overhead. GBP and Learning set the device's flags of
+// those names. MacPrefix is accepted and ignored, as flanneld on Linux does (it is
+// its Windows backend's option).
 type vxlanOptions struct {
 	VNI           int
 	Port          int
 	MTU           int
+	GBP           bool
+	Learning      bool
 	DirectRouting bool
+	MacPrefix     string
 }
 
-// vxlanData is the BackendData of a vxlan lease, as flanneld writes it.
+// vxlanOverhead is what VXLAN over IPv4 adds to a frame: outer IPv4, UDP, VXLAN and
+// inner Ethernet headers.
+const vxlanOverhead = 50
+
+// minVXLANMTU is the least MTU option: it leaves the device IPv4's minimum of 68.
+const minVXLANMTU = 68 + vxlanOverhead
+
+// vxlanData is the BackendData of a vxlan lease, as flanneld writes it: {"VNI":1,"VtepMAC":"…"}.
 type vxlanData struct {
+	VNI     int    `json:"VNI"`
 	VtepMAC string `json:"VtepMAC"`
 }
 
@@ -58,11 +73,16 @@ func NewVXLAN(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backen
 	switch {
 	case o.VNI < 0 || o.VNI > 1<<24-1:
 		return nil, fmt.Errorf("%w: vxlan VNI %d is not in 0..16777215", ErrBadOption, o.VNI)
-	case o.MTU < 0 || o.MTU > 0 && o.MTU < 576:
-		return nil, fmt.Errorf("%w: vxlan MTU %d is below 576", ErrBadOption, o.MTU)
+	case o.MTU < 0 || o.MTU > 0 && o.MTU < minVXLANMTU:
+		return nil, fmt.Errorf("%w: vxlan MTU %d is below %d (the underlay's MTU; %s gets %d less)",
+			ErrBadOption, o.MTU, minVXLANMTU, "flannel."+strconv.Itoa(o.VNI), vxlanOverhead)
 	}
 	if o.MTU == 0 {
-		o.MTU = ext.MTU - 50
+		o.MTU = ext.MTU
+	}
+	if o.MacPrefix != "" {
+		log.Info("vxlan MacPrefix is an option of flanneld's Windows backend; ignored, as flanneld on Linux does",
+			zap.String("MacPrefix", o.MacPrefix))
 	}
 	k, err := newKernelPeers("vxlan", cfg, ext, log)
 	if err != nil {
@@ -72,7 +92,10 @@ func NewVXLAN(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backen
 }
 
 func (v *vxlan) Type() string { return "vxlan" }
-func (v *vxlan) MTU() int     { return v.opts.MTU }
+func (v *vxlan) MTU() int     { return v.devMTU() }
+
+// devMTU is flannel.<VNI>'s MTU: the underlay's less the VXLAN overhead.
+func (v *vxlan) devMTU() int { return v.opts.MTU - vxlanOverhead }
 func (v *vxlan) Close() error { v.nl.Close(); return nil }
 
 // BackendData makes (or adopts) the device and publishes its MAC.
@@ -82,7 +105,7 @@ func (v *vxlan) BackendData(context.Context) (json.RawMessage, error) {
 	}
 	v.devMu.Lock()
 	defer v.devMu.Unlock()
-	return json.Marshal(vxlanData{VtepMAC: v.mac.String()})
+	return json.Marshal(vxlanData{VNI: v.opts.VNI, VtepMAC: v.mac.String()})
 }
 
 func (v *vxlan) Register(_ context.Context, own lease.Lease) error {
@@ -125,12 +148,13 @@ func (v *vxlan) ensureDevice() error {
 	}
 	if link == nil {
 		dev := &netlink.Vxlan{
-			LinkAttrs:    netlink.LinkAttrs{Name: v.name, MTU: v.opts.MTU, HardwareAddr: v.mac},
+			LinkAttrs:    netlink.LinkAttrs{Name: v.name, MTU: v.devMTU(), HardwareAddr: v.mac},
 			VxlanId:      v.opts.VNI,
 			VtepDevIndex: v.ext.Index,
 			SrcAddr:      net.IP(v.ext.IfaceIP.AsSlice()),
 			Port:         v.opts.Port,
-			Learning:     false,
+			Learning:     v.opts.Learning,
+			GBP:          v.opts.GBP,
 		}
 		if err := v.nl.LinkAdd(dev); err != nil {
 			return fmt.Errorf("create %s: %w", v.name, err)
@@ -141,8 +165,8 @@ func (v *vxlan) ensureDevice() error {
 		v.log.Info("created the vxlan device", zap.String("dev", v.name), zap.Stringer("mac", link.Attrs().HardwareAddr))
 	}
 	v.mac, v.index = link.Attrs().HardwareAddr, link.Attrs().Index
-	if link.Attrs().MTU != v.opts.MTU {
-		if err := v.nl.LinkSetMTU(link, v.opts.MTU); err != nil {
+	if link.Attrs().MTU != v.devMTU() {
+		if err := v.nl.LinkSetMTU(link, v.devMTU()); err != nil {
 			return fmt.Errorf("set MTU of %s: %w", v.name, err)
 		}
 	}
@@ -172,6 +196,10 @@ func (v *vxlan) compatible(link netlink.Link) error {
 		return fmt.Errorf("%w: parent index %d, want %d", errIncompatible, x.VtepDevIndex, v.ext.Index)
 	case !x.SrcAddr.Equal(net.IP(v.ext.IfaceIP.AsSlice())):
 		return fmt.Errorf("%w: local %v, want %v", errIncompatible, x.SrcAddr, v.ext.IfaceIP)
+	case x.GBP != v.opts.GBP:
+		return fmt.Errorf("%w: gbp %v, want %v", errIncompatible, x.GBP, v.opts.GBP)
+	case x.Learning != v.opts.Learning:
+		return fmt.Errorf("%w: learning %v, want %v", errIncompatible, x.Learning, v.opts.Learning)
 	}
 	return nil
 }
