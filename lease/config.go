@@ -57,11 +57,14 @@ func ParseConfig(data []byte) (*Config, error) {
 			c.SubnetLen = network.Bits() + 2
 		}
 	}
-	if c.SubnetLen > 28 {
-		return nil, badField("SubnetLen", "/%d is longer than /28", c.SubnetLen)
+	// flanneld's bounds: a /30 still holds the bridge's and one pod's address, and the
+	// Network must hold at least four subnets (the first is never leased).
+	if c.SubnetLen > 30 {
+		return nil, badField("SubnetLen", "/%d is longer than /30", c.SubnetLen)
 	}
-	if c.SubnetLen <= network.Bits() {
-		return nil, badField("SubnetLen", "/%d must be longer than the Network's /%d", c.SubnetLen, network.Bits())
+	if c.SubnetLen < network.Bits()+2 {
+		return nil, badField("SubnetLen", "/%d must be at least 2 longer than the Network's /%d (at least four subnets)",
+			c.SubnetLen, network.Bits())
 	}
 	if c.SubnetLen-network.Bits() > 24 {
 		return nil, badField("SubnetLen", "/%d gives more than 2^24 subnets of %v", c.SubnetLen, network)
