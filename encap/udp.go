@@ -104,6 +104,11 @@ func NewUDP(cfg *lease.Config, ext ExternalInterface, tuning UDPTuning, log *zap
 	if err != nil {
 		return nil, err
 	}
+	// As flanneld: bound to the interface's address, so datagrams leave from it and
+	// peers (whose ingress checks want a leased source) see the address they expect.
+	if ext.IfaceIP.Is4() {
+		pcfg.Addr = ext.IfaceIP
+	}
 	table, err := proxy.NewTable(cfg.Network, cfg.SubnetLen)
 	if err != nil {
 		return nil, fmt.Errorf("udp backend: %w", err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -43,6 +44,10 @@ var ErrClosed = errors.New("udp data path closed")
 type Config struct {
 	// Port is the UDP port of every host (flannel: 8285).
 	Port int
+	// Addr is the local IPv4 address the sockets bind to (flanneld binds its
+	// interface's address: datagrams leave from it whatever the routes say); the zero
+	// Addr binds every address.
+	Addr netip.Addr
 	// MTU is the TUN device's MTU: the largest packet read from it. Required.
 	MTU int
 	// Batch is the most packets moved per system call (default 64).
@@ -142,7 +147,7 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 		return nil, fmt.Errorf("%w: %d queues need SO_REUSEPORT", ErrConfig, len(queues))
 	}
 	p := &Proxy{cnts: make([]counters, len(queues)), log: log}
-	opts := sockOpts{port: cfg.Port, reusePort: !cfg.NoReusePort, bufBytes: cfg.SocketBuffer, mmsg: !cfg.NoMmsg,
+	opts := sockOpts{addr: cfg.Addr, port: cfg.Port, reusePort: !cfg.NoReusePort, bufBytes: cfg.SocketBuffer, mmsg: !cfg.NoMmsg,
 		gso: !cfg.NoGSO}
 	for i, q := range queues {
 		w := newWorker(q, table, cfg.Batch, cfg.MTU, max(cfg.MTU, minIngressLen), !cfg.NoGRO, &p.cnts[i], log)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"syscall"
 	"unsafe"
@@ -51,6 +52,7 @@ type udpConn struct {
 
 // sockOpts are the socket features a worker asks for; each can be switched off.
 type sockOpts struct {
+	addr      netip.Addr // zero: every address
 	port      int
 	reusePort bool
 	bufBytes  int // <= 0: kernel default
@@ -86,9 +88,13 @@ func listenUDP(o sockOpts, msgs, iovs int, rbufs [][]byte, log *zap.Logger) (*ud
 		}
 		return serr
 	}}
-	pc, err := lc.ListenPacket(context.Background(), "udp4", fmt.Sprintf(":%d", o.port))
+	laddr := fmt.Sprintf(":%d", o.port)
+	if o.addr.IsValid() {
+		laddr = netip.AddrPortFrom(o.addr, uint16(o.port)).String()
+	}
+	pc, err := lc.ListenPacket(context.Background(), "udp4", laddr)
 	if err != nil {
-		return nil, fmt.Errorf("udp port %d: listen: %w", o.port, err)
+		return nil, fmt.Errorf("udp %s: listen: %w", laddr, err)
 	}
 	c := pc.(*net.UDPConn)
 	rc, err := c.SyscallConn()

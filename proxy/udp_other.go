@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"errors"
+	"net/netip"
 
 	"go.uber.org/zap"
 )
@@ -12,6 +13,7 @@ import (
 type udpConn struct{ gso, gro bool }
 
 type sockOpts struct {
+	addr      netip.Addr // zero: every address
 	port      int
 	reusePort bool
 	bufBytes  int

@@ -1,0 +1,43 @@
+package proxy
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+
+	"go.uber.org/zap"
+)
+
+// TestListenBindsAddr: with an Addr the socket is bound to it, as flanneld binds its
+// interface's address; without one it takes every address.
+func TestListenBindsAddr(t *testing.T) {
+	for _, c := range []struct {
+		addr netip.Addr
+		want string
+	}{
+		{addr: netip.MustParseAddr("127.0.0.1"), want: "127.0.0.1"},
+		{want: "0.0.0.0"},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			u, err := listenUDP(sockOpts{addr: c.addr, port: freeUDPPort(t), bufBytes: -1}, 1, 1, [][]byte{make([]byte, 64)}, zap.NewNop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer u.c.Close()
+			got := u.c.LocalAddr().(*net.UDPAddr)
+			if got.IP.String() != c.want {
+				t.Fatalf("bound to %v, want %s", got, c.want)
+			}
+		})
+	}
+}
+
+func freeUDPPort(t *testing.T) int {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).Port
+}
