@@ -44,12 +44,22 @@ func ParseSubnetKey(key string) (netip.Prefix, error) {
 	return p, nil
 }
 
+// wireAttrs is a lease value in flanneld's field order, with the "PublicIPv6": null
+// that flanneld (without IPv6) writes too; readers of either ignore what they lack.
+type wireAttrs struct {
+	PublicIP    netip.Addr      `json:"PublicIP"`
+	PublicIPv6  *netip.Addr     `json:"PublicIPv6"`
+	BackendType string          `json:"BackendType,omitempty"`
+	BackendData json.RawMessage `json:"BackendData,omitempty"`
+	HostID      string          `json:"WeftHostID,omitempty"`
+}
+
 // EncodeAttrs is the JSON value of a lease.
 func EncodeAttrs(a Attrs) ([]byte, error) {
 	if !a.PublicIP.Is4() {
 		return nil, fmt.Errorf("%w: PublicIP %v is not IPv4", ErrBadValue, a.PublicIP)
 	}
-	return json.Marshal(a)
+	return json.Marshal(wireAttrs{PublicIP: a.PublicIP, BackendType: a.BackendType, BackendData: a.BackendData, HostID: a.HostID})
 }
 
 // DecodeAttrs parses a lease value as flanneld or weftd write it.

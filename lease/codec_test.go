@@ -75,11 +75,11 @@ func TestEncodeAttrsFieldNames(t *testing.T) {
 		a    Attrs
 		keys []string
 	}{
-		{"flanneld udp", Attrs{PublicIP: addr("192.0.2.1")}, []string{"PublicIP"}},
+		{"flanneld udp", Attrs{PublicIP: addr("192.0.2.1")}, []string{"PublicIP", "PublicIPv6"}},
 		{"vxlan", Attrs{PublicIP: addr("192.0.2.1"), BackendType: "vxlan", BackendData: json.RawMessage(`{"VtepMAC":"aa:bb:cc:dd:ee:ff"}`)},
-			[]string{"BackendData", "BackendType", "PublicIP"}},
+			[]string{"BackendData", "BackendType", "PublicIP", "PublicIPv6"}},
 		{"weft", Attrs{PublicIP: addr("192.0.2.1"), BackendType: "udp", HostID: "h1"},
-			[]string{"BackendType", "PublicIP", "WeftHostID"}},
+			[]string{"BackendType", "PublicIP", "PublicIPv6", "WeftHostID"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data, err := EncodeAttrs(tc.a)
@@ -94,6 +94,12 @@ func TestEncodeAttrsFieldNames(t *testing.T) {
 				t.Errorf("DecodeAttrs(%s) = %+v, %v; want %+v", data, back, err, tc.a)
 			}
 		})
+	}
+	// flanneld's own bytes for a vxlan lease, but for the MAC.
+	got, err := EncodeAttrs(Attrs{PublicIP: addr("192.0.2.1"), BackendType: "vxlan",
+		BackendData: json.RawMessage(`{"VNI":1,"VtepMAC":"aa:bb:cc:dd:ee:ff"}`)})
+	if want := `{"PublicIP":"192.0.2.1","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"aa:bb:cc:dd:ee:ff"}}`; err != nil || string(got) != want {
+		t.Errorf("EncodeAttrs = %s, %v; want %s", got, err, want)
 	}
 	if _, err := EncodeAttrs(Attrs{PublicIP: addr("fd00::1")}); !errors.Is(err, ErrBadValue) {
 		t.Errorf("EncodeAttrs(IPv6) = %v, want ErrBadValue", err)
