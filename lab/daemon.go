@@ -72,8 +72,11 @@ type DaemonSpec struct {
 	// NoEtcd leaves out the --etcd-endpoints and --etcd-prefix flags (Kubernetes
 	// subnet manager).
 	NoEtcd bool
-	Args   []string // more flags, last: they override the lab's
-	Env    []string // added to the environment
+	// NoIface leaves out --iface=eth0: the daemon chooses its interface from Args
+	// (--iface-regex, --iface-can-reach) or the default route.
+	NoIface bool
+	Args    []string // more flags, last: they override the lab's
+	Env     []string // added to the environment
 }
 
 // StartDaemon runs binary, a flanneld-compatible daemon, on h with flanneld's flags:
@@ -126,7 +129,10 @@ func (l *Lab) Start(ctx context.Context, h *Host, spec DaemonSpec) (*Daemon, err
 	if !spec.NoEtcd {
 		args = append(args, "--etcd-endpoints="+EtcdEndpoint, "--etcd-prefix="+DefaultPrefix)
 	}
-	args = append(args, "--iface=eth0", "--subnet-file="+d.SubnetFile())
+	if !spec.NoIface {
+		args = append(args, "--iface=eth0")
+	}
+	args = append(args, "--subnet-file="+d.SubnetFile())
 	if spec.Weft {
 		args = append(args, "--lease-state-file="+filepath.Join(dir, "lease-state.json"))
 	}
