@@ -156,7 +156,8 @@ func (d *Device) Configure(s Setup) error {
 		return fmt.Errorf("tun %s: set up: %w", d.name, err)
 	}
 	for _, r := range s.Routes {
-		rt := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipconv.IPNet(r.Masked()), Scope: netlink.SCOPE_LINK}
+		// Scope universe, as flanneld adds its flannel0 route.
+		rt := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipconv.IPNet(r.Masked()), Scope: netlink.SCOPE_UNIVERSE}
 		if err := d.h.RouteReplace(rt); err != nil {
 			return fmt.Errorf("tun %s: route %v: %w", d.name, r, err)
 		}
