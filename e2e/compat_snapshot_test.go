@@ -34,9 +34,7 @@ func hostView(ctx context.Context, ns *netns.NS, envPath, ownLease string, lease
 			return nil, fmt.Errorf("subnet.env: %w", err)
 		}
 		n.own = env.Subnet.Masked()
-		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-		sort.Strings(lines)
-		s["subnet.env"] = strings.Join(lines, "\n")
+		s["subnet.env"] = n.lines(string(data), nil)
 	} else {
 		s["subnet.env"] = absent
 	}
@@ -206,14 +204,8 @@ func fieldsAfter(out, word string) string {
 		for i, w := range f {
 			if w == word {
 				// drop the "valid_lft forever preferred_lft forever" tail of ip -o
-				rest := f[i:]
-				for j, r := range rest {
-					if r == "\\" {
-						rest = rest[:j]
-						break
-					}
-				}
-				res = append(res, strings.Join(rest, " "))
+				rest, _, _ := strings.Cut(strings.Join(f[i:], " "), "\\")
+				res = append(res, strings.TrimSpace(rest))
 				break
 			}
 		}
