@@ -95,7 +95,7 @@ func (v *vxlan) Type() string { return "vxlan" }
 func (v *vxlan) MTU() int     { return v.devMTU() }
 
 // devMTU is flannel.<VNI>'s MTU: the underlay's less the VXLAN overhead.
-func (v *vxlan) devMTU() int { return v.opts.MTU - vxlanOverhead }
+func (v *vxlan) devMTU() int  { return v.opts.MTU - vxlanOverhead }
 func (v *vxlan) Close() error { v.nl.Close(); return nil }
 
 // BackendData makes (or adopts) the device and publishes its MAC.
