@@ -93,10 +93,10 @@ func NewVXLAN(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backen
 
 func (v *vxlan) Type() string { return "vxlan" }
 func (v *vxlan) MTU() int     { return v.devMTU() }
+func (v *vxlan) Close() error { v.nl.Close(); return nil }
 
 // devMTU is flannel.<VNI>'s MTU: the underlay's less the VXLAN overhead.
-func (v *vxlan) devMTU() int  { return v.opts.MTU - vxlanOverhead }
-func (v *vxlan) Close() error { v.nl.Close(); return nil }
+func (v *vxlan) devMTU() int { return v.opts.MTU - vxlanOverhead }
 
 // BackendData makes (or adopts) the device and publishes its MAC.
 func (v *vxlan) BackendData(context.Context) (json.RawMessage, error) {
