@@ -139,6 +139,7 @@ type side struct {
 // lab's own etcd, one fresh host per case), and compares what a user can see. Cases
 // run in parallel; each side's host i has the same address.
 func TestCompatWithFlanneld(t *testing.T) {
+	testenv.SkipShort(t, "two namespace labs")
 	sides := []*side{
 		{name: "flanneld", bin: flanneldBin(t)},
 		{name: "weftd", bin: weftd(t), weft: true},
