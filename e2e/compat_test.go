@@ -28,6 +28,7 @@ type compatCase struct {
 	name    string
 	config  string   // the network config
 	args    []string // more flags for both daemons
+	env     []string // more environment for both daemons
 	noIface bool     // no --iface=eth0 from the lab: args choose the interface
 	ext1    bool     // the host gets a second interface, ext1, with 198.51.100.200/24
 	bad     bool     // both daemons must refuse it: no subnet.env
@@ -50,9 +51,11 @@ var compatCases = []compatCase{
 	{name: "udp", config: `{` + n16 + `,"Backend":{"Type":"udp"}}`, restart: true},
 	{name: "udp-no-backend", config: `{` + n16 + `}`},
 	{name: "udp-port-mtu", config: `{` + n16 + `,"Backend":{"Type":"udp","Port":8300,"MTU":1400}}`},
+	{name: "udp-weft-options", config: `{` + n16 + `,"Backend":{"Type":"udp","Workers":1,"BusyPoll":"10ms"}}`},
 	{name: "udp-lower-case", config: `{"network":"198.18.0.0/16","backend":{"type":"udp","port":8301}}`},
 	{name: "vxlan", config: `{` + n16 + `,"Backend":{"Type":"vxlan"}}`, restart: true},
 	{name: "vxlan-lower-case-vni", config: `{` + n16 + `,"Backend":{"type":"vxlan","vni":2}}`},
+	{name: "vxlan-vni-0", config: `{` + n16 + `,"Backend":{"Type":"vxlan","VNI":0}}`},
 	{name: "vxlan-mtu", config: `{` + n16 + `,"Backend":{"Type":"vxlan","MTU":1450}}`},
 	{name: "vxlan-port-gbp-learning", config: `{` + n16 + `,"Backend":{"Type":"vxlan","Port":4789,"GBP":true,"Learning":true}}`},
 	{name: "vxlan-directrouting", config: `{` + n16 + `,"Backend":{"Type":"vxlan","DirectRouting":true}}`},
@@ -67,6 +70,8 @@ var compatCases = []compatCase{
 	{name: "no-forward-rules", config: `{` + n16 + `,"Backend":{"Type":"host-gw"}}`, args: []string{"--iptables-forward-rules=false"}},
 	{name: "iface-regex-comma", config: `{` + n16 + `,"Backend":{"Type":"vxlan"}}`, noIface: true, ext1: true,
 		args: []string{"--iface-regex=^ext[0-9]{1,2}$"}},
+	{name: "iface-regex-env", config: `{` + n16 + `,"Backend":{"Type":"host-gw"}}`, noIface: true, ext1: true,
+		env: []string{"FLANNELD_IFACE_REGEX=^ext[0-9]{1,2}$"}},
 	{name: "iface-fallthrough", config: `{` + n16 + `,"Backend":{"Type":"vxlan"}}`, noIface: true, ext1: true,
 		args: []string{"--iface=nope", "--iface-regex=^198\\.51\\.100\\."}},
 	{name: "iface-can-reach", config: `{` + n16 + `,"Backend":{"Type":"host-gw"}}`, noIface: true, ext1: true,
@@ -344,7 +349,7 @@ func (s *side) run(t *testing.T, i int, c compatCase) (snapshot, error) {
 			return nil, err
 		}
 	}
-	spec := lab.DaemonSpec{Binary: s.bin, Weft: s.weft, NoIface: c.noIface,
+	spec := lab.DaemonSpec{Binary: s.bin, Weft: s.weft, NoIface: c.noIface, Env: c.env,
 		Args: append([]string{"--etcd-prefix=" + prefix}, c.args...)}
 	d, err := s.lab.Start(ctx, h, spec)
 	if err != nil {
