@@ -1,0 +1,241 @@
+package firewall
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"go.uber.org/zap"
+	"sigs.k8s.io/knftables"
+)
+
+// Table and chains of the nftables implementation.
+const (
+	NFTTable      = "weft"    // family ip
+	nftMasqChain  = "postrtg" // nat, hook postrouting, priority srcnat
+	nftFwdChain   = "forward" // filter, hook forward, priority filter
+	nftProbeChain = "probe"   // checked, never committed
+)
+
+// nftRule is one rule of a chain: its text and the comment that names it (Repair
+// recognises rules by their comments).
+type nftRule struct{ rule, comment string }
+
+// nftMasqRules are the rules of the postrtg chain, with the meaning of masqRules.
+// The kube-proxy mark is tested under its mask, as iptables' --mark 0x4000/0x4000 does.
+func nftMasqRules(network, subnet netip.Prefix, fullyRandom bool) []nftRule {
+	n, s := network.String(), subnet.String()
+	masq := "masquerade"
+	if fullyRandom {
+		masq = "masquerade fully-random"
+	}
+	return []nftRule{
+		{"meta mark & 0x4000 == 0x4000 counter return", "weft masq: marked by kube-proxy"},
+		{knftables.Concat("ip saddr", s, "ip daddr", n, "counter return"), "weft masq: our pods to pods"},
+		{knftables.Concat("ip saddr", n, "ip daddr", s, "counter return"), "weft masq: pods to our pods"},
+		{knftables.Concat("ip saddr !=", n, "ip daddr", s, "counter return"), "weft masq: outside to our pods"},
+		{knftables.Concat("ip saddr", n, "ip daddr !=", multicast, "counter", masq), "weft masq: pods to outside"},
+		{knftables.Concat("ip saddr !=", n, "ip daddr", n, "counter", masq), "weft masq: host to pods"},
+	}
+}
+
+// nftForwardRules are the rules of the forward chain.
+func nftForwardRules(network netip.Prefix) []nftRule {
+	n := network.String()
+	return []nftRule{
+		{knftables.Concat("ip saddr", n, "counter accept"), "weft forward: from pods"},
+		{knftables.Concat("ip daddr", n, "counter accept"), "weft forward: to pods"},
+	}
+}
+
+// nftChain is a base chain of weft's table and what it holds.
+type nftChain struct {
+	chain knftables.Chain
+	rules []nftRule
+}
+
+func masqChainSpec() knftables.Chain {
+	return knftables.Chain{
+		Name:     nftMasqChain,
+		Comment:  knftables.PtrTo("weft: masquerading (--ip-masq)"),
+		Type:     knftables.PtrTo(knftables.NATType),
+		Hook:     knftables.PtrTo(knftables.PostroutingHook),
+		Priority: knftables.PtrTo(knftables.SNATPriority),
+	}
+}
+
+func fwdChainSpec() knftables.Chain {
+	return knftables.Chain{
+		Name:     nftFwdChain,
+		Comment:  knftables.PtrTo("weft: accept overlay traffic (--iptables-forward-rules)"),
+		Type:     knftables.PtrTo(knftables.FilterType),
+		Hook:     knftables.PtrTo(knftables.ForwardHook),
+		Priority: knftables.PtrTo(knftables.FilterPriority),
+	}
+}
+
+// NFTables keeps weft's rules in an nftables table of its own (ip weft), written in
+// one transaction through the nft command (sigs.k8s.io/knftables), as flanneld does with
+// EnableNFTables. Its forward chain accepts overlay traffic, but a drop in another
+// table's forward chain (iptables' FORWARD policy DROP, for one) still drops it:
+// nftables runs every base chain of a hook and any of them may drop.
+type NFTables struct {
+	nft  knftables.Interface
+	opts Options
+
+	mu     sync.Mutex
+	random *bool
+	chains map[string]nftChain // by name: what was set
+}
+
+// NewNFTables checks that nft is installed and works.
+func NewNFTables(opts Options) (*NFTables, error) {
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	nft, err := knftables.New(knftables.IPv4Family, NFTTable)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w: %w", ErrNoTool, err)
+	}
+	return &NFTables{nft: nft, opts: opts, chains: map[string]nftChain{}}, nil
+}
+
+// Name is part of Firewall.
+func (f *NFTables) Name() string { return "nftables" }
+
+// SetMasq is part of Firewall.
+func (f *NFTables) SetMasq(ctx context.Context, network, subnet netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.write(ctx, nftChain{masqChainSpec(), nftMasqRules(network, subnet, f.fullyRandom(ctx))})
+}
+
+// SetForward is part of Firewall.
+func (f *NFTables) SetForward(ctx context.Context, network netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.write(ctx, nftChain{fwdChainSpec(), nftForwardRules(network)})
+}
+
+// Repair is part of Firewall: one `nft list table` when all is well; otherwise every
+// chain set is rewritten in one transaction.
+func (f *NFTables) Repair(ctx context.Context) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.chains) == 0 {
+		return false, nil
+	}
+	rules, err := f.nft.ListRules(ctx, "")
+	if err != nil && !knftables.IsNotFound(err) {
+		return false, fmt.Errorf("nftables: list table %s: %w", NFTTable, err)
+	}
+	have := map[string][]string{}
+	for _, r := range rules {
+		c := ""
+		if r.Comment != nil {
+			c = *r.Comment
+		}
+		have[r.Chain] = append(have[r.Chain], c)
+	}
+	intact := true
+	for name, c := range f.chains {
+		if !sameComments(have[name], c.rules) {
+			intact = false
+		}
+	}
+	if intact {
+		return false, nil
+	}
+	tx := f.nft.NewTransaction()
+	f.addTable(tx)
+	for _, c := range f.chains {
+		addChain(tx, c)
+	}
+	if err := f.nft.Run(ctx, tx); err != nil {
+		return false, fmt.Errorf("nftables: rewrite table %s: %w", NFTTable, err)
+	}
+	return true, nil
+}
+
+func sameComments(have []string, want []nftRule) bool {
+	if len(have) != len(want) {
+		return false
+	}
+	for i := range want {
+		if have[i] != want[i].comment {
+			return false
+		}
+	}
+	return true
+}
+
+// Remove is part of Firewall: it deletes weft's table.
+func (f *NFTables) Remove(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.chains = map[string]nftChain{}
+	tx := f.nft.NewTransaction()
+	tx.Delete(&knftables.Table{})
+	if err := f.nft.Run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
+		return fmt.Errorf("nftables: delete table %s: %w", NFTTable, err)
+	}
+	return nil
+}
+
+// write replaces one chain's rules in one transaction.
+func (f *NFTables) write(ctx context.Context, c nftChain) error {
+	tx := f.nft.NewTransaction()
+	f.addTable(tx)
+	addChain(tx, c)
+	if err := f.nft.Run(ctx, tx); err != nil {
+		return fmt.Errorf("nftables: write chain %s: %w", c.chain.Name, err)
+	}
+	f.chains[c.chain.Name] = c
+	return nil
+}
+
+func (f *NFTables) addTable(tx *knftables.Transaction) {
+	tx.Add(&knftables.Table{Comment: knftables.PtrTo("weft: overlay network rules")})
+}
+
+// addChain makes the chain (if missing), empties it and fills it.
+func addChain(tx *knftables.Transaction, c nftChain) {
+	ch := c.chain
+	tx.Add(&ch)
+	tx.Flush(&knftables.Chain{Name: ch.Name})
+	for _, r := range c.rules {
+		tx.Add(&knftables.Rule{Chain: ch.Name, Rule: r.rule, Comment: knftables.PtrTo(r.comment)})
+	}
+}
+
+func (f *NFTables) fullyRandom(ctx context.Context) bool {
+	if !f.opts.FullyRandom {
+		return false
+	}
+	if f.random == nil {
+		err := f.ProbeRandomFully(ctx)
+		if err != nil {
+			f.opts.Log.Warn("masquerading without fully-random", zap.Error(err))
+		}
+		ok := err == nil
+		f.random = &ok
+	}
+	return *f.random
+}
+
+// ProbeRandomFully checks (nft --check: the kernel validates, nothing is committed)
+// that a "masquerade fully-random" rule is accepted.
+func (f *NFTables) ProbeRandomFully(ctx context.Context) error {
+	tx := f.nft.NewTransaction()
+	f.addTable(tx)
+	probe := masqChainSpec()
+	probe.Name, probe.Comment = nftProbeChain, nil
+	tx.Add(&probe)
+	tx.Add(&knftables.Rule{Chain: nftProbeChain, Rule: "ip saddr != 127.0.0.1 masquerade fully-random"})
+	if err := f.nft.Check(ctx, tx); err != nil {
+		return fmt.Errorf("%w by nftables: %w", ErrNoRandomFully, err)
+	}
+	return nil
+}
+
