@@ -238,4 +238,3 @@ func (f *NFTables) ProbeRandomFully(ctx context.Context) error {
 	}
 	return nil
 }
-
