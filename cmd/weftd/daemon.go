@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
 )
 
@@ -21,7 +22,7 @@ type daemon struct {
 	log   *zap.Logger
 	ready atomic.Bool
 	be    atomic.Pointer[encap.Backend]
-	masq  *masquerader // nil without --ip-masq
+	fw    firewall.Firewall // nil with neither --ip-masq nor --iptables-forward-rules
 }
 
 func (d *daemon) run(ctx context.Context) error {
@@ -69,17 +70,15 @@ func (d *daemon) run(ctx context.Context) error {
 	if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
 		return err
 	}
-	if err := d.forwardRules(ctx, cfg); err != nil {
+	err = d.setupFirewall(ctx, cfg, own.Subnet)
+	if d.fw != nil {
+		defer d.removeFirewall()
+	}
+	if err != nil {
 		return err
 	}
-	if d.opts.ipMasq {
-		if d.masq, err = newMasquerader(cfg.Network, !d.opts.ipMasqNotRandom, d.log); err != nil {
-			return err
-		}
-		if err := d.masq.setSubnet(ctx, own.Subnet); err != nil {
-			return fmt.Errorf("--ip-masq: %w", err)
-		}
-		go every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() { d.masq.repair(ctx) })
+	if d.fw != nil {
+		go firewall.Resync(ctx, d.fw, time.Duration(d.opts.iptablesResync)*time.Second, d.log)
 	}
 	if m, ok := mgr.(etcdMonitor); ok {
 		go m.MonitorEtcd(ctx)
@@ -159,8 +158,8 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 			if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
 				return err
 			}
-			if d.masq != nil {
-				if err := d.masq.setSubnet(ctx, next.Subnet); err != nil {
+			if d.opts.ipMasq {
+				if err := d.fw.SetMasq(ctx, env.Network, next.Subnet); err != nil {
 					return fmt.Errorf("--ip-masq: %w", err)
 				}
 			}
