@@ -83,14 +83,26 @@ func TestForwardRules(t *testing.T) {
 	}
 	c.ping(a.pod, pods["c"])
 
-	// A restart: one jump, two rules, traffic passes.
-	c.stop(a)
-	c.start(a, "--iptables-resync=1")
-	eventually(t, 20*time.Second, func() error { return healthy(a) })
-	if err := checkForward(a); err != nil {
-		t.Fatalf("after a restart: %v", err)
+	// A restart, after a stop and after a crash that left the rules in place: one
+	// jump, two rules, traffic passes.
+	for _, crash := range []bool{false, true} {
+		if crash {
+			_ = a.cmd.Process.Kill()
+			<-a.done
+			a.cmd = nil
+			if err := checkForward(a); err != nil {
+				t.Fatalf("a killed weftd took its rules along: %v", err)
+			}
+		} else {
+			c.stop(a)
+		}
+		c.start(a, "--iptables-resync=1")
+		eventually(t, 20*time.Second, func() error { return healthy(a) })
+		if err := checkForward(a); err != nil {
+			t.Fatalf("after a restart (crash %v): %v", crash, err)
+		}
+		c.ping(a.pod, pods["c"])
 	}
-	c.ping(a.pod, pods["c"])
 
 	// A stop removes weft's chain and jump, and nothing else.
 	c.stop(a)

@@ -96,6 +96,8 @@ func TestForwardRules(t *testing.T) {
 			// Another tool's rules before ours, and a DROP policy, as Docker leaves them.
 			sh(t, ns, "iptables", "-w", "5", "-P", "FORWARD", "DROP")
 			sh(t, ns, "iptables", "-w", "5", "-A", "FORWARD", "-s", "192.0.2.0/24", "-j", "ACCEPT")
+			// What older weftd appended straight to FORWARD goes.
+			sh(t, ns, "iptables", "-w", "5", "-A", "FORWARD", "-s", "198.18.0.0/16", "-m", "comment", "--comment", fwdComment, "-j", "ACCEPT")
 
 			fw := newFW(t, ns, k.nft, true)
 			inNS(t, ns, func() error { return fw.SetForward(context.Background(), network) })
