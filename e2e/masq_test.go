@@ -159,6 +159,15 @@ func testIPMasq(t *testing.T, nft bool) {
 		t.Fatalf("pod a -> router: counters %v -> %v, want rule 5 (MASQUERADE) up", before, after)
 	}
 
+	// The host into the overlay from an address outside it is: rule 6.
+	before = after
+	if out, err := a.ns.Run(context.Background(), "ping", "-c", "1", "-W", "1", "-I", a.ip, pods["c"]); err != nil {
+		t.Fatalf("host a (from %s) -> pod c: %v\n%s", a.ip, err, out)
+	}
+	if after = masqCounters(c, a, nft); after[5] <= before[5] || after[4] != before[4] {
+		t.Fatalf("host a -> pod c: counters %v -> %v, want rule 6 (MASQUERADE) up and rule 5 unchanged", before, after)
+	}
+
 	// A rule deleted by hand is back within the resync period (5 s).
 	deleteMasqRule(c, a, nft, 5)
 	if n, out := masqRuleCount(a, nft); n != 5 {
