@@ -96,6 +96,9 @@ type host struct {
 
 func newCluster(t *testing.T, api string) *cluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs root, network namespaces and etcd")
+	}
 	testenv.NeedRoot(t)
 	testenv.NeedTools(t, "ip", "etcd", "ping")
 	c := &cluster{t: t, api: api, bin: weftd(t), next: map[string]int{"lan1": 10, "lan2": 10}}
