@@ -2,11 +2,15 @@ package firewall
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/weftnet/weft/internal/netns"
 	"github.com/weftnet/weft/internal/netnstest"
@@ -239,4 +243,65 @@ func TestProbeRandomFully(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestResync: the loop puts back rules deleted by hand, logs it, and returns when its
+// context ends.
+func TestResync(t *testing.T) {
+	needFirewallTools(t)
+	network, subnet := netip.MustParsePrefix("198.18.0.0/16"), netip.MustParsePrefix("198.18.7.0/24")
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			ns := netnstest.New(t, "fw")
+			fw := newFW(t, ns, k.nft, false)
+			inNS(t, ns, func() error { return fw.SetMasq(context.Background(), network, subnet) })
+			core, logs := observer.New(zap.WarnLevel)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				// The loop's commands must run in ns: it runs on a thread switched into it.
+				done <- ns.Do(func() error { Resync(ctx, fw, 50*time.Millisecond, zap.New(core)); return nil })
+			}()
+			var stopped bool
+			stop := func() error {
+				if stopped {
+					return nil
+				}
+				stopped = true
+				cancel()
+				select {
+				case err := <-done:
+					return err
+				case <-time.After(10 * time.Second):
+					return errors.New("Resync did not return after its context ended")
+				}
+			}
+			t.Cleanup(func() { _ = stop() })
+			if k.nft {
+				sh(t, ns, "nft", "flush", "chain", "ip", NFTTable, nftMasqChain)
+			} else {
+				sh(t, ns, "iptables", "-w", "5", "-t", "nat", "-F", MasqChain)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for masqRuleCount(t, ns, k.nft) != 6 || logs.FilterMessageSnippet("changed behind our back").Len() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the resync loop did not put the rules back and log it: %d rules, logs %v",
+						masqRuleCount(t, ns, k.nft), logs.All())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			inNS(t, ns, func() error { return fw.Remove(context.Background()) })
+		})
+	}
+}
+
+func masqRuleCount(t *testing.T, ns *netns.NS, nft bool) int {
+	t.Helper()
+	if nft {
+		return strings.Count(sh(t, ns, "nft", "list", "chain", "ip", NFTTable, nftMasqChain), "comment \"weft masq:")
+	}
+	return strings.Count(sh(t, ns, "iptables", "-w", "5", "-t", "nat", "-S", MasqChain), "-A "+MasqChain+" ")
 }
