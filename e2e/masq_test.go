@@ -177,11 +177,11 @@ func testIPMasq(t *testing.T, nft bool) {
 		if n, out := masqRuleCount(a, nft); n != 6 {
 			return fmt.Errorf("%d rules:\n%s", n, out)
 		}
+		if !strings.Contains(a.logs(), "firewall rules changed behind our back") {
+			return fmt.Errorf("weftd on a did not report the repair:\n%s", a.logs())
+		}
 		return nil
 	})
-	if !strings.Contains(a.logs(), "firewall rules changed behind our back") {
-		t.Fatalf("weftd on a did not report the repair:\n%s", a.logs())
-	}
 
 	// A restart rewrites the rules and keeps one jump to them (one table).
 	c.stop(a)

@@ -69,7 +69,7 @@ func forwardView(t *testing.T, ns *netns.NS, nft bool) (jumps int, rules []strin
 			return 0, nil
 		}
 		for _, l := range strings.Split(out, "\n") {
-			if l = strings.TrimSpace(l); strings.HasPrefix(l, "ip ") && strings.Contains(l, "accept") {
+			if l = strings.TrimSpace(l); strings.HasPrefix(l, "ip ") {
 				rules = append(rules, l)
 			}
 		}
@@ -145,6 +145,21 @@ func TestForwardRules(t *testing.T) {
 			inNS(t, ns, func() (err error) { repaired, err = fw.Repair(context.Background()); return err })
 			if j, r := forwardView(t, ns, k.nft); !repaired || j != 1 || len(r) != 2 {
 				t.Fatalf("after Repair (repaired %v): %d jumps/base chains, rules %q; want 1 and 2", repaired, j, r)
+			}
+			// Changed by hand (a rule replaced, or one slipped in): Repair rewrites it.
+			if k.nft {
+				sh(t, ns, "nft", "insert", "rule", "ip", NFTTable, nftFwdChain, "ip", "saddr", "198.18.0.0/16", "drop")
+			} else {
+				sh(t, ns, "iptables", "-w", "5", "-R", ForwardChain, "1", "-s", "198.18.0.0/16", "-j", "DROP")
+			}
+			inNS(t, ns, func() (err error) { repaired, err = fw.Repair(context.Background()); return err })
+			if j, r := forwardView(t, ns, k.nft); !repaired || j != 1 || len(r) != 2 || strings.Contains(strings.Join(r, "\n"), "drop") {
+				t.Fatalf("after a change by hand and Repair (repaired %v): %d jumps/base chains, rules %q", repaired, j, r)
+			}
+			if !k.nft {
+				if out := sh(t, ns, "iptables", "-w", "5", "-S", ForwardChain); strings.Contains(out, "DROP") {
+					t.Fatalf("the changed rule is still there:\n%s", out)
+				}
 			}
 			if k.nft {
 				sh(t, ns, "nft", "delete", "table", "ip", NFTTable)

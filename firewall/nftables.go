@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
+	"regexp"
 	"sync"
 
 	"go.uber.org/zap"
@@ -18,8 +20,7 @@ const (
 	nftProbeChain = "probe"   // checked, never committed
 )
 
-// nftRule is one rule of a chain: its text and the comment that names it (Repair
-// recognises rules by their comments).
+// nftRule is one rule of a chain: its text and the comment that says what it is for.
 type nftRule struct{ rule, comment string }
 
 // nftMasqRules are the rules of the postrtg chain, with the meaning of masqRules.
@@ -82,11 +83,13 @@ func fwdChainSpec() knftables.Chain {
 // nftables runs every base chain of a hook and any of them may drop.
 type NFTables struct {
 	nft  knftables.Interface
+	bin  string // the nft command, for listings
 	opts Options
 
 	mu     sync.Mutex
 	random *bool
 	chains map[string]nftChain // by name: what was set
+	seen   string              // the table as nft listed it after the last write
 }
 
 // NewNFTables checks that nft is installed and works.
@@ -94,11 +97,15 @@ func NewNFTables(opts Options) (*NFTables, error) {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
+	bin, err := exec.LookPath("nft")
+	if err != nil {
+		return nil, fmt.Errorf("nft: %w", ErrNoTool)
+	}
 	nft, err := knftables.New(knftables.IPv4Family, NFTTable)
 	if err != nil {
-		return nil, fmt.Errorf("nftables: %w: %w", ErrNoTool, err)
+		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	return &NFTables{nft: nft, opts: opts, chains: map[string]nftChain{}}, nil
+	return &NFTables{nft: nft, bin: bin, opts: opts, chains: map[string]nftChain{}}, nil
 }
 
 // Name is part of Firewall.
@@ -118,33 +125,16 @@ func (f *NFTables) SetForward(ctx context.Context, network netip.Prefix) error {
 	return f.write(ctx, nftChain{fwdChainSpec(), nftForwardRules(network)})
 }
 
-// Repair is part of Firewall: one `nft list table` when all is well; otherwise every
-// chain set is rewritten in one transaction.
+// Repair is part of Firewall: one `nft list table` when all is well (compared with
+// the listing taken after the last write, counters aside); otherwise every chain set is
+// rewritten in one transaction. Deleted, changed and added rules are all caught.
 func (f *NFTables) Repair(ctx context.Context) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.chains) == 0 {
 		return false, nil
 	}
-	rules, err := f.nft.ListRules(ctx, "")
-	if err != nil && !knftables.IsNotFound(err) {
-		return false, fmt.Errorf("nftables: list table %s: %w", NFTTable, err)
-	}
-	have := map[string][]string{}
-	for _, r := range rules {
-		c := ""
-		if r.Comment != nil {
-			c = *r.Comment
-		}
-		have[r.Chain] = append(have[r.Chain], c)
-	}
-	intact := true
-	for name, c := range f.chains {
-		if !sameComments(have[name], c.rules) {
-			intact = false
-		}
-	}
-	if intact {
+	if now, err := f.list(ctx); err == nil && now == f.seen {
 		return false, nil
 	}
 	tx := f.nft.NewTransaction()
@@ -155,26 +145,28 @@ func (f *NFTables) Repair(ctx context.Context) (bool, error) {
 	if err := f.nft.Run(ctx, tx); err != nil {
 		return false, fmt.Errorf("nftables: rewrite table %s: %w", NFTTable, err)
 	}
-	return true, nil
+	var err error
+	f.seen, err = f.list(ctx)
+	return true, err
 }
 
-func sameComments(have []string, want []nftRule) bool {
-	if len(have) != len(want) {
-		return false
+// counters matches the counts nft prints in a rule's counter.
+var counters = regexp.MustCompile(`counter packets \d+ bytes \d+`)
+
+// list returns `nft list table ip weft` without the counters' counts.
+func (f *NFTables) list(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, f.bin, "list", "table", string(knftables.IPv4Family), NFTTable).Output()
+	if err != nil {
+		return "", fmt.Errorf("nft list table %s: %w", NFTTable, exitError(err))
 	}
-	for i := range want {
-		if have[i] != want[i].comment {
-			return false
-		}
-	}
-	return true
+	return counters.ReplaceAllString(string(out), "counter"), nil
 }
 
 // Remove is part of Firewall: it deletes weft's table.
 func (f *NFTables) Remove(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.chains = map[string]nftChain{}
+	f.chains, f.seen = map[string]nftChain{}, ""
 	tx := f.nft.NewTransaction()
 	tx.Delete(&knftables.Table{})
 	if err := f.nft.Run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
@@ -192,7 +184,9 @@ func (f *NFTables) write(ctx context.Context, c nftChain) error {
 		return fmt.Errorf("nftables: write chain %s: %w", c.chain.Name, err)
 	}
 	f.chains[c.chain.Name] = c
-	return nil
+	var err error
+	f.seen, err = f.list(ctx)
+	return err
 }
 
 func (f *NFTables) addTable(tx *knftables.Transaction) {
