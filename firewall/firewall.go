@@ -67,6 +67,10 @@ func New(ctx context.Context, nft bool, opts Options) (Firewall, error) {
 			if err := old.Remove(ctx); err != nil {
 				opts.Log.Warn("could not remove weft's iptables rules", zap.Error(err))
 			}
+			if old.forwardDrops(ctx) {
+				opts.Log.Warn("iptables' FORWARD policy is DROP: weft's nftables accept rules do not override it, " +
+					"so forwarded overlay traffic is dropped unless something accepts it there (or use iptables mode)")
+			}
 		}
 		return fw, nil
 	}

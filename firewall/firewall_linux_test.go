@@ -320,3 +320,26 @@ func masqRuleCount(t *testing.T, ns *netns.NS, nft bool) int {
 	}
 	return strings.Count(sh(t, ns, "iptables", "-w", "5", "-t", "nat", "-S", MasqChain), "-A "+MasqChain+" ")
 }
+
+// TestNFTWarnsAboutForwardDrop: in nftables mode an iptables FORWARD policy of DROP
+// still drops overlay traffic (nftables runs every base chain of a hook); weft says so.
+func TestNFTWarnsAboutForwardDrop(t *testing.T) {
+	needFirewallTools(t)
+	for _, policy := range []string{"ACCEPT", "DROP"} {
+		t.Run(policy, func(t *testing.T) {
+			ns := netnstest.New(t, "fw")
+			sh(t, ns, "iptables", "-w", "5", "-P", "FORWARD", policy)
+			core, logs := observer.New(zap.WarnLevel)
+			inNS(t, ns, func() error {
+				fw, err := New(context.Background(), true, Options{Log: zap.New(core)})
+				if err != nil {
+					return err
+				}
+				return fw.Remove(context.Background())
+			})
+			if n := logs.FilterMessageSnippet("FORWARD policy is DROP").Len(); (n > 0) != (policy == "DROP") {
+				t.Fatalf("policy %s: %d warnings, logs %v", policy, n, logs.All())
+			}
+		})
+	}
+}

@@ -197,6 +197,12 @@ func (t *IPTables) ProbeRandomFully(ctx context.Context) error {
 	return nil
 }
 
+// forwardDrops reports whether the filter table's FORWARD policy is DROP.
+func (t *IPTables) forwardDrops(ctx context.Context) bool {
+	out, err := exec.CommandContext(ctx, t.iptables, "-w", "5", "-S", "FORWARD").Output()
+	return err == nil && strings.Contains(string(out), "-P FORWARD DROP\n")
+}
+
 // exitError adds a failed command's stderr to its error.
 func exitError(err error) error {
 	var ee *exec.ExitError
