@@ -95,7 +95,7 @@ func (t *IPTables) Remove(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var errs []error
-	for _, s := range []*ruleSet{masqRules(netip.Prefix{}, netip.Prefix{}, false), forwardRules(netip.Prefix{})} {
+	for _, s := range []*ruleSet{masqSet(), forwardSet()} {
 		listing, err := t.list(ctx, s.table)
 		if err != nil {
 			errs = append(errs, err)

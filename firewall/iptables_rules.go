@@ -42,23 +42,36 @@ func masqRules(network, subnet netip.Prefix, fullyRandom bool) *ruleSet {
 	rule := func(spec ...string) []string {
 		return append(spec, "-m", "comment", "--comment", masqComment)
 	}
-	return &ruleSet{table: "nat", hook: "POSTROUTING", chain: MasqChain, comment: masqComment, rules: [][]string{
+	set := masqSet()
+	set.rules = [][]string{
 		append(rule("-m", "mark", "--mark", kubeProxyMark), "-j", "RETURN"),
 		append(rule("-s", s, "-d", n), "-j", "RETURN"),
 		append(rule("-s", n, "-d", s), "-j", "RETURN"),
 		append(rule("!", "-s", n, "-d", s), "-j", "RETURN"),
 		append(rule("-s", n, "!", "-d", multicast), masq...),
 		append(rule("!", "-s", n, "-d", n), masq...),
-	}}
+	}
+	return set
+}
+
+// masqSet and forwardSet are the sets without rules, for finding and removing them.
+func masqSet() *ruleSet {
+	return &ruleSet{table: "nat", hook: "POSTROUTING", chain: MasqChain, comment: masqComment}
+}
+
+func forwardSet() *ruleSet {
+	return &ruleSet{table: "filter", hook: "FORWARD", chain: ForwardChain, comment: fwdComment}
 }
 
 // forwardRules are the rules of ForwardChain for network.
 func forwardRules(network netip.Prefix) *ruleSet {
 	n := network.String()
-	return &ruleSet{table: "filter", hook: "FORWARD", chain: ForwardChain, comment: fwdComment, rules: [][]string{
+	set := forwardSet()
+	set.rules = [][]string{
 		{"-s", n, "-m", "comment", "--comment", fwdComment, "-j", "ACCEPT"},
 		{"-d", n, "-m", "comment", "--comment", fwdComment, "-j", "ACCEPT"},
-	}}
+	}
+	return set
 }
 
 // ours reports whether line (as `iptables -S` prints it) is a rule of the hook chain
