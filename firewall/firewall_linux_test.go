@@ -149,6 +149,7 @@ func TestForwardRules(t *testing.T) {
 			// Changed by hand (a rule replaced, or one slipped in): Repair rewrites it.
 			if k.nft {
 				sh(t, ns, "nft", "insert", "rule", "ip", NFTTable, nftFwdChain, "ip", "saddr", "198.18.0.0/16", "drop")
+				sh(t, ns, "nft", "add", "chain", "ip", NFTTable, "slipped-in")
 			} else {
 				sh(t, ns, "iptables", "-w", "5", "-R", ForwardChain, "1", "-s", "198.18.0.0/16", "-j", "DROP")
 			}
@@ -156,7 +157,11 @@ func TestForwardRules(t *testing.T) {
 			if j, r := forwardView(t, ns, k.nft); !repaired || j != 1 || len(r) != 2 || strings.Contains(strings.Join(r, "\n"), "drop") {
 				t.Fatalf("after a change by hand and Repair (repaired %v): %d jumps/base chains, rules %q", repaired, j, r)
 			}
-			if !k.nft {
+			if k.nft {
+				if out := sh(t, ns, "nft", "list", "table", "ip", NFTTable); strings.Contains(out, "slipped-in") {
+					t.Fatalf("a chain added by hand is still in weft's table:\n%s", out)
+				}
+			} else {
 				if out := sh(t, ns, "iptables", "-w", "5", "-S", ForwardChain); strings.Contains(out, "DROP") {
 					t.Fatalf("the changed rule is still there:\n%s", out)
 				}

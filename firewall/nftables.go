@@ -126,8 +126,8 @@ func (f *NFTables) SetForward(ctx context.Context, network netip.Prefix) error {
 }
 
 // Repair is part of Firewall: one `nft list table` when all is well (compared with
-// the listing taken after the last write, counters aside); otherwise every chain set is
-// rewritten in one transaction. Deleted, changed and added rules are all caught.
+// the listing taken after the last write, counters aside); otherwise the table is
+// written again. Deleted, changed and added rules and chains are all caught.
 func (f *NFTables) Repair(ctx context.Context) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -137,17 +137,10 @@ func (f *NFTables) Repair(ctx context.Context) (bool, error) {
 	if now, err := f.list(ctx); err == nil && now == f.seen {
 		return false, nil
 	}
-	tx := f.nft.NewTransaction()
-	f.addTable(tx)
-	for _, c := range f.chains {
-		addChain(tx, c)
+	if err := f.writeAll(ctx); err != nil {
+		return false, err
 	}
-	if err := f.nft.Run(ctx, tx); err != nil {
-		return false, fmt.Errorf("nftables: rewrite table %s: %w", NFTTable, err)
-	}
-	var err error
-	f.seen, err = f.list(ctx)
-	return true, err
+	return true, nil
 }
 
 // counters matches the counts nft prints in a rule's counter.
@@ -175,15 +168,28 @@ func (f *NFTables) Remove(ctx context.Context) error {
 	return nil
 }
 
-// write replaces one chain's rules in one transaction.
+// write sets one chain's rules and writes the table.
 func (f *NFTables) write(ctx context.Context, c nftChain) error {
-	tx := f.nft.NewTransaction()
-	f.addTable(tx)
-	addChain(tx, c)
-	if err := f.nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("nftables: write chain %s: %w", c.chain.Name, err)
-	}
 	f.chains[c.chain.Name] = c
+	return f.writeAll(ctx)
+}
+
+// writeAll replaces weft's table with the chains set, in one transaction (add, delete
+// and make the table again: whatever was changed in it, chains included, is gone), and
+// records nft's listing of it for Repair.
+func (f *NFTables) writeAll(ctx context.Context) error {
+	tx := f.nft.NewTransaction()
+	tx.Add(&knftables.Table{})
+	tx.Delete(&knftables.Table{})
+	f.addTable(tx)
+	for _, name := range []string{nftFwdChain, nftMasqChain} {
+		if c, ok := f.chains[name]; ok {
+			addChain(tx, c)
+		}
+	}
+	if err := f.nft.Run(ctx, tx); err != nil {
+		return fmt.Errorf("nftables: write table %s: %w", NFTTable, err)
+	}
 	var err error
 	f.seen, err = f.list(ctx)
 	return err
@@ -193,11 +199,10 @@ func (f *NFTables) addTable(tx *knftables.Transaction) {
 	tx.Add(&knftables.Table{Comment: knftables.PtrTo("weft: overlay network rules")})
 }
 
-// addChain makes the chain (if missing), empties it and fills it.
+// addChain makes the chain and fills it.
 func addChain(tx *knftables.Transaction, c nftChain) {
 	ch := c.chain
 	tx.Add(&ch)
-	tx.Flush(&knftables.Chain{Name: ch.Name})
 	for _, r := range c.rules {
 		tx.Add(&knftables.Rule{Chain: ch.Name, Rule: r.rule, Comment: knftables.PtrTo(r.comment)})
 	}
