@@ -151,3 +151,16 @@ func TestIptablesVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestNFTForwardRules(t *testing.T) {
+	got := nftForwardRules(testNetwork)
+	want := []string{"ip saddr 198.18.0.0/16 counter accept", "ip daddr 198.18.0.0/16 counter accept"}
+	if len(got) != len(want) {
+		t.Fatalf("%d rules, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].rule != want[i] || !strings.HasPrefix(got[i].comment, "weft forward: ") {
+			t.Errorf("rule %d: %+v, want %q with a weft forward comment", i, got[i], want[i])
+		}
+	}
+}
