@@ -91,7 +91,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.healthzPort, "healthz-port", 0, "port of the health endpoint (0: off)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: 0 info, 1 and above debug")
-	fs.IntVar(&o.iptablesResync, "iptables-resync", 5, "seconds between checks of weftd's iptables rules (forward, masquerade)")
+	fs.IntVar(&o.iptablesResync, "iptables-resync", 5, "seconds between checks of weftd's forward and masquerade rules (iptables or nftables)")
 	fs.BoolVar(&o.iptablesForwardRules, "iptables-forward-rules", true, "accept forwarded overlay traffic in the FORWARD chain")
 	fs.BoolVar(&o.kubeSubnetMgr, "kube-subnet-mgr", false, "take the subnet from the Kubernetes node's podCIDR instead of etcd")
 	fs.StringVar(&o.kubeAPIURL, "kube-api-url", "", "Kubernetes API server URL (kube mode)")
