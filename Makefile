@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin
 PKGS    := ./...
-DEBS    := etcd-server iperf3 iputils-ping iptables iproute2 containernetworking-plugins \
+DEBS    := etcd-server iperf3 iputils-ping iptables nftables iproute2 containernetworking-plugins \
            containerd runc
 export CGO_ENABLED ?= 0
 # The flannel CNI plugin, to attach pods from weftd's subnet.env in tests (Debian's

@@ -273,5 +273,20 @@ func (d *Daemon) Stop() error {
 	}
 }
 
+// Kill ends the daemon with SIGKILL, as a crash would, and waits for it; what it
+// made (devices, rules, its lease) stays behind.
+func (d *Daemon) Kill() error {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return nil
+	}
+	_ = d.cmd.Process.Kill()
+	select {
+	case <-d.done:
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("daemon pid %d on %s does not die", d.Pid(), d.Host.Name)
+	}
+}
+
 // CPUTime returns the user+system CPU time the daemon has used so far.
 func (d *Daemon) CPUTime() (time.Duration, error) { return ProcCPU(d.Pid()) }

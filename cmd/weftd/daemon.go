@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
 )
 
@@ -22,7 +23,7 @@ type daemon struct {
 	be    atomic.Pointer[encap.Backend]
 	mgr   atomic.Pointer[lease.Manager] // for /readyz
 	held  atomic.Pointer[lease.Lease]   // our lease, once acquired
-	masq  *masquerader                  // nil without --ip-masq
+	fw    firewall.Firewall             // nil with neither --ip-masq nor --iptables-forward-rules
 
 	// wg counts the goroutines run started (spawn); run returns only when all ended.
 	wg sync.WaitGroup
@@ -109,19 +110,15 @@ func (d *daemon) run(ctx context.Context) error {
 	if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
 		return err
 	}
-	if err := d.forwardRules(ctx, cfg); err != nil {
+	err = d.setupFirewall(ctx, cfg, own.Subnet)
+	if d.fw != nil {
+		defer d.removeFirewall()
+	}
+	if err != nil {
 		return err
 	}
-	if d.opts.ipMasq {
-		if d.masq, err = newMasquerader(cfg.Network, !d.opts.ipMasqNotRandom, d.log); err != nil {
-			return err
-		}
-		if err := d.masq.setSubnet(ctx, own.Subnet); err != nil {
-			return fmt.Errorf("--ip-masq: %w", err)
-		}
-		d.spawn(func() {
-			every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() { d.masq.repair(ctx) })
-		})
+	if d.fw != nil {
+		d.spawn(func() { firewall.Resync(ctx, d.fw, time.Duration(d.opts.iptablesResync)*time.Second, d.log) })
 	}
 	if m, ok := mgr.(etcdMonitor); ok {
 		d.spawn(func() { m.MonitorEtcd(ctx) })
@@ -201,8 +198,8 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 			if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
 				return err
 			}
-			if d.masq != nil {
-				if err := d.masq.setSubnet(ctx, next.Subnet); err != nil {
+			if d.opts.ipMasq {
+				if err := d.fw.SetMasq(ctx, env.Network, next.Subnet); err != nil {
 					return fmt.Errorf("--ip-masq: %w", err)
 				}
 			}
