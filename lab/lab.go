@@ -36,7 +36,6 @@ var (
 	Overlay = netip.MustParsePrefix("198.18.0.0/16")
 )
 
-
 // EtcdEndpoint is where the lab's etcd listens, inside the router namespace; every
 // host reaches it through its default route.
 const EtcdEndpoint = "http://192.0.2.1:2379"
