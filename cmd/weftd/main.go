@@ -33,7 +33,7 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if opts.version {
-		fmt.Fprintln(stdout, version)
+		fmt.Fprintln(stdout, readBuildInfo())
 		return 0
 	}
 	log := newLogger(stderr, opts.verbosity)
