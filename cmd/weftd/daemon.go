@@ -24,6 +24,10 @@ type daemon struct {
 	mgr   atomic.Pointer[lease.Manager] // for /readyz
 	held  atomic.Pointer[lease.Lease]   // our lease, once acquired
 	masq  *masquerader                  // nil without --ip-masq
+
+	// fwdRepairs and masqRepairs count rewrites of firewall rules found missing or
+	// changed (weft_firewall_repairs_total).
+	fwdRepairs, masqRepairs atomic.Uint64
 }
 
 func (d *daemon) run(ctx context.Context) error {
@@ -95,7 +99,11 @@ func (d *daemon) run(ctx context.Context) error {
 		if err := d.masq.setSubnet(ctx, own.Subnet); err != nil {
 			return fmt.Errorf("--ip-masq: %w", err)
 		}
-		go every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() { d.masq.repair(ctx) })
+		go every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() {
+			if d.masq.repair(ctx) {
+				d.masqRepairs.Add(1)
+			}
+		})
 	}
 	if m, ok := mgr.(etcdMonitor); ok {
 		go m.MonitorEtcd(ctx)

@@ -43,6 +43,12 @@ func (d *daemon) forwardRules(ctx context.Context, cfg *lease.Config) error {
 		return err
 	}
 	go every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() {
+		for _, r := range rules {
+			if !ruleExists(ctx, bin, "filter", "FORWARD", r) {
+				d.fwdRepairs.Add(1)
+				break
+			}
+		}
 		if err := ensure(); err != nil && ctx.Err() == nil {
 			d.log.Warn("forward rules", zap.Error(err))
 		}
@@ -50,10 +56,15 @@ func (d *daemon) forwardRules(ctx context.Context, cfg *lease.Config) error {
 	return nil
 }
 
+// ruleExists reports whether rule is in chain of table.
+func ruleExists(ctx context.Context, iptables, table, chain string, rule []string) bool {
+	check := append([]string{"-w", "5", "-t", table, "-C", chain}, rule...)
+	return exec.CommandContext(ctx, iptables, check...).Run() == nil
+}
+
 // ensureRule appends rule to chain of table unless it is there already.
 func ensureRule(ctx context.Context, iptables, table, chain string, rule []string) error {
-	check := append([]string{"-w", "5", "-t", table, "-C", chain}, rule...)
-	if exec.CommandContext(ctx, iptables, check...).Run() == nil {
+	if ruleExists(ctx, iptables, table, chain, rule) {
 		return nil
 	}
 	add := append([]string{"-w", "5", "-t", table, "-A", chain}, rule...)

@@ -132,17 +132,18 @@ func (m *masquerader) intact(ctx context.Context, rules [][]string) bool {
 }
 
 // repair rewrites the rules when they are not as written (deleted or changed by hand),
-// and restores the jump to them.
-func (m *masquerader) repair(ctx context.Context) {
+// and restores the jump to them. It reports whether it rewrote the rules.
+func (m *masquerader) repair(ctx context.Context) (rewrote bool) {
 	rules := m.rules()
 	var err error
 	if !m.intact(ctx, rules) {
 		m.log.Warn("masquerade rules changed behind our back: rewriting them", zap.String("chain", masqChain))
-		err = m.write(ctx, rules)
+		err, rewrote = m.write(ctx, rules), true
 	} else {
 		err = m.ensureJump(ctx)
 	}
 	if err != nil && ctx.Err() == nil {
 		m.log.Warn("masquerade rules", zap.Error(err))
 	}
+	return rewrote
 }
