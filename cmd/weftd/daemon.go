@@ -28,9 +28,13 @@ type daemon struct {
 	// fwdRepairs and masqRepairs count rewrites of firewall rules found missing or
 	// changed (weft_firewall_repairs_total).
 	fwdRepairs, masqRepairs atomic.Uint64
+
+	notify notifier // systemd (notify.go)
 }
 
 func (d *daemon) run(ctx context.Context) error {
+	d.notify.log = d.log
+	defer d.notify.start(ctx)()
 	if d.opts.healthzPort > 0 {
 		stopHealthz, err := d.serveHealthz()
 		if err != nil {
@@ -165,6 +169,7 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 			_ = mgr.Watch(wctx, subnet, events)
 		}(own.Subnet)
 		d.ready.Store(true)
+		d.notify.ready(readyStatus(own.Subnet, be.Type()))
 		next, err := d.feed(ctx, be, events, changed, errc)
 		stopWatch()
 		<-wdone
