@@ -24,6 +24,12 @@ func main() {
 }
 
 func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] { // weftd's commands besides running the daemon
+		case "cleanup":
+			return runCleanup(args[1:], env, stdout, stderr)
+		}
+	}
 	opts, err := parseFlags(args, env, stderr)
 	if errors.Is(err, flagHelp) {
 		return 0
