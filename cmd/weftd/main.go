@@ -28,6 +28,8 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 		switch args[0] { // weftd's commands besides running the daemon
 		case "cleanup":
 			return runCleanup(args[1:], env, stdout, stderr)
+		case "migrate-etcd":
+			return runMigrate(args[1:], env, stdout, stderr)
 		}
 	}
 	opts, err := parseFlags(args, env, stderr)
