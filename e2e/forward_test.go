@@ -39,7 +39,7 @@ func checkForward(h *host) error {
 // TestForwardRules: on hosts whose FORWARD policy is DROP (as Docker sets it), weft's
 // forward rules let overlay traffic pass (a host started without them drops it); the
 // rules sit in WEFT-FWD behind one jump at the end of FORWARD, after the host's own
-// rules; rules deleted by hand come back; a restart adds no duplicates; a stop removes
+// rules; rules deleted by hand come back; a restart adds no duplicates; a stop keeps them and weftd cleanup removes
 // them and leaves the policy and the other rules alone.
 func TestForwardRules(t *testing.T) {
 	c := newCluster(t, "v3")
@@ -104,13 +104,18 @@ func TestForwardRules(t *testing.T) {
 		c.ping(a.pod, pods["c"])
 	}
 
-	// A stop removes weft's chain and jump, and nothing else.
+	// A stop keeps the rules (the kernel may go on forwarding); weftd cleanup removes
+	// weft's chain and jump, and nothing else.
 	c.stop(a)
+	if err := checkForward(a); err != nil {
+		t.Fatalf("after a stop: %v", err)
+	}
+	c.cleanup(a)
 	out := c.sh(a.ns, "iptables-save -t filter")
 	if strings.Contains(out, "WEFT") || strings.Contains(out, "weft") {
-		t.Fatalf("after a stop:\n%s", out)
+		t.Fatalf("after weftd cleanup:\n%s", out)
 	}
 	if !strings.Contains(out, ":FORWARD DROP") || !strings.Contains(out, "-A FORWARD -s 192.0.2.0/24 -d 198.51.100.0/24 -j ACCEPT") {
-		t.Fatalf("the stop changed the host's own FORWARD setup:\n%s", out)
+		t.Fatalf("weftd cleanup changed the host's own FORWARD setup:\n%s", out)
 	}
 }

@@ -98,7 +98,7 @@ func weftRules(c *cluster, h *host) (iptables []string, nftTable bool) {
 
 // TestIPMasq: with --ip-masq a pod reaches an address outside the overlay that has no
 // route back to it (the router), pod-to-pod traffic keeps its source, the rules are
-// repaired when deleted by hand, a restart adds no duplicates, and a stop removes them;
+// repaired when deleted by hand, a restart adds no duplicates, a stop keeps them and weftd cleanup removes them;
 // the same with iptables and with EnableNFTables, each mode writing only its own rules.
 func TestIPMasq(t *testing.T) {
 	for _, mode := range fwModes {
@@ -197,16 +197,20 @@ func testIPMasq(t *testing.T, nft bool) {
 	masqCounters(c, a, nft)
 	c.ping(a.pod, "192.0.2.1")
 
-	// A stop removes everything weft wrote.
+	// A stop keeps the rules; weftd cleanup removes everything weft wrote.
 	c.stop(a)
+	if ipt, table := weftRules(c, a); len(ipt) == 0 && !table {
+		t.Fatalf("a stop took weft's rules along")
+	}
+	c.cleanup(a)
 	if ipt, table := weftRules(c, a); len(ipt) > 0 || table {
-		t.Fatalf("after a stop: iptables rules %q, nftables table %v; want none", ipt, table)
+		t.Fatalf("after weftd cleanup: iptables rules %q, nftables table %v; want none", ipt, table)
 	}
 }
 
 // TestNFTCoexistsWithIptables: with EnableNFTables, weft's table works beside another
 // tool's iptables rules (kube-proxy-like nat and filter chains) on the same host: the
-// traffic is masqueraded as it should be, the other rules stay as they were, weft's go.
+// traffic is masqueraded as it should be, the other rules stay as they were, weftd cleanup removes weft's.
 func TestNFTCoexistsWithIptables(t *testing.T) {
 	c := newCluster(t, "v3")
 	testenv.NeedTools(t, "iptables", "iptables-save", "nft")
@@ -244,10 +248,11 @@ func TestNFTCoexistsWithIptables(t *testing.T) {
 	c.ping(hosts["c"].pod, "198.51.100.1")
 
 	c.stop(a)
+	c.cleanup(a)
 	if got := c.sh(a.ns, "iptables -w 5 -S; iptables -w 5 -t nat -S"); got != want {
-		t.Fatalf("after a stop, the other tool's iptables rules changed:\n%s\nwant:\n%s", got, want)
+		t.Fatalf("after weftd cleanup, the other tool's iptables rules changed:\n%s\nwant:\n%s", got, want)
 	}
 	if ipt, table := weftRules(c, a); len(ipt) > 0 || table {
-		t.Fatalf("after a stop: iptables rules %q, nftables table %v; want none", ipt, table)
+		t.Fatalf("after weftd cleanup: iptables rules %q, nftables table %v; want none", ipt, table)
 	}
 }

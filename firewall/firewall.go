@@ -1,7 +1,8 @@
 // Package firewall keeps weftd's packet filter rules on the host: masquerading for
 // --ip-masq and accepting forwarded overlay traffic for --iptables-forward-rules. The
 // rules live in chains (iptables) or a table (nftables) of weft's own, are written in one
-// transaction, put back when someone changes or deletes them, and removed at shutdown.
+// transaction and put back when someone changes or deletes them. They outlive weftd,
+// as flanneld's do; weftd cleanup removes them (RemoveAll).
 //
 // Both implementations give the rules the meaning flanneld's do:
 //
@@ -86,9 +87,25 @@ func New(ctx context.Context, nft bool, opts Options) (Firewall, error) {
 	return fw, nil
 }
 
+// RemoveAll deletes what weft wrote with either kind, for a host being cleaned up; a
+// kind whose tools are missing has nothing of weft's to remove.
+func RemoveAll(ctx context.Context, opts Options) error {
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	var errs []error
+	if ipt, err := NewIPTables(opts); err == nil {
+		errs = append(errs, ipt.Remove(ctx))
+	}
+	if nft, err := NewNFTables(opts); err == nil {
+		errs = append(errs, nft.Remove(ctx))
+	}
+	return errors.Join(errs...)
+}
+
 // Resync calls fw.Repair every period until ctx ends, logging what it finds; it
-// returns when ctx is done.
-func Resync(ctx context.Context, fw Firewall, period time.Duration, log *zap.Logger) {
+// returns when ctx is done. onRepair, when not nil, is called after each repair.
+func Resync(ctx context.Context, fw Firewall, period time.Duration, log *zap.Logger, onRepair func()) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -103,6 +120,9 @@ func Resync(ctx context.Context, fw Firewall, period time.Duration, log *zap.Log
 			log.Warn("firewall rules", zap.String("firewall", fw.Name()), zap.Error(err))
 		case repaired:
 			log.Warn("firewall rules changed behind our back: rewrote them", zap.String("firewall", fw.Name()))
+			if onRepair != nil {
+				onRepair()
+			}
 		}
 	}
 }

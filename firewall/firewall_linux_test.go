@@ -280,7 +280,7 @@ func TestResync(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				// The loop's commands must run in ns: it runs on a thread switched into it.
-				done <- ns.Do(func() error { Resync(ctx, fw, 50*time.Millisecond, zap.New(core)); return nil })
+				done <- ns.Do(func() error { Resync(ctx, fw, 50*time.Millisecond, zap.New(core), nil); return nil })
 			}()
 			var stopped bool
 			stop := func() error {

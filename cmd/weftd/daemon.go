@@ -25,6 +25,12 @@ type daemon struct {
 	held  atomic.Pointer[lease.Lease]   // our lease, once acquired
 	fw    firewall.Firewall             // nil with neither --ip-masq nor --iptables-forward-rules
 
+	// fwRepairs counts rewrites of firewall rules found missing or changed
+	// (weft_firewall_repairs_total).
+	fwRepairs atomic.Uint64
+
+	notify notifier // systemd (notify.go)
+
 	// wg counts the goroutines run started (spawn); run returns only when all ended.
 	wg sync.WaitGroup
 }
@@ -44,6 +50,8 @@ func (d *daemon) spawn(f func()) {
 func (d *daemon) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	d.notify.log = d.log
+	defer d.notify.start(ctx)()
 	if d.opts.healthzPort > 0 {
 		stopHealthz, err := d.serveHealthz()
 		if err != nil {
@@ -110,15 +118,17 @@ func (d *daemon) run(ctx context.Context) error {
 	if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
 		return err
 	}
-	err = d.setupFirewall(ctx, cfg, own.Subnet)
-	if d.fw != nil {
-		defer d.removeFirewall()
-	}
-	if err != nil {
+	// The rules outlive weftd, as flanneld's do: the kernel keeps forwarding for vxlan
+	// and host-gw while weftd restarts, which a FORWARD DROP policy would otherwise cut
+	// off. `weftd cleanup` removes them.
+	if err := d.setupFirewall(ctx, cfg, own.Subnet); err != nil {
 		return err
 	}
 	if d.fw != nil {
-		d.spawn(func() { firewall.Resync(ctx, d.fw, time.Duration(d.opts.iptablesResync)*time.Second, d.log) })
+		d.spawn(func() {
+			firewall.Resync(ctx, d.fw, time.Duration(d.opts.iptablesResync)*time.Second, d.log,
+				func() { d.fwRepairs.Add(1) })
+		})
 	}
 	if m, ok := mgr.(etcdMonitor); ok {
 		d.spawn(func() { m.MonitorEtcd(ctx) })
@@ -180,6 +190,7 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 			_ = mgr.Watch(wctx, subnet, events)
 		}(own.Subnet)
 		d.ready.Store(true)
+		d.notify.ready(readyStatus(own.Subnet, be.Type()))
 		next, err := d.feed(ctx, be, events, changed, errc)
 		stopWatch()
 		<-wdone

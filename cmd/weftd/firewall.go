@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -14,7 +13,7 @@ import (
 
 // setupFirewall writes the forward rules (--iptables-forward-rules) and the masquerade rules
 // (--ip-masq) with iptables, or with nftables when the network config sets
-// EnableNFTables, and keeps the firewall in d.fw for the resync and the shutdown.
+// EnableNFTables, and keeps the firewall in d.fw for the resync.
 func (d *daemon) setupFirewall(ctx context.Context, cfg *lease.Config, subnet netip.Prefix) error {
 	if !d.opts.ipMasq && !d.opts.iptablesForwardRules {
 		return nil
@@ -36,16 +35,4 @@ func (d *daemon) setupFirewall(ctx context.Context, cfg *lease.Config, subnet ne
 		}
 	}
 	return nil
-}
-
-// removeFirewall deletes weft's rules when weftd stops (ctx is done by then, so it
-// gets its own deadline).
-func (d *daemon) removeFirewall() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := d.fw.Remove(ctx); err != nil {
-		d.log.Warn("could not remove the firewall rules", zap.String("firewall", d.fw.Name()), zap.Error(err))
-		return
-	}
-	d.log.Info("firewall rules removed", zap.String("firewall", d.fw.Name()))
 }
