@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin
 PKGS    := ./...
-DEBS    := etcd-server iperf3 iputils-ping iptables iproute2 containernetworking-plugins \
+DEBS    := etcd-server iperf3 iputils-ping iptables nftables iproute2 containernetworking-plugins \
            containerd runc
 export CGO_ENABLED ?= 0
 # The flannel CNI plugin, to attach pods from weftd's subnet.env in tests (Debian's
@@ -22,8 +22,12 @@ deps:
 	fi
 	@test -x $(BIN)/cni/flannel || GOBIN=$(CURDIR)/$(BIN)/cni $(GO) install -trimpath $(CNI_FLANNEL_PKG)
 
+# weftd --version names the commit: the toolchain stamps vcs.revision in a plain
+# checkout; in a git worktree or with -buildvcs=false it cannot, so it is passed here.
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -modified)
+
 build:
-	$(GO) build -o $(BIN)/weftd ./cmd/weftd
+	$(GO) build -ldflags='-X main.commit=$(COMMIT)' -o $(BIN)/weftd ./cmd/weftd
 	$(GO) build -o $(BIN)/weft-bench ./cmd/weft-bench
 
 # flanneld is the upstream flanneld, built from its Go module in test/flannel (cgo: its

@@ -164,6 +164,14 @@ func (c *cluster) stop(h *host) {
 	}
 }
 
+// cleanup runs `weftd cleanup` on h (its daemon stopped), as an operator would.
+func (c *cluster) cleanup(h *host) {
+	c.t.Helper()
+	if out, err := h.ns.Run(context.Background(), c.bin, "cleanup", "--subnet-file="+h.subnetFile()); err != nil {
+		c.t.Fatalf("weftd cleanup on %s: %v\n%s", h.name, err, out)
+	}
+}
+
 // logs is the log of the daemon on h, over its restarts.
 func (h *host) logs() string {
 	if h.daemon == nil {

@@ -14,19 +14,19 @@ import (
 	"github.com/weftnet/weft/lease"
 )
 
-// snapshot is what a user can see of one daemon on one host, item by item, each item
+// compatView is what a user can see of one daemon on one host, item by item, each item
 // a normalised text: the host's own subnet, its vxlan MAC and the firewall chains'
 // names are replaced by placeholders so that flanneld's and weftd's hosts compare.
-type snapshot map[string]string
+type compatView map[string]string
 
 // absent marks an item one side has and the other has not.
 const absent = "<absent>"
 
-// hostView reads a snapshot from a host namespace: subnet.env at envPath, the own
+// hostView reads a compatView from a host namespace: subnet.env at envPath, the own
 // lease value leaseVal (empty: none), devices, addresses, routes, neighbours, fdb and
 // iptables rules.
-func hostView(ctx context.Context, ns *netns.NS, envPath, ownLease string, leaseVal string) (snapshot, error) {
-	s := snapshot{}
+func hostView(ctx context.Context, ns *netns.NS, envPath, ownLease string, leaseVal string) (compatView, error) {
+	s := compatView{}
 	n := normaliser{}
 	if data, err := os.ReadFile(envPath); err == nil {
 		env, err := lease.ReadSubnetEnv(envPath)
@@ -94,7 +94,7 @@ func hostView(ctx context.Context, ns *netns.NS, envPath, ownLease string, lease
 }
 
 // leaseItems splits the own lease's JSON value into one item per field.
-func leaseItems(s snapshot, n normaliser, val string) {
+func leaseItems(s compatView, n normaliser, val string) {
 	if val == "" {
 		s["lease"] = absent
 		return

@@ -98,7 +98,7 @@ const peerIP = "192.0.2.250"
 type allowedDiff struct {
 	id     string
 	cases  string // regexp over case names
-	item   string // regexp over snapshot items
+	item   string // regexp over compatView items
 	reason string
 	// pending: work under way elsewhere may remove the difference, so an entry that
 	// matches nothing is no failure (the others must match, or go).
@@ -175,7 +175,7 @@ func TestCompatWithFlanneld(t *testing.T) {
 				t.Parallel()
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				snaps := make([]snapshot, len(sides))
+				snaps := make([]compatView, len(sides))
 				errs := make([]error, len(sides))
 				var wg sync.WaitGroup
 				for j, s := range sides {
@@ -253,7 +253,7 @@ func allowedFor(caseName, item string) *allowedDiff {
 
 type itemDiff struct{ item, a, b string }
 
-func diff(a, b snapshot) []itemDiff {
+func diff(a, b compatView) []itemDiff {
 	keys := map[string]bool{}
 	for k := range a {
 		keys[k] = true
@@ -279,7 +279,7 @@ func diff(a, b snapshot) []itemDiff {
 	return out
 }
 
-func dump(s snapshot) string {
+func dump(s compatView) string {
 	var b strings.Builder
 	keys := make([]string, 0, len(s))
 	for k := range s {
@@ -333,8 +333,8 @@ func (s *side) addHosts(t *testing.T) error {
 }
 
 // run starts the side's daemon for case i on host c<i>, waits for what it makes to
-// settle, and returns the snapshot (with a restart's, for restart cases).
-func (s *side) run(t *testing.T, i int, c compatCase) (snapshot, error) {
+// settle, and returns the compatView (with a restart's, for restart cases).
+func (s *side) run(t *testing.T, i int, c compatCase) (compatView, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	h := s.lab.Host(fmt.Sprintf("c%d", i))
@@ -444,7 +444,7 @@ func (s *side) putPeer(ctx context.Context, prefix string, peer netip.Prefix, cf
 }
 
 // refusal waits up to 10 s for the daemon to exit or write a subnet.env.
-func (s *side) refusal(ctx context.Context, d *lab.Daemon) (snapshot, error) {
+func (s *side) refusal(ctx context.Context, d *lab.Daemon) (compatView, error) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if exited, _ := d.Exited(); exited {
@@ -455,7 +455,7 @@ func (s *side) refusal(ctx context.Context, d *lab.Daemon) (snapshot, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	snap := snapshot{}
+	snap := compatView{}
 	_, err := os.Stat(d.SubnetFile())
 	snap["refused (no subnet.env)"] = fmt.Sprint(err != nil)
 	if exited, exitErr := d.Exited(); exited {
@@ -480,8 +480,8 @@ func daemonExit(err error) string {
 
 // settle takes snapshots until the host shows what the case must show (subnet.env,
 // the peer's route) and three in a row agree, at most 30 s.
-func (s *side) settle(ctx context.Context, d *lab.Daemon, prefix string, peer netip.Prefix, c compatCase) (snapshot, error) {
-	var last snapshot
+func (s *side) settle(ctx context.Context, d *lab.Daemon, prefix string, peer netip.Prefix, c compatCase) (compatView, error) {
+	var last compatView
 	same := 0
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -544,4 +544,4 @@ func vxlanMAC(ctx context.Context, h *lab.Host) (string, error) {
 	return "", nil
 }
 
-func equalSnap(a, b snapshot) bool { return len(diff(a, b)) == 0 }
+func equalSnap(a, b compatView) bool { return len(diff(a, b)) == 0 }

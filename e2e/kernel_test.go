@@ -60,6 +60,7 @@ func TestVXLANBackend(t *testing.T) {
 	// Deleted by hand: route, neighbour and fdb entry come back within the reconcile period.
 	macC := vtepMAC(c, hosts["c"])
 	gwC := envC.Subnet.Addr().String()
+	repairsBefore := mustScrape(t, a)
 	c.sh(a.ns, "ip route del "+subnetC)
 	c.sh(a.ns, "ip neigh del "+gwC+" dev flannel.1")
 	c.sh(a.ns, "bridge fdb del "+macC+" dev flannel.1")
@@ -76,6 +77,14 @@ func TestVXLANBackend(t *testing.T) {
 		return nil
 	})
 	c.ping(a.pod, pods["c"])
+	// /metrics counted each repair (new peers' first entries are not repairs).
+	repairsAfter := mustScrape(t, a)
+	for _, object := range []string{"route", "neigh", "fdb"} {
+		rose(t, "a", repairsBefore, repairsAfter, 1, "weft_reconcile_repairs_total", "backend", "vxlan", "object", object)
+	}
+	if d := repairsAfter.must(t, "weft_reconcile_repairs_total", "object", "device") - repairsBefore.must(t, "weft_reconcile_repairs_total", "object", "device"); d != 0 {
+		t.Errorf("weft_reconcile_repairs_total{object=device} rose by %v; nobody deleted the device", d)
+	}
 
 	// A restart keeps VtepMAC and subnet; stopping all and starting again leaves
 	// exactly one route, neighbour and fdb entry per peer.

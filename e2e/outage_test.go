@@ -53,7 +53,7 @@ func testEtcdOutage(t *testing.T, api string) {
 		t.Errorf("weftd on a logged %d lines while etcd was down:\n%s", lines, a.logs())
 	}
 	// Not ready while etcd is away (the watch is not current), forwarding all the same.
-	readyz(t, a, 503, "etcd unreachable")
+	readyz(t, a, 503, "no connection to etcd")
 	// Quiet, but not silent: one line says etcd is gone.
 	if n := strings.Count(a.logs(), "etcd unreachable"); n != 1 {
 		t.Errorf("weftd on a reported etcd unreachable %d times, want once:\n%s", n, a.logs())

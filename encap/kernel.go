@@ -33,6 +33,9 @@ type kernelPeers struct {
 	said     map[netip.Prefix]string
 	kick     chan struct{}
 	counters map[string]uint64
+	// repairs and inPlace: see settle.
+	repairs map[string]uint64
+	inPlace map[string]map[string]bool
 }
 
 func newKernelPeers(typ string, cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (*kernelPeers, error) {
@@ -44,6 +47,7 @@ func newKernelPeers(typ string, cfg *lease.Config, ext ExternalInterface, log *z
 		typ: typ, cfg: cfg, ext: ext, log: log, nl: nl, period: 10 * time.Second,
 		peers: map[netip.Prefix]lease.Lease{}, said: map[netip.Prefix]string{},
 		kick: make(chan struct{}, 1), counters: map[string]uint64{},
+		repairs: map[string]uint64{}, inPlace: map[string]map[string]bool{},
 	}, nil
 }
 
@@ -194,15 +198,22 @@ func (k *kernelPeers) syncRoutes(want map[netip.Prefix]netlink.Route, links []in
 		}
 	}
 	var firstErr error
+	inPlace, written := map[string]bool{}, map[string]bool{}
 	for dst, w := range want {
 		h, ok := byDst[dst]
 		if ok && h.LinkIndex == w.LinkIndex && h.Gw.Equal(w.Gw) && h.Flags&int(netlink.FLAG_ONLINK) == w.Flags&int(netlink.FLAG_ONLINK) {
+			inPlace[dst.String()] = true
 			continue
 		}
-		if err := k.nl.RouteReplace(&w); err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("route %v: %w", dst, err)
+		if err := k.nl.RouteReplace(&w); err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("route %v: %w", dst, err)
+			}
+			continue
 		}
+		inPlace[dst.String()], written[dst.String()] = true, true
 	}
+	k.settle("route", inPlace, written)
 	if !prune {
 		return firstErr
 	}

@@ -236,6 +236,7 @@ func (v *vxlan) setAddr(link netlink.Link) error {
 func (v *vxlan) reconcile() error {
 	if _, err := v.nl.LinkByName(v.name); err != nil {
 		v.log.Warn("the vxlan device is gone; recreating it", zap.String("dev", v.name))
+		v.deviceRepaired()
 	}
 	if err := v.ensureDevice(); err != nil {
 		return err
@@ -294,15 +295,20 @@ func (v *vxlan) syncNeighbours(idx int, want map[netip.Addr]net.HardwareAddr, pr
 		}
 	}
 	var errs []error
+	inPlace, written := map[string]bool{}, map[string]bool{}
 	for ip, mac := range want {
 		if n, ok := got[ip]; ok && n.HardwareAddr.String() == mac.String() && n.State&netlink.NUD_PERMANENT != 0 {
+			inPlace[ip.String()] = true
 			continue
 		}
 		n := netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT, IP: net.IP(ip.AsSlice()), HardwareAddr: mac}
 		if err := v.nl.NeighSet(&n); err != nil {
 			errs = append(errs, fmt.Errorf("neighbour %v: %w", ip, err))
+			continue
 		}
+		inPlace[ip.String()], written[ip.String()] = true, true
 	}
+	v.settle("neigh", inPlace, written)
 	if prune {
 		for ip, n := range got {
 			if _, ok := want[ip]; !ok && v.cfg.Network.Contains(ip) && n.State&netlink.NUD_PERMANENT != 0 {
@@ -327,8 +333,10 @@ func (v *vxlan) syncFDB(idx int, want map[string]netip.Addr, prune bool) error {
 		}
 	}
 	var errs []error
+	inPlace, written := map[string]bool{}, map[string]bool{}
 	for mac, dst := range want {
 		if n, ok := got[mac]; ok && n.IP.Equal(net.IP(dst.AsSlice())) {
+			inPlace[mac] = true
 			continue
 		}
 		hw, _ := net.ParseMAC(mac)
@@ -336,8 +344,11 @@ func (v *vxlan) syncFDB(idx int, want map[string]netip.Addr, prune bool) error {
 			Flags: netlink.NTF_SELF, IP: net.IP(dst.AsSlice()), HardwareAddr: hw}
 		if err := v.nl.NeighSet(&n); err != nil {
 			errs = append(errs, fmt.Errorf("fdb %s: %w", mac, err))
+			continue
 		}
+		inPlace[mac], written[mac] = true, true
 	}
+	v.settle("fdb", inPlace, written)
 	if prune {
 		for mac, n := range got {
 			if _, ok := want[mac]; !ok {

@@ -21,7 +21,6 @@ import (
 
 	"github.com/weftnet/weft/internal/etcdproc"
 	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/lease"
 )
 
 // The two underlay LANs and the overlay network of the lab.
@@ -36,9 +35,6 @@ var (
 	// Overlay is the network config's Network.
 	Overlay = netip.MustParsePrefix("198.18.0.0/16")
 )
-
-// DefaultPrefix is flannel's etcd prefix, used unless a daemon is given another.
-const DefaultPrefix = lease.DefaultPrefix
 
 // EtcdEndpoint is where the lab's etcd listens, inside the router namespace; every
 // host reaches it through its default route.

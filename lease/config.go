@@ -21,6 +21,8 @@ type rawConfig struct {
 	EnableIPv4 *bool           `json:"EnableIPv4"`
 	EnableIPv6 bool            `json:"EnableIPv6"`
 	Backend    json.RawMessage `json:"Backend"`
+
+	EnableNFTables bool `json:"EnableNFTables"`
 }
 
 func badField(field, format string, args ...any) error {
@@ -49,7 +51,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	if network.Masked() != network {
 		return nil, badField("Network", "%q has host bits set (did you mean %v?)", raw.Network, network.Masked())
 	}
-	c := &Config{Network: network, SubnetLen: raw.SubnetLen}
+	c := &Config{Network: network, SubnetLen: raw.SubnetLen, EnableNFTables: raw.EnableNFTables}
 	if c.SubnetLen == 0 {
 		if network.Bits() <= 22 {
 			c.SubnetLen = 24

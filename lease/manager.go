@@ -47,6 +47,8 @@ type EtcdManager struct {
 	// downSince is when etcd became unreachable (Unix ns; 0 while it is reachable or
 	// nobody watches, see MonitorEtcd), for Health.
 	downSince atomic.Int64
+
+	cnt managerCounters // for Stats
 }
 
 // NewManager returns a Manager over reg.
@@ -152,6 +154,7 @@ func (m *EtcdManager) Acquire(ctx context.Context, attrs Attrs) (Lease, error) {
 			if serr := saveState(m.opts.StateFile, st); serr != nil {
 				m.log.Warn("could not record the lease", zap.Error(serr))
 			}
+			m.cnt.held(l.Expiration)
 			return l, nil
 		case errors.Is(err, ErrTaken):
 			attempt++

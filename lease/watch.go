@@ -11,7 +11,7 @@ import (
 
 // Watch sends the leases of every subnet but own: one snapshot batch, then changes.
 func (m *EtcdManager) Watch(ctx context.Context, own netip.Prefix, events chan<- []Event) error {
-	return m.follow(ctx, func(p netip.Prefix) bool { return p != own }, func(evs []Event, _ bool) {
+	return m.follow(ctx, &m.cnt, func(p netip.Prefix) bool { return p != own }, func(evs []Event, _ bool) {
 		select {
 		case events <- evs:
 		case <-ctx.Done():
@@ -22,8 +22,11 @@ func (m *EtcdManager) Watch(ctx context.Context, own netip.Prefix, events chan<-
 // follow lists the leases keep selects, then watches them; after any error it backs
 // off, lists again and hands on exactly the difference to what it handed on before.
 // An error is never taken for an empty list: the last known leases stay until etcd
-// says otherwise.
-func (m *EtcdManager) follow(ctx context.Context, keep func(netip.Prefix) bool, handle func([]Event, bool)) error {
+// says otherwise. Re-lists and failures are counted in cnt unless it is nil.
+func (m *EtcdManager) follow(ctx context.Context, cnt *managerCounters, keep func(netip.Prefix) bool, handle func([]Event, bool)) error {
+	if cnt == nil {
+		cnt = &managerCounters{} // counted nowhere
+	}
 	known := map[netip.Prefix]Lease{}
 	first := true
 	bo := newBackoff()
@@ -40,11 +43,15 @@ func (m *EtcdManager) follow(ctx context.Context, keep func(netip.Prefix) bool, 
 			return ctx.Err()
 		}
 		if err != nil {
+			cnt.watchErrors.Add(1)
 			quietly("listing leases failed; keeping the last known ones", err)
 			if err := sleep(ctx, bo.next()); err != nil {
 				return err
 			}
 			continue
+		}
+		if !first {
+			cnt.resyncs.Add(1)
 		}
 		evs := resync(known, listing, keep)
 		if first || len(evs) > 0 {
@@ -60,6 +67,7 @@ func (m *EtcdManager) follow(ctx context.Context, keep func(netip.Prefix) bool, 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		cnt.watchErrors.Add(1)
 		if errors.Is(err, ErrGap) {
 			m.log.Info("lease watch interrupted; listing again", zap.Error(err))
 		} else {
@@ -139,7 +147,7 @@ func (m *EtcdManager) Hold(ctx context.Context, own Lease, changed func(Lease)) 
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_ = m.follow(wctx, func(p netip.Prefix) bool { return p == s }, func(evs []Event, snapshot bool) {
+			_ = m.follow(wctx, nil, func(p netip.Prefix) bool { return p == s }, func(evs []Event, snapshot bool) {
 				for _, e := range evs {
 					if e.Type == Removed || e.Lease.Attrs.HostID != hostID {
 						signal()
@@ -168,6 +176,8 @@ func (m *EtcdManager) Hold(ctx context.Context, own Lease, changed func(Lease)) 
 			exp, err := m.reg.Update(ctx, own.Subnet, own.Attrs, m.opts.TTL)
 			if err == nil {
 				own.Expiration = exp
+				m.cnt.renewals.Add(1)
+				m.cnt.held(exp)
 				m.log.Info("lease renewed", zap.Stringer("subnet", own.Subnet), zap.Time("expires", exp))
 				continue
 			}
@@ -175,6 +185,7 @@ func (m *EtcdManager) Hold(ctx context.Context, own Lease, changed func(Lease)) 
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
+				m.cnt.renewFailures.Add(1)
 				m.log.Warn("renewing the lease failed; retrying", zap.Error(err), zap.Duration("in", m.opts.RetryInterval))
 				if err := sleep(ctx, m.opts.RetryInterval); err != nil {
 					return err

@@ -38,6 +38,15 @@ var dropNames = [numDropReasons]string{
 	"no_route", "not_overlay", "send_error", "tun_error",
 }
 
+// DropReasons lists every reason a packet can be dropped for (DropNone excluded).
+func DropReasons() []DropReason {
+	out := make([]DropReason, 0, numDropReasons-1)
+	for r := DropReason(1); r < numDropReasons; r++ {
+		out = append(out, r)
+	}
+	return out
+}
+
 func (r DropReason) String() string {
 	if r < numDropReasons {
 		return dropNames[r]

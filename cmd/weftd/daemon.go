@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
 )
 
@@ -22,7 +23,13 @@ type daemon struct {
 	be    atomic.Pointer[encap.Backend]
 	mgr   atomic.Pointer[lease.Manager] // for /readyz
 	held  atomic.Pointer[lease.Lease]   // our lease, once acquired
-	masq  *masquerader                  // nil without --ip-masq
+	fw    firewall.Firewall             // nil with neither --ip-masq nor --iptables-forward-rules
+
+	// fwRepairs counts rewrites of firewall rules found missing or changed
+	// (weft_firewall_repairs_total).
+	fwRepairs atomic.Uint64
+
+	notify notifier // systemd (notify.go)
 
 	// wg counts the goroutines run started (spawn); run returns only when all ended.
 	wg sync.WaitGroup
@@ -43,6 +50,8 @@ func (d *daemon) spawn(f func()) {
 func (d *daemon) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	d.notify.log = d.log
+	defer d.notify.start(ctx)()
 	if d.opts.healthzPort > 0 {
 		stopHealthz, err := d.serveHealthz()
 		if err != nil {
@@ -109,18 +118,16 @@ func (d *daemon) run(ctx context.Context) error {
 	if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
 		return err
 	}
-	if err := d.forwardRules(ctx, cfg); err != nil {
+	// The rules outlive weftd, as flanneld's do: the kernel keeps forwarding for vxlan
+	// and host-gw while weftd restarts, which a FORWARD DROP policy would otherwise cut
+	// off. `weftd cleanup` removes them.
+	if err := d.setupFirewall(ctx, cfg, own.Subnet); err != nil {
 		return err
 	}
-	if d.opts.ipMasq {
-		if d.masq, err = newMasquerader(cfg.Network, !d.opts.ipMasqNotRandom, d.log); err != nil {
-			return err
-		}
-		if err := d.masq.setSubnet(ctx, own.Subnet); err != nil {
-			return fmt.Errorf("--ip-masq: %w", err)
-		}
+	if d.fw != nil {
 		d.spawn(func() {
-			every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() { d.masq.repair(ctx) })
+			firewall.Resync(ctx, d.fw, time.Duration(d.opts.iptablesResync)*time.Second, d.log,
+				func() { d.fwRepairs.Add(1) })
 		})
 	}
 	if m, ok := mgr.(etcdMonitor); ok {
@@ -183,6 +190,7 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 			_ = mgr.Watch(wctx, subnet, events)
 		}(own.Subnet)
 		d.ready.Store(true)
+		d.notify.ready(readyStatus(own.Subnet, be.Type()))
 		next, err := d.feed(ctx, be, events, changed, errc)
 		stopWatch()
 		<-wdone
@@ -201,8 +209,8 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 			if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
 				return err
 			}
-			if d.masq != nil {
-				if err := d.masq.setSubnet(ctx, next.Subnet); err != nil {
+			if d.opts.ipMasq {
+				if err := d.fw.SetMasq(ctx, env.Network, next.Subnet); err != nil {
 					return fmt.Errorf("--ip-masq: %w", err)
 				}
 			}

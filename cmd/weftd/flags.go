@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
 )
 
@@ -97,13 +98,13 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.publicIPv6, "public-ipv6", "", "IPv6 public address (not supported by weft)")
 	fs.StringVar(&o.subnetFile, "subnet-file", "/run/flannel/subnet.env", "file the subnet lease is written to")
 	fs.IntVar(&o.renewMargin, "subnet-lease-renew-margin", 60, "minutes before expiry at which the lease is renewed")
-	fs.BoolVar(&o.ipMasq, "ip-masq", false, "masquerade traffic leaving the overlay (iptables nat chain "+masqChain+")")
+	fs.BoolVar(&o.ipMasq, "ip-masq", false, "masquerade traffic leaving the overlay (iptables nat chain "+firewall.MasqChain+", or nftables table "+firewall.NFTTable+")")
 	fs.BoolVar(&o.ipMasqNotRandom, "ip-masq-fully-random-disable", false, "masquerade without --random-fully")
 	fs.StringVar(&o.healthzIP, "healthz-ip", "0.0.0.0", "address the health endpoint listens on")
 	fs.IntVar(&o.healthzPort, "healthz-port", 0, "port of the health endpoint (0: off)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: 0 info, 1 and above debug")
-	fs.IntVar(&o.iptablesResync, "iptables-resync", 5, "seconds between checks of weftd's iptables rules (forward, masquerade)")
+	fs.IntVar(&o.iptablesResync, "iptables-resync", 5, "seconds between checks of weftd's forward and masquerade rules (iptables or nftables)")
 	fs.BoolVar(&o.iptablesForwardRules, "iptables-forward-rules", true, "accept forwarded overlay traffic in the FORWARD chain")
 	fs.BoolVar(&o.kubeSubnetMgr, "kube-subnet-mgr", false, "take the subnet from the Kubernetes node's podCIDR instead of etcd")
 	fs.StringVar(&o.kubeAPIURL, "kube-api-url", "", "Kubernetes API server URL (kube mode)")

@@ -43,7 +43,7 @@ func (d *daemon) serveHealthz() (stop func(), err error) {
 	}, nil
 }
 
-// healthzMux serves /healthz, /readyz and /stats.
+// healthzMux serves /healthz, /readyz, /stats and /metrics (metrics.go).
 func (d *daemon) healthzMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -56,6 +56,7 @@ func (d *daemon) healthzMux() *http.ServeMux {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	mux.Handle("/metrics", d.metricsHandler())
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
 		p := d.be.Load()
 		if p == nil {

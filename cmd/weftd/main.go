@@ -24,6 +24,14 @@ func main() {
 }
 
 func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] { // weftd's commands besides running the daemon
+		case "cleanup":
+			return runCleanup(args[1:], env, stdout, stderr)
+		case "migrate-etcd":
+			return runMigrate(args[1:], env, stdout, stderr)
+		}
+	}
 	opts, err := parseFlags(args, env, stderr)
 	if errors.Is(err, flagHelp) {
 		return 0
@@ -33,7 +41,7 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if opts.version {
-		fmt.Fprintln(stdout, version)
+		fmt.Fprintln(stdout, readBuildInfo())
 		return 0
 	}
 	log := newLogger(stderr, opts.verbosity)

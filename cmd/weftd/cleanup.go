@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/firewall"
+	"github.com/weftnet/weft/lease"
+)
+
+// cleanupUsage introduces `weftd cleanup`.
+const cleanupUsage = `usage: weftd cleanup [flags]
+
+Removes what weftd made on this host, for a host leaving the overlay or after weftd was
+killed: the devices flannel0 and flannel.<VNI> (and with them their addresses, routes,
+fdb and neighbour entries), host-gw and DirectRouting routes to the overlay, weft's
+firewall rules (iptables chains WEFT-POSTRTG and WEFT-FWD and the jumps to them, the
+forward rules in FORWARD, nftables table ip weft) and subnet.env. The lease stays in
+etcd for the next start unless --release-lease is given. Run it while weftd is stopped.
+`
+
+// cleanupOptions are cleanup's flags: weftd's own (for etcd and the subnet file,
+// FLANNELD_* honoured) and --release-lease.
+type cleanupOptions struct {
+	*options
+	releaseLease bool
+}
+
+// runCleanup is `weftd cleanup`.
+func runCleanup(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	co := cleanupOptions{options: &options{}}
+	fs := newFlagSet(co.options, stderr)
+	fs.BoolVar(&co.releaseLease, "release-lease", false, "also delete our lease (named by subnet.env) from etcd")
+	fs.Usage = func() { fmt.Fprint(stderr, cleanupUsage); fs.PrintDefaults() }
+	if err := parseWith(fs, args, env); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "weftd cleanup: %v\n", err)
+		return 2
+	}
+	log := newLogger(stderr, co.verbosity)
+	defer log.Sync()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := cleanup(ctx, co, log); err != nil {
+		log.Error("cleanup incomplete", zap.Error(err))
+		return 1
+	}
+	fmt.Fprintln(stdout, "weft's devices, routes, neighbours, fdb entries, firewall rules and subnet.env are removed")
+	return 0
+}
+
+// parseWith parses args into fs, then fills each flag not given from FLANNELD_<FLAG>.
+func parseWith(fs *flag.FlagSet, args []string, env func(string) string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "FLANNELD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if given[f.Name] || err != nil || env(name) == "" {
+			return
+		}
+		if serr := fs.Set(f.Name, env(name)); serr != nil {
+			err = fmt.Errorf("environment %s: %w", name, serr)
+		}
+	})
+	return err
+}
+
+// cleanup removes weft's state from this host; it goes on past errors and returns
+// them all.
+func cleanup(ctx context.Context, co cleanupOptions, log *zap.Logger) error {
+	env, envErr := lease.ReadSubnetEnv(co.subnetFile)
+	if envErr != nil && !errors.Is(envErr, os.ErrNotExist) {
+		log.Warn("subnet.env unreadable: overlay routes outside weft's devices are left alone", zap.Error(envErr))
+	}
+	var errs []error
+	nl, err := netlink.NewHandle()
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	defer nl.Close()
+	if envErr == nil {
+		errs = append(errs, removeOverlayRoutes(nl, env.Network, log))
+	}
+	errs = append(errs, removeDevices(nl, log))
+	errs = append(errs, removeFirewall(ctx, log))
+	if co.releaseLease {
+		errs = append(errs, releaseLease(ctx, co, env, envErr, log))
+	}
+	if err := os.Remove(co.subnetFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	} else if err == nil {
+		log.Info("removed", zap.String("file", co.subnetFile))
+	}
+	return errors.Join(errs...)
+}
+
+// removeDevices deletes flannel0 (udp) and every vxlan device flannel.<VNI>; the
+// kernel takes their addresses, routes, neighbours and fdb entries with them.
+func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
+	links, err := nl.LinkList()
+	if err != nil {
+		return fmt.Errorf("list links: %w", err)
+	}
+	var errs []error
+	for _, l := range links {
+		name := l.Attrs().Name
+		ours := name == "flannel0" && l.Type() == "tuntap" ||
+			strings.HasPrefix(name, "flannel.") && l.Type() == "vxlan"
+		if !ours {
+			continue
+		}
+		if err := nl.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s: %w", name, err))
+			continue
+		}
+		log.Info("removed device", zap.String("dev", name), zap.String("type", l.Type()))
+	}
+	return errors.Join(errs...)
+}
+
+// removeOverlayRoutes deletes the routes weft adds outside its own devices: a subnet
+// of network via a peer's address (host-gw, vxlan DirectRouting). Routes without a
+// gateway (the CNI bridge's, the kernel's) are not weft's.
+func removeOverlayRoutes(nl *netlink.Handle, network netip.Prefix, log *zap.Logger) error {
+	routes, err := nl.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("list routes: %w", err)
+	}
+	var errs []error
+	for _, r := range routes {
+		dst := routeKey(r)
+		if !dst.IsValid() || r.Gw == nil || !network.Contains(dst.Addr()) || dst.Bits() < network.Bits() {
+			continue
+		}
+		if err := nl.RouteDel(&r); err != nil {
+			errs = append(errs, fmt.Errorf("delete route %v: %w", dst, err))
+			continue
+		}
+		log.Info("removed route", zap.Stringer("dst", dst), zap.Stringer("via", r.Gw))
+	}
+	return errors.Join(errs...)
+}
+
+func routeKey(r netlink.Route) netip.Prefix {
+	if r.Dst == nil {
+		return netip.Prefix{}
+	}
+	ip, ok := netip.AddrFromSlice(r.Dst.IP.To4())
+	if !ok {
+		return netip.Prefix{}
+	}
+	ones, _ := r.Dst.Mask.Size()
+	return netip.PrefixFrom(ip, ones)
+}
+
+// releaseLease deletes our lease (the subnet in subnet.env) from etcd.
+func releaseLease(ctx context.Context, co cleanupOptions, env lease.SubnetEnv, envErr error, log *zap.Logger) error {
+	if envErr != nil {
+		return fmt.Errorf("--release-lease: which lease is ours comes from %s: %w", co.subnetFile, envErr)
+	}
+	reg, err := lease.NewEtcdRegistry(lease.EtcdOptions{
+		Endpoints: splitList(co.etcdEndpoints), Prefix: co.etcdPrefix,
+		CertFile: co.etcdCertFile, KeyFile: co.etcdKeyFile, CAFile: co.etcdCAFile,
+		Username: co.etcdUsername, Password: co.etcdPassword, API: co.etcdAPI,
+	}, log)
+	if err != nil {
+		return fmt.Errorf("--release-lease: etcd: %w", err)
+	}
+	defer reg.Close()
+	subnet := env.Subnet.Masked()
+	if err := reg.Delete(ctx, subnet); err != nil && !errors.Is(err, lease.ErrNotFound) {
+		return fmt.Errorf("--release-lease: delete %v: %w", subnet, err)
+	}
+	log.Info("released the lease", zap.Stringer("subnet", subnet))
+	return nil
+}
+
+// removeFirewall deletes weft's rules of both kinds (iptables chains with their jumps,
+// the nftables table), whichever tools this host has.
+func removeFirewall(ctx context.Context, log *zap.Logger) error {
+	return firewall.RemoveAll(ctx, firewall.Options{Log: log})
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/proxy"
+)
+
+// leaseStatser is implemented by lease managers that count what they do (etcd mode).
+type leaseStatser interface {
+	Stats() lease.ManagerStats
+}
+
+// metricsHandler serves GET /metrics from a registry of this daemon's own: the Go
+// runtime and process collectors and weftCollector, which reads the counters the data
+// path, the backend and the lease manager keep anyway, at scrape time.
+func (d *daemon) metricsHandler() http.Handler {
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newWeftCollector(d),
+	)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      zap.NewStdLog(d.log),
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+// weftCollector turns weftd's counters into metrics when scraped; nothing is counted
+// twice and the hot path does not know it exists.
+type weftCollector struct {
+	d *daemon
+
+	buildInfo, ready                                  *prometheus.Desc
+	udpPackets, udpBytes, udpDropped, udpICMP         *prometheus.Desc
+	leaseExpiry, renewals, renewFailures              *prometheus.Desc
+	resyncs, watchErrors, etcdReachable               *prometheus.Desc
+	reconcileRepairs, firewallRepairs, peers, subnetD *prometheus.Desc
+}
+
+func newWeftCollector(d *daemon) *weftCollector {
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("weft_"+name, help, labels, nil)
+	}
+	return &weftCollector{
+		d:                d,
+		buildInfo:        desc("build_info", "Always 1; the labels say which weftd this is.", "version", "revision", "goversion"),
+		ready:            desc("ready", "1 when /readyz answers 200: lease held, data path running, watch current.", "reason"),
+		udpPackets:       desc("udp_packets_total", "Packets the udp backend carried: tx sent to peers, rx accepted from peers for flannel0.", "direction"),
+		udpBytes:         desc("udp_bytes_total", "Bytes of inner IP packets the udp backend carried, by direction.", "direction"),
+		udpDropped:       desc("udp_dropped_packets_total", "Packets the udp backend dropped, by reason.", "reason"),
+		udpICMP:          desc("udp_icmp_unreachable_sent_total", "ICMP net unreachable messages written back for destinations without a lease."),
+		leaseExpiry:      desc("lease_expiry_timestamp_seconds", "When our subnet lease runs out unless renewed (Unix time)."),
+		renewals:         desc("lease_renewals_total", "Successful renewals of our subnet lease."),
+		renewFailures:    desc("lease_renewal_failures_total", "Renewals of our subnet lease that failed and were retried."),
+		resyncs:          desc("lease_watch_resyncs_total", "Re-lists of the other hosts' leases after a watch was interrupted (compaction, outage)."),
+		watchErrors:      desc("lease_watch_errors_total", "Lists and watches of the other hosts' leases that failed or were interrupted."),
+		etcdReachable:    desc("etcd_reachable", "1 while weftd's connection to etcd is up, 0 while it is down."),
+		reconcileRepairs: desc("reconcile_repairs_total", "Kernel entries the vxlan or host-gw reconcile loop found removed or changed and wrote again, by object (device, route, neigh, fdb).", "backend", "object"),
+		firewallRepairs:  desc("firewall_repairs_total", "Times weftd found its firewall rules (forward and masquerade) removed or changed and wrote them again, by kind (iptables, nftables).", "firewall"),
+		peers:            desc("peers", "Other hosts' subnets the backend carries traffic to."),
+		subnetD:          desc("lease_info", "Always 1 while a lease is held; the labels name it.", "subnet", "backend"),
+	}
+}
+
+func (c *weftCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.buildInfo, c.ready, c.udpPackets, c.udpBytes, c.udpDropped, c.udpICMP,
+		c.leaseExpiry, c.renewals, c.renewFailures, c.resyncs, c.watchErrors, c.etcdReachable,
+		c.reconcileRepairs, c.firewallRepairs, c.peers, c.subnetD} {
+		ch <- d
+	}
+}
+
+func (c *weftCollector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	bi := readBuildInfo()
+	gauge(c.buildInfo, 1, bi.Version, bi.Revision, bi.GoVersion)
+
+	reason := ""
+	if err := c.d.notReady(time.Now()); err != nil {
+		reason = readyReason(err)
+	}
+	gauge(c.ready, b2f(reason == ""), reason)
+
+	c.collectFirewall(counter)
+	if p := c.d.mgr.Load(); p != nil {
+		if s, ok := (*p).(leaseStatser); ok {
+			st := s.Stats()
+			if !st.Expiration.IsZero() {
+				gauge(c.leaseExpiry, float64(st.Expiration.UnixNano())/1e9)
+			}
+			counter(c.renewals, st.Renewals)
+			counter(c.renewFailures, st.RenewFailures)
+			counter(c.resyncs, st.Resyncs)
+			counter(c.watchErrors, st.WatchErrors)
+			gauge(c.etcdReachable, b2f(st.EtcdReachable))
+		}
+	}
+	bp := c.d.be.Load()
+	if bp == nil {
+		return
+	}
+	be := *bp
+	if h := c.d.held.Load(); h != nil {
+		gauge(c.subnetD, 1, h.Subnet.String(), be.Type())
+	}
+	if pc, ok := be.(encap.PeerCounter); ok {
+		gauge(c.peers, float64(pc.Peers()))
+	}
+	if rr, ok := be.(encap.RepairReporter); ok {
+		for _, object := range []string{"device", "route", "neigh", "fdb"} {
+			if be.Type() == "host-gw" && object != "route" {
+				continue
+			}
+			counter(c.reconcileRepairs, rr.Repairs()[object], be.Type(), object)
+		}
+	}
+	if sr, ok := be.(encap.StatsReporter); ok {
+		if st, ok := sr.Stats().(proxy.Stats); ok {
+			counter(c.udpPackets, st.TxPackets, "tx")
+			counter(c.udpPackets, st.RxPackets, "rx")
+			counter(c.udpBytes, st.TxBytes, "tx")
+			counter(c.udpBytes, st.RxBytes, "rx")
+			counter(c.udpICMP, st.ICMPSent)
+			for _, r := range proxy.DropReasons() {
+				counter(c.udpDropped, st.Dropped(r), r.String())
+			}
+		}
+	}
+}
+
+// collectFirewall reports the firewall repairs of the rule sets this run keeps.
+func (c *weftCollector) collectFirewall(counter func(*prometheus.Desc, uint64, ...string)) {
+	if fw := c.d.fw; fw != nil {
+		counter(c.firewallRepairs, c.d.fwRepairs.Load(), fw.Name())
+	}
+}
+
+// readyReason is a short, bounded label value for why weftd is not ready.
+func readyReason(err error) string {
+	switch {
+	case errors.Is(err, errNoLeaseSrc):
+		return "no_lease_source"
+	case errors.Is(err, errNoLease):
+		return "no_lease"
+	case errors.Is(err, errNoDataPath):
+		return "no_data_path"
+	case errors.Is(err, lease.ErrEtcdUnreachable):
+		return "etcd_unreachable"
+	}
+	return "other"
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+)
+
+// TestMetricsLint checks the metric names, types and help texts against Prometheus'
+// conventions (promlint) and that a daemon that has not started answers /metrics with
+// what it knows: the build and that it is not ready yet, and why.
+func TestMetricsLint(t *testing.T) {
+	d := &daemon{opts: &options{iptablesForwardRules: true, ipMasq: true}, log: zap.NewNop()}
+	c := newWeftCollector(d)
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	want := `
+# HELP weft_ready 1 when /readyz answers 200: lease held, data path running, watch current.
+# TYPE weft_ready gauge
+weft_ready{reason="no_lease_source"} 0
+# HELP weft_firewall_repairs_total Times weftd found its firewall rules removed or changed and wrote them again, by rule set.
+# TYPE weft_firewall_repairs_total counter
+weft_firewall_repairs_total{rules="forward"} 0
+weft_firewall_repairs_total{rules="masquerade"} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "weft_ready", "weft_firewall_repairs_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(c, "weft_build_info"); n != 1 {
+		t.Errorf("%d weft_build_info samples, want 1", n)
+	}
+
+	rec := httptest.NewRecorder()
+	d.healthzMux().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	if rec.Code != 200 {
+		t.Fatalf("/metrics: %d %s", rec.Code, body)
+	}
+	for _, s := range []string{"weft_build_info{", "go_goroutines ", "process_cpu_seconds_total "} {
+		if !strings.Contains(string(body), s) {
+			t.Errorf("/metrics lacks %q:\n%s", s, body)
+		}
+	}
+}

@@ -1,0 +1,168 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weftnet/weft/lab"
+)
+
+// hostState is what the cleanup test compares: the host's devices, routes, permanent
+// neighbours (weft's; the ARP cache's own entries come and go), fdb and firewall rules.
+type hostState map[string]string
+
+var counters = regexp.MustCompile(`\[\d+:\d+\]`)
+
+// snapshot reads the state of h's namespace, normalised where the kernel's output
+// changes without anyone changing the state (iptables-save's comments and counters).
+func snapshot(c *cluster, h *host) hostState {
+	c.t.Helper()
+	s := hostState{}
+	for name, cmd := range map[string]string{
+		"ip -d link":     "ip -d link",
+		"ip route":       "ip route show table all",
+		"ip neigh":       "ip neigh show nud permanent",
+		"bridge fdb":     "bridge fdb show",
+		"iptables-save":  "iptables-save",
+		"nft list table": "nft list table ip weft 2>&1 || true",
+	} {
+		out := c.sh(h.ns, cmd)
+		if name == "iptables-save" {
+			out = normalIptables(out)
+		}
+		s[name] = out
+	}
+	return s
+}
+
+// normalIptables drops iptables-save's comments and counters, and the tables that
+// hold nothing: no rules, no chains of their own, every policy ACCEPT. A table is
+// instantiated by the first iptables command that touches it and cannot be unloaded
+// again, but an empty one filters nothing: to packets it is the same as none.
+func normalIptables(out string) string {
+	var keep, table []string
+	empty := true
+	for _, l := range strings.Split(out, "\n") {
+		l = counters.ReplaceAllString(l, "[0:0]")
+		switch {
+		case strings.HasPrefix(l, "#") || l == "":
+		case strings.HasPrefix(l, "*"):
+			table, empty = []string{l}, true
+		case l == "COMMIT":
+			if !empty {
+				keep = append(append(keep, table...), l)
+			}
+			table = nil
+		default:
+			table = append(table, l)
+			if !(strings.HasPrefix(l, ":") && strings.HasSuffix(l, " ACCEPT [0:0]")) {
+				empty = false
+			}
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+// diff names the parts of two snapshots that differ, with both versions.
+func (s hostState) diff(o hostState) string {
+	var b strings.Builder
+	for k, v := range s {
+		if o[k] != v {
+			fmt.Fprintf(&b, "--- %s before:\n%s\n--- %s after:\n%s\n", k, v, k, o[k])
+		}
+	}
+	return b.String()
+}
+
+// TestCleanup: weftd on vxlan, then udp (and host-gw), with --ip-masq and forward
+// rules, is killed with SIGKILL, so it removes nothing itself; `weftd cleanup` then
+// leaves the host exactly as before weftd started: devices, routes, permanent
+// neighbours, fdb, iptables and nftables. The lease stays in etcd unless
+// --release-lease.
+func TestCleanup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs root, network namespaces and etcd")
+	}
+	for _, backend := range []string{"vxlan", "udp", "host-gw"} {
+		t.Run(backend, func(t *testing.T) { testCleanup(t, backend, backend == "udp") })
+	}
+}
+
+func testCleanup(t *testing.T, backend string, release bool) {
+	c := newCluster(t, "v3")
+	c.putConfig(fmt.Sprintf(`{"Network":"198.18.0.0/16","SubnetLen":24,"Backend":{"Type":%q}}`, backend))
+	a, b := c.addHost("a", "lan1"), c.addHost("b", "lan1")
+	before := snapshot(c, a)
+
+	c.start(a, "--ip-masq")
+	c.start(b)
+	envA, envB := c.waitSubnetEnv(a), c.waitSubnetEnv(b)
+	// a's data path reaches b: a route to b's subnet (udp: to the Network, via flannel0).
+	dst := envB.Subnet.Masked().String()
+	if backend == "udp" {
+		dst = "198.18.0.0/16"
+	}
+	eventually(t, 20*time.Second, func() error {
+		if r := routeTo(c, a, dst); r == "" {
+			return fmt.Errorf("no route to %v on a", dst)
+		}
+		return nil
+	})
+	// Masquerade rules are written right after subnet.env: wait for them.
+	eventually(t, 20*time.Second, func() error {
+		if out := c.sh(a.ns, "iptables-save -t nat"); !strings.Contains(out, "MASQUERADE") {
+			return fmt.Errorf("no masquerade rules on a yet")
+		}
+		return nil
+	})
+
+	// SIGKILL: weftd gets no chance to tidy up.
+	if err := syscall.Kill(a.daemon.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		if exited, _ := a.daemon.Exited(); !exited {
+			return fmt.Errorf("weftd on a still runs after SIGKILL")
+		}
+		return nil
+	})
+	killed := snapshot(c, a)
+	if d := before.diff(killed); d == "" {
+		t.Fatal("weftd changed nothing on a: the comparison below would prove nothing")
+	}
+
+	args := []string{"cleanup", "--subnet-file=" + a.subnetFile(),
+		"--etcd-endpoints=" + lab.EtcdEndpoint, "--etcd-prefix=" + prefix}
+	if release {
+		args = append(args, "--release-lease")
+	}
+	out, err := a.ns.Run(context.Background(), c.bin, args...)
+	if err != nil {
+		t.Fatalf("weftd cleanup: %v\n%s", err, out)
+	}
+	t.Logf("weftd cleanup:\n%s", out)
+	if d := before.diff(snapshot(c, a)); d != "" {
+		t.Fatalf("after weftd cleanup, a differs from before weftd started:\n%s", d)
+	}
+	if _, err := os.Stat(a.subnetFile()); !os.IsNotExist(err) {
+		t.Errorf("subnet.env still there after cleanup (%v)", err)
+	}
+	_, held := c.leases()[envA.Subnet.Masked()]
+	if held == release {
+		t.Errorf("lease %v in etcd after cleanup: %v, want %v (--release-lease %v)", envA.Subnet, held, !release, release)
+	}
+	// Running it again finds nothing to do and succeeds.
+	if out, err := a.ns.Run(context.Background(), c.bin, "cleanup", "--subnet-file="+a.subnetFile()); err != nil {
+		t.Fatalf("weftd cleanup, second run: %v\n%s", err, out)
+	}
+	// b was not touched: its weftd still runs.
+	if exited, err := b.daemon.Exited(); exited {
+		t.Errorf("weftd on b exited: %v", err)
+	}
+}
