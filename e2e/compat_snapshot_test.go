@@ -90,7 +90,29 @@ func hostView(ctx context.Context, ns *netns.NS, envPath, ownLease string, lease
 			return iptRule(l)
 		})
 	}
+	out, err = ns.Run(ctx, "nft", "list", "ruleset")
+	if err != nil {
+		return nil, err
+	}
+	s["nft ruleset"] = n.lines(out, nftRule)
 	return s, nil
+}
+
+var (
+	nftComment  = regexp.MustCompile(`(^| )comment "[^"]*"`)
+	nftCounters = regexp.MustCompile(`counter( packets \d+ bytes \d+)? ?`)
+	// The tables flanneld's and weftd's nftables firewalls make (iptables-nft's own
+	// tables show up here too, under their iptables names).
+	nftTables = strings.NewReplacer("table ip flannel-ipv4", "table ip <table>", "table ip weft", "table ip <table>")
+)
+
+// nftRule normalises one line of nft list ruleset: no counter statements (weftd's
+// rules count, flanneld's do not), no comments, the table's name as a
+// placeholder, the chain names of iptables-nft's tables as iptRule gives them.
+func nftRule(l string) string {
+	l = nftComment.ReplaceAllString(l, "")
+	l = nftCounters.ReplaceAllString(l, "")
+	return strings.TrimSpace(iptChains.Replace(nftTables.Replace(l)))
 }
 
 // leaseItems splits the own lease's JSON value into one item per field.
