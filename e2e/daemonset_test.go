@@ -24,7 +24,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
@@ -41,6 +43,15 @@ import (
 // NetworkUnavailable cleared by weftd, the DaemonSet's pods Ready through their
 // probes, and two pods on different nodes that ping each other and move TCP data.
 func TestDaemonSet(t *testing.T) {
+	image := daemonSetPrereqs(t)
+	for _, backend := range []string{"vxlan", "udp"} {
+		t.Run(backend, func(t *testing.T) { daemonSet(t, image, backend) })
+	}
+}
+
+// daemonSetPrereqs checks what a cluster needs and returns weft's image archive.
+func daemonSetPrereqs(t *testing.T) string {
+	t.Helper()
 	testenv.NeedRoot(t)
 	testenv.NeedTools(t, "go", "containerd", "runc", "ctr", "nsenter", "unshare", "iptables", "ping", "etcd")
 	image := filepath.Join(os.Getenv("WEFT_BIN"), "weftd-image.tar")
@@ -50,10 +61,7 @@ func TestDaemonSet(t *testing.T) {
 	testenv.Need(t, err == nil, "/usr/lib/cni/bridge (make deps installs containernetworking-plugins)")
 	_, err = os.Stat("/sys/fs/cgroup/pids/cgroup.procs")
 	testenv.Need(t, err == nil, "cgroup v1 hierarchies under /sys/fs/cgroup (the cluster's nodes use cgroupfs v1)")
-
-	for _, backend := range []string{"vxlan", "udp"} {
-		t.Run(backend, func(t *testing.T) { daemonSet(t, image, backend) })
-	}
+	return image
 }
 
 func daemonSet(t *testing.T, image, backend string) {
@@ -63,9 +71,9 @@ func daemonSet(t *testing.T, image, backend string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	applyWeft(t, ctx, c.Admin, backend)
+	applyManifest(t, ctx, c.Admin, filepath.Join("..", "deploy", "weft.yml"), dsNetConf(t, backend))
 	checkNodes(t, ctx, c)
-	checkDaemonSet(t, ctx, c.Admin)
+	checkDaemonSet(t, ctx, c.Admin, "weft")
 	t.Logf("nodes and DaemonSet ready %v after start", time.Since(start).Round(time.Millisecond))
 
 	a := runPod(t, ctx, c, "pod-a", c.Nodes[0])
@@ -96,12 +104,37 @@ func daemonSet(t *testing.T, image, backend string) {
 	}
 }
 
-// applyWeft creates the objects of deploy/weft.yml, with the cluster's Network and
-// the backend in net-conf.json and, for udp, a privileged weftd (it opens
+// dsNetConf edits the manifests' objects for the test cluster: net-conf.json gets the
+// cluster's Network and the backend; for udp weftd is privileged (it opens
 // /dev/net/tun; the manifest says so).
-func applyWeft(t *testing.T, ctx context.Context, cs kubernetes.Interface, backend string) {
+func dsNetConf(t *testing.T, backend string) func(kruntime.Object) bool {
+	return func(obj kruntime.Object) bool {
+		switch o := obj.(type) {
+		case *corev1.ConfigMap:
+			o.Data["net-conf.json"] = fmt.Sprintf(`{"Network": %q, "Backend": {"Type": %q}}`, kubecluster.ClusterCIDR, backend)
+			// kube-flannel's conflist says cniVersion 1.0.0, which the flannel plugin in
+			// weft's image (containernetworking/plugins v0.9.1, up to 0.4.0) refuses: every
+			// pod sandbox fails with "incompatible CNI versions". Until the image ships a
+			// plugin that speaks 1.0.0, the test installs the conflist at 0.4.0.
+			o.Data["cni-conf.json"] = strings.Replace(o.Data["cni-conf.json"], `"cniVersion": "1.0.0"`, `"cniVersion": "0.4.0"`, 1)
+			if !strings.Contains(o.Data["cni-conf.json"], `"cniVersion": "0.4.0"`) {
+				t.Fatalf("cni-conf.json: no cniVersion 1.0.0 to lower:\n%s", o.Data["cni-conf.json"])
+			}
+		case *appsv1.DaemonSet:
+			if backend == "udp" {
+				priv := true
+				o.Spec.Template.Spec.Containers[0].SecurityContext.Privileged = &priv
+			}
+		}
+		return true
+	}
+}
+
+// applyManifest creates the objects of a manifest that edit keeps (edit may change
+// them). An object that exists already is left as it is, as kubectl create does.
+func applyManifest(t *testing.T, ctx context.Context, cs kubernetes.Interface, path string, edit func(kruntime.Object) bool) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "deploy", "weft.yml"))
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +157,9 @@ func applyWeft(t *testing.T, ctx context.Context, cs kubernetes.Interface, backe
 			}
 			t.Fatal(err)
 		}
+		if !edit(obj) {
+			continue
+		}
 		switch o := obj.(type) {
 		case *corev1.Namespace:
 			_, err = cs.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
@@ -134,27 +170,14 @@ func applyWeft(t *testing.T, ctx context.Context, cs kubernetes.Interface, backe
 		case *corev1.ServiceAccount:
 			_, err = cs.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *corev1.ConfigMap:
-			o.Data["net-conf.json"] = fmt.Sprintf(`{"Network": %q, "Backend": {"Type": %q}}`, kubecluster.ClusterCIDR, backend)
-			// kube-flannel's conflist says cniVersion 1.0.0, which the flannel plugin in
-			// weft's image (containernetworking/plugins v0.9.1, up to 0.4.0) refuses: every
-			// pod sandbox fails with "incompatible CNI versions". Until the image ships a
-			// plugin that speaks 1.0.0, the test installs the conflist at 0.4.0.
-			o.Data["cni-conf.json"] = strings.Replace(o.Data["cni-conf.json"], `"cniVersion": "1.0.0"`, `"cniVersion": "0.4.0"`, 1)
-			if !strings.Contains(o.Data["cni-conf.json"], `"cniVersion": "0.4.0"`) {
-				t.Fatalf("cni-conf.json: no cniVersion 1.0.0 to lower:\n%s", o.Data["cni-conf.json"])
-			}
 			_, err = cs.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *appsv1.DaemonSet:
-			if backend == "udp" {
-				priv := true
-				o.Spec.Template.Spec.Containers[0].SecurityContext.Privileged = &priv
-			}
 			_, err = cs.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		default:
-			t.Fatalf("deploy/weft.yml: unexpected %T", obj)
+			t.Fatalf("%s: unexpected %T", path, obj)
 		}
-		if err != nil {
-			t.Fatalf("create %T: %v", obj, err)
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("%s: create %T: %v", path, obj, err)
 		}
 	}
 }
@@ -215,10 +238,12 @@ func condition(cs []corev1.NodeCondition, typ corev1.NodeConditionType) corev1.C
 
 // checkDaemonSet waits for one Ready weft pod per node (readiness is the /readyz
 // probe) and checks that the pods run as the flannel ServiceAccount.
-func checkDaemonSet(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
+func checkDaemonSet(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string) {
 	t.Helper()
-	await(t, ctx, "DaemonSet weft ready", func() (bool, string) {
-		ds, err := cs.AppsV1().DaemonSets("kube-flannel").Get(ctx, "weft", metav1.GetOptions{})
+	var ds *appsv1.DaemonSet
+	await(t, ctx, "DaemonSet "+name+" ready", func() (bool, string) {
+		var err error
+		ds, err = cs.AppsV1().DaemonSets("kube-flannel").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -227,7 +252,7 @@ func checkDaemonSet(t *testing.T, ctx context.Context, cs kubernetes.Interface) 
 		}
 		return true, ""
 	})
-	pods, err := cs.CoreV1().Pods("kube-flannel").List(ctx, metav1.ListOptions{LabelSelector: "app=weft"})
+	pods, err := cs.CoreV1().Pods("kube-flannel").List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(ds.Spec.Selector)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +271,7 @@ func checkDaemonSet(t *testing.T, ctx context.Context, cs kubernetes.Interface) 
 		}
 	}
 	if len(nodes) != 2 {
-		t.Errorf("weft pods on nodes %v, want one on each", nodes)
+		t.Errorf("%s pods on nodes %v, want one on each", name, nodes)
 	}
 }
 
@@ -408,7 +433,6 @@ func tcpPods(t *testing.T, from, to pod, size int) {
 // run of lost replies.
 func rollout(t *testing.T, ctx context.Context, c *kubecluster.Cluster, a, b pod) (sent, received int, gap time.Duration) {
 	t.Helper()
-	const interval = 10 * time.Millisecond
 	ds, err := c.Admin.AppsV1().DaemonSets("kube-flannel").Get(ctx, "weft", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -420,25 +444,8 @@ func rollout(t *testing.T, ctx context.Context, c *kubecluster.Cluster, a, b pod
 			t.Fatalf("%s: %v: %s", n.Name, err, out)
 		}
 	}
-	var out syncBuffer
-	ping := exec.Command("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", a.pid),
-		"ping", "-n", "-i", fmt.Sprint(interval.Seconds()), "-W", "1", b.ip.String())
-	ping.Stdout, ping.Stderr = &out, &out
-	if err := ping.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pingDone := make(chan error, 1)
-	go func() { pingDone <- ping.Wait() }()
-	defer func() {
-		if ping.ProcessState == nil {
-			_ = ping.Process.Kill()
-			<-pingDone
-		}
-	}()
-	// Replies before the rollout: the baseline the gap is measured against.
-	await(t, ctx, "ping replies before the rollout", func() (bool, string) {
-		return strings.Count(out.String(), "bytes from") >= 20, ""
-	})
+	p := startPing(t, ctx, a, b)
+	defer p.kill()
 	for i := range ds.Spec.Template.Spec.InitContainers {
 		ds.Spec.Template.Spec.InitContainers[i].Image = next
 	}
@@ -466,14 +473,51 @@ func rollout(t *testing.T, ctx context.Context, c *kubecluster.Cluster, a, b pod
 		}
 		return len(pods.Items) == 2, fmt.Sprintf("%d pods", len(pods.Items))
 	})
-	// A second of pings after the new pods are ready, then ping's summary.
-	n := strings.Count(out.String(), "bytes from")
-	await(t, ctx, "ping replies after the rollout", func() (bool, string) {
-		return strings.Count(out.String(), "bytes from") >= n+100, ""
-	})
-	_ = ping.Process.Signal(os.Interrupt)
-	<-pingDone
-	return parsePing(t, out.String(), interval)
+	return p.stop(t, ctx)
+}
+
+// pinger is ping running from one pod to another every 10 ms.
+type pinger struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan error
+}
+
+const pingInterval = 10 * time.Millisecond
+
+// startPing starts ping from a to b and waits for its first 20 replies.
+func startPing(t *testing.T, ctx context.Context, a, b pod) *pinger {
+	t.Helper()
+	p := &pinger{out: &syncBuffer{}, done: make(chan error, 1)}
+	p.cmd = exec.Command("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", a.pid),
+		"ping", "-n", "-i", fmt.Sprint(pingInterval.Seconds()), "-W", "1", b.ip.String())
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	await(t, ctx, "first ping replies", func() (bool, string) { return p.replies() >= 20, p.out.String() })
+	return p
+}
+
+func (p *pinger) replies() int { return strings.Count(p.out.String(), "bytes from") }
+
+// kill ends ping if stop did not.
+func (p *pinger) kill() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// stop waits for another second of replies, ends ping and reads what it saw.
+func (p *pinger) stop(t *testing.T, ctx context.Context) (sent, received int, gap time.Duration) {
+	t.Helper()
+	n := p.replies()
+	await(t, ctx, "ping replies after the change", func() (bool, string) { return p.replies() >= n+100, "" })
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	<-p.done
+	return parsePing(t, p.out.String(), pingInterval)
 }
 
 // parsePing reads ping's summary and the longest run of sequence numbers without a
