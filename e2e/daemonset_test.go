@@ -97,11 +97,7 @@ func daemonSet(t *testing.T, image, backend string) {
 		pingPod(t, ctx, a, b)
 		tcpPods(t, a, b, 1<<20)
 	})
-	for _, n := range c.Nodes {
-		if m, err := n.MaxMemory(); err == nil {
-			t.Logf("node %s: peak memory %.0f MiB (containerd, kubelet, pods)", n.Name, float64(m)/(1<<20))
-		}
-	}
+	logMemory(t, c)
 }
 
 // dsNetConf edits the manifests' objects for the test cluster: net-conf.json gets the
@@ -569,4 +565,33 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// logMemory reports the peak memory of the nodes and the control plane.
+func logMemory(t *testing.T, c *kubecluster.Cluster) {
+	for _, n := range c.Nodes {
+		if m, err := n.MaxMemory(); err == nil {
+			t.Logf("node %s: peak memory %.0f MiB (containerd, kubelet, pods; page cache included)", n.Name, float64(m)/(1<<20))
+		}
+	}
+	for name, m := range c.ControlPlaneMemory() {
+		t.Logf("%s: peak resident %.0f MiB", name, float64(m)/(1<<20))
+	}
+}
+
+func TestParsePing(t *testing.T) {
+	out := `PING 198.18.1.2 (198.18.1.2) 56(84) bytes of data.
+64 bytes from 198.18.1.2: icmp_seq=1 ttl=62 time=0.1 ms
+64 bytes from 198.18.1.2: icmp_seq=2 ttl=62 time=0.1 ms
+64 bytes from 198.18.1.2: icmp_seq=6 ttl=62 time=0.1 ms
+64 bytes from 198.18.1.2: icmp_seq=7 ttl=62 time=0.1 ms
+
+--- 198.18.1.2 ping statistics ---
+8 packets transmitted, 4 received, 50% packet loss, time 70ms
+`
+	sent, received, gap := parsePing(t, out, 10*time.Millisecond)
+	// 3, 4 and 5 are one run of three; 8 is the other.
+	if sent != 8 || received != 4 || gap != 30*time.Millisecond {
+		t.Errorf("sent %d received %d gap %v, want 8 4 30ms", sent, received, gap)
+	}
 }

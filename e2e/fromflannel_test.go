@@ -132,6 +132,7 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 	if after.ResourceVersion != cm.ResourceVersion || after.Data["net-conf.json"] != cm.Data["net-conf.json"] {
 		t.Errorf("the ConfigMap changed in the switch: %v -> %v", cm.Data, after.Data)
 	}
+	logMemory(t, c)
 	// A pod started after the switch gets its address from weftd's subnet.env.
 	d := runPod(t, ctx, c, "pod-c", c.Nodes[0])
 	pingPod(t, ctx, d, b)

@@ -20,7 +20,9 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -162,6 +164,12 @@ func Start(t testing.TB, o Options) *Cluster {
 	t.Cleanup(func() { c.stop(t) })
 
 	// The control plane in the router namespace.
+	// The CA of the API server's certificate, which the controller manager publishes
+	// to every namespace as kube-root-ca.crt (in-cluster clients verify with it).
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := caOnly(api.CertFile, caFile); err != nil {
+		t.Fatal(err)
+	}
 	kcmConfig, err := c.kubeconfig("kcm", kcmToken)
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +184,7 @@ func Start(t testing.TB, o Options) *Cluster {
 		"--allocate-node-cidrs=true", "--cluster-cidr="+ClusterCIDR, "--node-cidr-mask-size=24",
 		"--service-cluster-ip-range="+ServiceCIDR,
 		"--use-service-account-credentials=true",
-		"--root-ca-file="+api.CertFile, "--service-account-private-key-file="+api.KeyFile,
+		"--root-ca-file="+caFile, "--service-account-private-key-file="+api.KeyFile,
 		"--leader-elect=false", "--bind-address=127.0.0.1")
 	sched := append(append([]string{}, router...), bin, "kube-scheduler",
 		"--kubeconfig="+schedConfig,
@@ -470,6 +478,51 @@ func rmdirRetry(p string) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("rmdir %s: %w", p, err)
+}
+
+// caOnly writes the CA certificates of the PEM file in to out.
+func caOnly(in, out string) error {
+	data, err := os.ReadFile(in)
+	if err != nil {
+		return err
+	}
+	var cas []byte
+	for {
+		var b *pem.Block
+		if b, data = pem.Decode(data); b == nil {
+			break
+		}
+		if cert, err := x509.ParseCertificate(b.Bytes); err == nil && cert.IsCA {
+			cas = append(cas, pem.EncodeToMemory(b)...)
+		}
+	}
+	if len(cas) == 0 {
+		return fmt.Errorf("%s: no CA certificate", in)
+	}
+	return os.WriteFile(out, cas, 0o644)
+}
+
+// ControlPlaneMemory is the peak resident memory (VmHWM) of kube-apiserver,
+// kube-controller-manager and kube-scheduler, by name.
+func (c *Cluster) ControlPlaneMemory() map[string]uint64 {
+	pids := map[string]int{"kube-apiserver": c.API.Pid()}
+	for _, p := range c.procs {
+		pids[p.name] = p.cmd.Process.Pid
+	}
+	out := map[string]uint64{}
+	for name, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			var kb uint64
+			if _, err := fmt.Sscanf(line, "VmHWM: %d kB", &kb); err == nil {
+				out[name] = kb << 10
+			}
+		}
+	}
+	return out
 }
 
 // MaxMemory is the peak memory (cgroup v1 max_usage_in_bytes) of the node's cgroups:

@@ -179,6 +179,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	return s, nil
 }
 
+// Pid is the server's process id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Write keeps the server's output for error messages (its tail).
 func (s *Server) Write(p []byte) (int, error) {
 	s.mu.Lock()
