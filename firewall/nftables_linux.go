@@ -2,6 +2,7 @@ package firewall
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -198,4 +199,26 @@ func (f *NFTables) ProbeRandomFully(ctx context.Context) error {
 		return fmt.Errorf("%w by nftables: %w", ErrNoRandomFully, err)
 	}
 	return nil
+}
+
+// removeNFTTables deletes the ip-family tables named, where they exist, and returns
+// the ones it deleted. Without nft there is nothing to delete.
+func removeNFTTables(ctx context.Context, names []string) ([]string, error) {
+	var removed []string
+	var errs []error
+	for _, name := range names {
+		nft, err := knftables.New(knftables.IPv4Family, name)
+		if err != nil {
+			return removed, nil // no nft, or no nftables in this kernel
+		}
+		tx := nft.NewTransaction()
+		tx.Delete(&knftables.Table{})
+		switch err := nft.Run(ctx, tx); {
+		case err == nil:
+			removed = append(removed, name)
+		case !knftables.IsNotFound(err):
+			errs = append(errs, fmt.Errorf("nftables: delete table %s: %w", name, err))
+		}
+	}
+	return removed, errors.Join(errs...)
 }

@@ -28,3 +28,5 @@ func (*NFTables) SetForward(context.Context, netip.Prefix) error { return errNoN
 func (*NFTables) Repair(context.Context) (bool, error) { return false, errNoNFTables }
 
 func (*NFTables) Remove(context.Context) error { return nil }
+
+func removeNFTTables(context.Context, []string) ([]string, error) { return nil, nil }

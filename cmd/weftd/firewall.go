@@ -34,5 +34,10 @@ func (d *daemon) setupFirewall(ctx context.Context, cfg *lease.Config, subnet ne
 			return fmt.Errorf("--ip-masq: %w", err)
 		}
 	}
+	// A host switched from flanneld: its chains go once ours are in place (never a
+	// moment without accept rules), so no rule is there twice.
+	if err := firewall.TakeOver(ctx, firewall.Options{Log: d.log}); err != nil {
+		d.log.Warn("could not remove flanneld's firewall rules", zap.Error(err))
+	}
 	return nil
 }

@@ -1,6 +1,8 @@
 // Package kubeproc runs a real kube-apiserver (built from its Go module by
 // test/kube, cached) against a real etcd, for the Kubernetes subnet manager's tests.
 // It authorizes with RBAC; its Token is an admin (system:masters) for the test itself.
+// The binary test/kube builds is multi-call: it is also kube-controller-manager,
+// kube-scheduler and kubelet when its first argument names one (internal/kubecluster).
 package kubeproc
 
 import (
@@ -19,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -29,21 +32,29 @@ const Version = "v1.37.2"
 // ErrNotReady is returned when the API server did not become ready in time.
 var ErrNotReady = errors.New("kube-apiserver did not become ready")
 
-// Binary returns the cached kube-apiserver, building it from test/kube (in repoRoot)
-// when it is missing. The first build takes several minutes.
+// Binary returns the cached multi-call Kubernetes binary (kube-apiserver without a
+// component argument), building it from test/kube (in repoRoot) when it is missing.
+// The first build takes several minutes.
 func Binary(ctx context.Context, repoRoot string) (string, error) {
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		cache = os.TempDir()
 	}
-	bin := filepath.Join(cache, "weft", "kube-apiserver-"+Version)
+	if err := os.MkdirAll(filepath.Join(cache, "weft"), 0o755); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(cache, "weft", "kube-"+Version)
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
 	// A name of this process's own: two test binaries may build at once, and each
 	// renames its finished build into place.
 	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, ".")
+	// The version is stamped as Kubernetes' own build does: kubelets register it and
+	// the API server's skew checks read it.
+	ldflags := "-s -w -X k8s.io/component-base/version.gitVersion=" + Version +
+		" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=" + minor(Version)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags="+ldflags, "-o", tmp, ".")
 	cmd.Dir = filepath.Join(repoRoot, "test", "kube")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -56,6 +67,22 @@ func Binary(ctx context.Context, repoRoot string) (string, error) {
 	return bin, nil
 }
 
+// minor is the minor number of a version "vMAJOR.MINOR.PATCH".
+func minor(v string) string {
+	var major, min, patch int
+	if _, err := fmt.Sscanf(v, "v%d.%d.%d", &major, &min, &patch); err != nil {
+		return "0"
+	}
+	return strconv.Itoa(min)
+}
+
+// User is one more bearer token the API server accepts, for a component of a test
+// cluster (a kubelet as system:node:<name> in system:nodes, the controller manager).
+type User struct {
+	Token, Name string
+	Groups      []string
+}
+
 // Options say where the API server runs.
 type Options struct {
 	Binary string
@@ -65,6 +92,13 @@ type Options struct {
 	Port   int    // default 6443
 	// Dial reaches Host:Port (for a server inside a namespace); default net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Authorization is --authorization-mode (default RBAC; a cluster with kubelets
+	// needs Node,RBAC).
+	Authorization string
+	// Users are tokens besides the admin's.
+	Users []User
+	// Args are more flags.
+	Args []string
 }
 
 // Server is a running kube-apiserver.
@@ -72,11 +106,16 @@ type Server struct {
 	URL        string
 	Token      string
 	Kubeconfig string // a kubeconfig file with URL and Token
-	dir        string
-	cmd        *exec.Cmd
-	done       chan struct{}
-	mu         sync.Mutex
-	log        []byte
+	// CertFile is the serving certificate the server made for itself (with its CA),
+	// for clients that verify it, such as pods through kube-root-ca.crt.
+	CertFile string
+	// KeyFile is the service-account signing key.
+	KeyFile string
+	dir     string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	mu      sync.Mutex
+	log     []byte
 }
 
 // Start runs the API server and waits for /readyz.
@@ -91,8 +130,12 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, URL: "https://" + net.JoinHostPort(o.Host, strconv.Itoa(o.Port))}
-	if err := s.files(); err != nil {
+	s := &Server{dir: dir, URL: "https://" + net.JoinHostPort(o.Host, strconv.Itoa(o.Port)),
+		CertFile: filepath.Join(dir, "certs", "apiserver.crt"), KeyFile: filepath.Join(dir, "sa.pem")}
+	if o.Authorization == "" {
+		o.Authorization = "RBAC"
+	}
+	if err := s.files(o.Users); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -109,11 +152,12 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		"--service-account-key-file=" + filepath.Join(dir, "sa.pem"),
 		"--service-account-signing-key-file=" + filepath.Join(dir, "sa.pem"),
 		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
-		"--authorization-mode=RBAC", // weftd gets only deploy/rbac.yml's rights (internal/kubetest)
+		"--authorization-mode=" + o.Authorization, // weftd gets only deploy/rbac.yml's rights (internal/kubetest)
 		"--service-cluster-ip-range=198.18.254.0/24",
 		"--endpoint-reconciler-type=none",
 		"--enable-priority-and-fairness=false",
 	}
+	args = append(args, o.Args...)
 	bin := o.Binary
 	if o.Netns != "" {
 		args = append([]string{"netns", "exec", o.Netns, bin}, args...)
@@ -134,6 +178,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	return s, nil
 }
+
+// Pid is the server's process id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
 
 // Write keeps the server's output for error messages (its tail).
 func (s *Server) Write(p []byte) (int, error) {
@@ -185,7 +232,7 @@ func (s *Server) waitReady(ctx context.Context, o Options) error {
 }
 
 // files writes the service-account key, the token file and the kubeconfig.
-func (s *Server) files() error {
+func (s *Server) files(users []User) error {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return err
@@ -197,8 +244,11 @@ func (s *Server) files() error {
 	var tok [16]byte
 	_, _ = rand.Read(tok[:])
 	s.Token = hex.EncodeToString(tok[:])
-	if err := os.WriteFile(filepath.Join(s.dir, "tokens.csv"),
-		[]byte(s.Token+",weft-admin,weft-admin,system:masters\n"), 0o600); err != nil {
+	tokens := s.Token + ",weft-admin,weft-admin,system:masters\n"
+	for _, u := range users {
+		tokens += fmt.Sprintf("%s,%s,%s,\"%s\"\n", u.Token, u.Name, u.Name, strings.Join(u.Groups, ","))
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, "tokens.csv"), []byte(tokens), 0o600); err != nil {
 		return err
 	}
 	s.Kubeconfig = filepath.Join(s.dir, "kubeconfig")

@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/weftnet/weft/internal/kubecluster"
+	"github.com/weftnet/weft/internal/testenv"
+)
+
+// flannelImage is the upstream flanneld v0.28.10 (test/flannel) in an image made as
+// weft's is: weft's image (iptables, weft-install, the flannel CNI plugin) with
+// /opt/bin/flanneld added.
+const flannelImage = "registry.weft.test/flannel:v0.28.10"
+
+// TestDaemonSetFromFlannel runs a cluster on the upstream kube-flannel.yml (v0.28.10,
+// vxlan) and switches it to weft as deploy/README.md says: delete flannel's DaemonSet,
+// create weft.yml's objects but its ConfigMap. The running pods keep their addresses
+// and keep talking (ping every 10 ms throughout: the loss is reported) and the
+// ConfigMap is flannel's, unchanged.
+func TestDaemonSetFromFlannel(t *testing.T) {
+	image := daemonSetPrereqs(t)
+	cmd := exec.Command("go", "mod", "download", "-json", "github.com/flannel-io/flannel")
+	cmd.Dir = filepath.Join("..", "test", "flannel")
+	out, err := cmd.Output()
+	var mod struct{ Dir string }
+	if err == nil {
+		err = json.Unmarshal(out, &mod)
+	}
+	testenv.Need(t, err == nil && mod.Dir != "", "the flannel module (cd test/flannel && go mod download)")
+	tmp := t.TempDir()
+	buildStart := time.Now()
+	flanneld := filepath.Join(tmp, "flanneld")
+	if err := kubecluster.BuildFlanneld(context.Background(), "..", flanneld); err != nil {
+		t.Fatal(err)
+	}
+	flannelTar := filepath.Join(tmp, "flannel.tar")
+	if err := kubecluster.WriteImageOver(flannelTar, image, flannelImage, map[string]string{"/opt/bin/flanneld": flanneld}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("static flanneld and its image built in %v", time.Since(buildStart).Round(time.Millisecond))
+
+	start := time.Now()
+	c := kubecluster.Start(t, kubecluster.Options{RepoRoot: "..", Images: []string{image, flannelTar}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	// flannel, as kube-flannel.yml has it but for the image: the init steps copy with
+	// weft-install, as the image has no cp.
+	conf := dsNetConf(t, "vxlan")
+	applyManifest(t, ctx, c.Admin, filepath.Join(mod.Dir, "Documentation", "kube-flannel.yml"), func(obj kruntime.Object) bool {
+		conf(obj)
+		if ds, ok := obj.(*appsv1.DaemonSet); ok {
+			spec := &ds.Spec.Template.Spec
+			for i := range spec.InitContainers {
+				ic := &spec.InitContainers[i]
+				ic.Image = flannelImage
+				ic.Command = []string{"/opt/bin/weft-install"}
+				if ic.Name == "install-cni" {
+					ic.Args = append([]string{"-mode", "0644"}, ic.Args...)
+				} else {
+					ic.Args = []string{"/flannel", "/opt/cni/bin/flannel"}
+				}
+			}
+			spec.Containers[0].Image = flannelImage
+		}
+		return true
+	})
+	checkNodes(t, ctx, c)
+	checkDaemonSet(t, ctx, c.Admin, "kube-flannel-ds")
+	cm, err := c.Admin.CoreV1().ConfigMaps("kube-flannel").Get(ctx, "kube-flannel-cfg", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := runPod(t, ctx, c, "pod-a", c.Nodes[0])
+	b := runPod(t, ctx, c, "pod-b", c.Nodes[1])
+	pingPod(t, ctx, a, b)
+	tcpPods(t, a, b, 1<<20)
+	t.Logf("flannel: nodes, DaemonSet and pods ready %v after start", time.Since(start).Round(time.Millisecond))
+
+	// The switch, as deploy/README.md says.
+	p := startPing(t, ctx, a, b)
+	defer p.kill()
+	if err := c.Admin.AppsV1().DaemonSets("kube-flannel").Delete(ctx, "kube-flannel-ds", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	await(t, ctx, "flannel's pods gone", func() (bool, string) {
+		pods, err := c.Admin.CoreV1().Pods("kube-flannel").List(ctx, metav1.ListOptions{LabelSelector: "app=flannel"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(pods.Items) == 0, ""
+	})
+	applyManifest(t, ctx, c.Admin, filepath.Join("..", "deploy", "weft.yml"), func(obj kruntime.Object) bool {
+		m, err := meta.Accessor(obj)
+		return err == nil && m.GetLabels()["app.kubernetes.io/component"] != "net-config"
+	})
+	checkDaemonSet(t, ctx, c.Admin, "weft")
+	sent, received, gap := p.stop(t, ctx)
+	t.Logf("flannel -> weft: %d pings every 10 ms, %d answered, longest gap %v; %v after start",
+		sent, received, gap, time.Since(start).Round(time.Millisecond))
+	if received == 0 {
+		t.Errorf("no ping answered during the switch")
+	}
+
+	for _, want := range []pod{a, b} {
+		got, err := c.Admin.CoreV1().Pods("default").Get(ctx, want.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.PodIP != want.ip.String() || got.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("pod %s: address %s (was %s), restarts %d", want.name, got.Status.PodIP, want.ip, got.Status.ContainerStatuses[0].RestartCount)
+		}
+	}
+	pingPod(t, ctx, a, b)
+	pingPod(t, ctx, b, a)
+	tcpPods(t, a, b, 8<<20)
+	tcpPods(t, b, a, 8<<20)
+	after, err := c.Admin.CoreV1().ConfigMaps("kube-flannel").Get(ctx, "kube-flannel-cfg", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.ResourceVersion != cm.ResourceVersion || after.Data["net-conf.json"] != cm.Data["net-conf.json"] {
+		t.Errorf("the ConfigMap changed in the switch: %v -> %v", cm.Data, after.Data)
+	}
+	logMemory(t, c)
+	// A pod started after the switch gets its address from weftd's subnet.env.
+	d := runPod(t, ctx, c, "pod-c", c.Nodes[0])
+	pingPod(t, ctx, d, b)
+	if d.ip == a.ip {
+		t.Errorf("pod-c got pod-a's address %s", d.ip)
+	}
+}

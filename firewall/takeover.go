@@ -1,0 +1,70 @@
+package firewall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+)
+
+// flanneld's iptables chains (v0.28) and the comments on its jumps to them. A host
+// switched from flanneld to weftd would otherwise keep both sets of rules: the same
+// meaning twice, and flanneld's left to go stale when the config changes.
+var flanneldSets = []*ruleSet{
+	{table: "nat", hook: "POSTROUTING", chain: "FLANNEL-POSTRTG", comment: "flanneld masq"},
+	{table: "filter", hook: "FORWARD", chain: "FLANNEL-FWD", comment: "flanneld forward"},
+}
+
+// flanneldTables are flanneld's nftables tables (ip family), for EnableNFTables.
+var flanneldTables = []string{"flannel-ipv4"}
+
+// removeFlanneld deletes flanneld's chains and the jumps to them; what is not there
+// is no error. It reports whether it removed anything.
+func (t *IPTables) removeFlanneld(ctx context.Context) (bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var errs []error
+	removed := false
+	for _, s := range flanneldSets {
+		listing, err := t.list(ctx, s.table)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		st := s.state(listing)
+		if !st.exists && len(st.hooks) == 0 {
+			continue
+		}
+		if err := t.apply(ctx, s.removeInput(st.hooks, st.exists)); err != nil {
+			errs = append(errs, fmt.Errorf("remove flanneld's %s: %w", s.chain, err))
+			continue
+		}
+		removed = true
+	}
+	return removed, errors.Join(errs...)
+}
+
+// TakeOver removes the rules flanneld left on this host (its iptables chains
+// FLANNEL-POSTRTG and FLANNEL-FWD with their jumps, its nftables table), so a host
+// switched from flanneld to weftd carries weft's rules only. Tools that are missing
+// have nothing to remove.
+func TakeOver(ctx context.Context, opts Options) error {
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	var errs []error
+	if ipt, err := NewIPTables(opts); err == nil {
+		removed, err := ipt.removeFlanneld(ctx)
+		errs = append(errs, err)
+		if removed {
+			opts.Log.Info("removed flanneld's iptables chains (FLANNEL-POSTRTG, FLANNEL-FWD)")
+		}
+	}
+	removed, err := removeNFTTables(ctx, flanneldTables)
+	errs = append(errs, err)
+	for _, t := range removed {
+		opts.Log.Info("removed flanneld's nftables table", zap.String("table", t))
+	}
+	return errors.Join(errs...)
+}
