@@ -221,7 +221,8 @@ func TestCompatWithFlanneld(t *testing.T) {
 }
 
 // TestCompatPageListsAllowed: the table of allowed differences in
-// docs/compatibility.md has a row for each entry of compatAllowed, and no other.
+// docs/compatibility.md has a row for each entry of compatAllowed, and no other; its
+// table of cases has a row for each case.
 func TestCompatPageListsAllowed(t *testing.T) {
 	page, err := os.ReadFile("../docs/compatibility.md")
 	if err != nil {
@@ -256,6 +257,11 @@ func TestCompatPageListsAllowed(t *testing.T) {
 	}
 	if len(rows) == 0 {
 		t.Error("docs/compatibility.md lists no allowed difference")
+	}
+	for _, c := range compatCases {
+		if !strings.Contains(string(page), "| `"+c.name+"` |") {
+			t.Errorf("docs/compatibility.md's table of cases has no row for %s", c.name)
+		}
 	}
 }
 
