@@ -69,7 +69,7 @@ staticcheck: $(STATICCHECK)
 
 # test runs everything as root: lint, the race detector over the tests that need nothing
 # from outside, then every test, e2e in network namespaces included.
-test: deps build flanneld lint race
+test: deps build flanneld image lint race
 	WEFT_E2E=1 WEFT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 60m $(PKGS)
 
 # unit runs the tests that need nothing from outside: no root, no etcd, no namespaces.
