@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +87,11 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 	pingPod(t, ctx, a, b)
 	tcpPods(t, a, b, 1<<20)
 	t.Logf("flannel: nodes, DaemonSet and pods ready %v after start", time.Since(start).Round(time.Millisecond))
+	for _, n := range c.Nodes {
+		if rules := iptablesSave(t, ctx, n); !strings.Contains(rules, "-j FLANNEL-FWD") {
+			t.Fatalf("node %s runs flanneld without its FLANNEL-FWD chain:\n%s", n.Name, rules)
+		}
+	}
 
 	// The switch, as deploy/README.md says.
 	p := startPing(t, ctx, a, b)
@@ -132,6 +138,13 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 	if after.ResourceVersion != cm.ResourceVersion || after.Data["net-conf.json"] != cm.Data["net-conf.json"] {
 		t.Errorf("the ConfigMap changed in the switch: %v -> %v", cm.Data, after.Data)
 	}
+	// weftd took over the rules: flanneld's chains are gone, weft's are there.
+	for _, n := range c.Nodes {
+		rules := iptablesSave(t, ctx, n)
+		if strings.Contains(rules, "FLANNEL-") || !strings.Contains(rules, "-j WEFT-FWD") {
+			t.Errorf("node %s after the switch: want weft's forward chain and none of flanneld's:\n%s", n.Name, rules)
+		}
+	}
 	logMemory(t, c)
 	// A pod started after the switch gets its address from weftd's subnet.env.
 	d := runPod(t, ctx, c, "pod-c", c.Nodes[0])
@@ -139,4 +152,14 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 	if d.ip == a.ip {
 		t.Errorf("pod-c got pod-a's address %s", d.ip)
 	}
+}
+
+// iptablesSave lists the rules of node n's network namespace.
+func iptablesSave(t *testing.T, ctx context.Context, n *kubecluster.Node) string {
+	t.Helper()
+	out, err := n.Host.NS.Run(ctx, "iptables-save")
+	if err != nil {
+		t.Fatalf("iptables-save on %s: %v", n.Name, err)
+	}
+	return out
 }
