@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,9 +18,11 @@ import (
 var ErrContainerID = errors.New("container ID")
 
 // plugin runs the CNI commands. exec runs the delegate; nil means the real one
-// (the plugin named by the delegate's type, found in CNI_PATH).
+// (the plugin named by the delegate's type, found in CNI_PATH). ADD's result goes
+// to out, nil meaning stdout.
 type plugin struct {
 	exec invoke.Exec
+	out  io.Writer
 }
 
 // add builds the delegate config from the network config and subnet.env, saves it
@@ -55,6 +58,9 @@ func (p *plugin) add(args *skel.CmdArgs) error {
 	result, err := invoke.DelegateAdd(context.Background(), d["type"].(string), conf, p.exec)
 	if err != nil {
 		return fmt.Errorf("delegate %s ADD: %w", d["type"], err)
+	}
+	if p.out != nil {
+		return result.PrintTo(p.out)
 	}
 	return result.Print()
 }
