@@ -163,6 +163,10 @@ func TestWeftCNIKubeFlannelConflist(t *testing.T) {
 		}
 		p := &attached{h: h, list: list, run: newCNIRuntime(t, h.ns, path...)}
 		p.ns, p.rt = cniPodNS(t, "wc-"+h.name)
+		// portmap, second in the list, gets the runtime's port mappings and flannel's
+		// result as its prevResult.
+		p.rt.CapabilityArgs = map[string]any{"portMappings": []map[string]any{
+			{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}}}
 		ctx := context.Background()
 		res, err := p.run.cni.AddNetworkList(ctx, list, p.rt)
 		if err != nil {
@@ -182,6 +186,10 @@ func TestWeftCNIKubeFlannelConflist(t *testing.T) {
 		p.addr, _ = netip.ParsePrefix(r.IPs[0].Address.String())
 		if sub := env.Subnet.Masked(); !sub.Contains(p.addr.Addr()) || p.addr.Bits() != sub.Bits() {
 			t.Fatalf("pod on %s got %v, want an address of %v", h.name, p.addr, sub)
+		}
+		if dnat := c.sh(h.ns, "iptables -t nat -S"); !strings.Contains(dnat, "--dport 18080") ||
+			!strings.Contains(dnat, p.addr.Addr().String()+":80") {
+			t.Errorf("host %s: no DNAT of port 18080 to %v:80 from portmap:\n%s", h.name, p.addr.Addr(), dnat)
 		}
 		mtu := strings.TrimSpace(c.sh(p.ns, "cat /sys/class/net/eth0/mtu"))
 		if mtu != fmt.Sprint(env.MTU) {
@@ -236,6 +244,9 @@ func TestWeftCNIKubeFlannelConflist(t *testing.T) {
 	}
 	if out, err := p.ns.Run(context.Background(), "ip", "link", "show", "eth0"); err == nil {
 		t.Errorf("after DEL the pod still has eth0:\n%s", out)
+	}
+	if dnat := c.sh(p.h.ns, "iptables -t nat -S"); strings.Contains(dnat, "--dport 18080") {
+		t.Errorf("after DEL portmap's DNAT is still there:\n%s", dnat)
 	}
 	// The freed address is handed out again.
 	ns2, rt2 := cniPodNS(t, "wc-a2")
