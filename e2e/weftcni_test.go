@@ -292,7 +292,7 @@ func TestWeftCNIMatchesFlannelPlugin(t *testing.T) {
 					"ipam":     map[string]any{"dataDir": filepath.Join(dir, "ipam")},
 					"delegate": map[string]any{"hairpinMode": true, "isDefaultGateway": true},
 				})
-				nc, err := libcni.ConfFromBytes(conf)
+				nc, err := libcni.NetworkPluginConfFromBytes(conf)
 				if err != nil {
 					t.Fatal(err)
 				}
