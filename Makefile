@@ -29,6 +29,7 @@ COMMIT := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2
 build:
 	$(GO) build -ldflags='-X main.commit=$(COMMIT)' -o $(BIN)/weftd ./cmd/weftd
 	$(GO) build -o $(BIN)/weft-bench ./cmd/weft-bench
+	$(GO) build -o $(BIN)/weft-cni/flannel ./cmd/weft-cni
 
 # flanneld is the upstream flanneld, built from its Go module in test/flannel (cgo: its
 # udp backend is C), for the mixed-cluster tests and as a row of `make bench`.
@@ -37,7 +38,7 @@ $(BIN)/flanneld: test/flannel/go.mod test/flannel/go.sum
 	cd test/flannel && CGO_ENABLED=1 $(GO) build -o $(CURDIR)/$(BIN)/flanneld github.com/flannel-io/flannel
 
 # image builds weftd's container image without a daemon or a registry (cmd/weft-image):
-# static weftd and weft-install, the flannel CNI plugin, iptables from Debian's .debs
+# static weftd and weft-install, weft's flannel CNI plugin (cmd/weft-cni, as /flannel), iptables from Debian's .debs
 # (cached in bin/image/debs). Same inputs, same digest. Load it with
 # `ctr -n k8s.io images import bin/weftd-image.tar` or `docker load -i bin/weftd-image.tar`.
 IMAGE_TAR := $(BIN)/weftd-image.tar
@@ -45,8 +46,9 @@ STATIC    := CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w -buildid='
 image: deps
 	$(STATIC) -o $(BIN)/image/weftd ./cmd/weftd
 	$(STATIC) -o $(BIN)/image/weft-install ./cmd/weft-install
+	$(STATIC) -o $(BIN)/image/weft-cni ./cmd/weft-cni
 	$(GO) run ./cmd/weft-image -o $(IMAGE_TAR) -weftd $(BIN)/image/weftd \
-		-install $(BIN)/image/weft-install -cni $(BIN)/cni/flannel -debs $(BIN)/image/debs
+		-install $(BIN)/image/weft-install -cni $(BIN)/image/weft-cni -debs $(BIN)/image/debs
 
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(BIN)/tools/staticcheck

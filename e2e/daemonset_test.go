@@ -108,13 +108,10 @@ func dsNetConf(t *testing.T, backend string) func(kruntime.Object) bool {
 		switch o := obj.(type) {
 		case *corev1.ConfigMap:
 			o.Data["net-conf.json"] = fmt.Sprintf(`{"Network": %q, "Backend": {"Type": %q}}`, kubecluster.ClusterCIDR, backend)
-			// kube-flannel's conflist says cniVersion 1.0.0, which the flannel plugin in
-			// weft's image (containernetworking/plugins v0.9.1, up to 0.4.0) refuses: every
-			// pod sandbox fails with "incompatible CNI versions". Until the image ships a
-			// plugin that speaks 1.0.0, the test installs the conflist at 0.4.0.
-			o.Data["cni-conf.json"] = strings.Replace(o.Data["cni-conf.json"], `"cniVersion": "1.0.0"`, `"cniVersion": "0.4.0"`, 1)
-			if !strings.Contains(o.Data["cni-conf.json"], `"cniVersion": "0.4.0"`) {
-				t.Fatalf("cni-conf.json: no cniVersion 1.0.0 to lower:\n%s", o.Data["cni-conf.json"])
+			// cni-conf.json stays kube-flannel's, at cniVersion 1.0.0: the image's plugin
+			// (cmd/weft-cni) speaks it. Fail loudly if the manifest ever stops saying so.
+			if !strings.Contains(o.Data["cni-conf.json"], `"cniVersion": "1.0.0"`) {
+				t.Fatalf("cni-conf.json is not kube-flannel's at cniVersion 1.0.0:\n%s", o.Data["cni-conf.json"])
 			}
 		case *appsv1.DaemonSet:
 			if backend == "udp" {

@@ -1,11 +1,11 @@
 // Command weft-image builds the OCI image of weftd without a container daemon or a
-// registry: static weftd, weft-install and the flannel CNI plugin, plus iptables and
-// the libraries it needs from Debian's packages, written as one tar that
+// registry: static weftd, weft-install and weft's flannel CNI plugin (cmd/weft-cni),
+// plus iptables and the libraries it needs from Debian's packages, written as one tar that
 // `ctr images import` and `docker load` read. The build is reproducible: the same
 // inputs give the same image digest and the same archive bytes.
 //
 //	weft-image -o bin/weftd-image.tar -weftd bin/image/weftd -install bin/image/weft-install \
-//	    -cni bin/cni/flannel -debs bin/image/debs
+//	    -cni bin/image/weft-cni -debs bin/image/debs
 package main
 
 import (
@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.ref, "tag", defaultRef, "image reference stored in the archive")
 	fs.StringVar(&o.weftd, "weftd", "", "static weftd binary (required)")
 	fs.StringVar(&o.install, "install", "", "static weft-install binary (required)")
-	fs.StringVar(&o.cni, "cni", "", "static flannel CNI plugin binary (required)")
+	fs.StringVar(&o.cni, "cni", "", "static flannel CNI plugin binary, installed as /flannel (make image: cmd/weft-cni) (required)")
 	fs.StringVar(&o.debDir, "debs", "", "directory of cached .debs; missing ones are fetched with apt-get download (required)")
 	fs.StringVar(&o.packages, "packages", "iptables", "Debian packages to put in the image, with their dependencies (comma separated)")
 	fs.StringVar(&o.iptab, "iptables", "nft", "what plain iptables runs: nft or legacy (match the hosts' kube-proxy)")
