@@ -22,6 +22,11 @@ type rawConfig struct {
 	EnableIPv6 bool            `json:"EnableIPv6"`
 	Backend    json.RawMessage `json:"Backend"`
 
+	IPv6Network   string `json:"IPv6Network"`
+	IPv6SubnetLen int    `json:"IPv6SubnetLen"`
+	IPv6SubnetMin string `json:"IPv6SubnetMin"`
+	IPv6SubnetMax string `json:"IPv6SubnetMax"`
+
 	EnableNFTables bool `json:"EnableNFTables"`
 }
 
@@ -35,23 +40,41 @@ func ParseConfig(data []byte) (*Config, error) {
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return nil, fmt.Errorf("%w: not a JSON object: %w", ErrBadConfig, err)
 	}
-	if raw.EnableIPv4 != nil && !*raw.EnableIPv4 {
-		return nil, badField("EnableIPv4", "false: weft needs an IPv4 network (IPv6 is not supported)")
+	c := &Config{EnableIPv4: raw.EnableIPv4 == nil || *raw.EnableIPv4, EnableIPv6: raw.EnableIPv6,
+		EnableNFTables: raw.EnableNFTables}
+	if !c.EnableIPv4 && !c.EnableIPv6 {
+		return nil, badField("EnableIPv4", "false, and EnableIPv6 is not true: the config enables no network")
 	}
-	if raw.EnableIPv6 {
-		return nil, badField("EnableIPv6", "IPv6 networks are not supported by weft")
+	if c.EnableIPv4 {
+		if err := c.parseIPv4(&raw); err != nil {
+			return nil, err
+		}
 	}
+	if c.EnableIPv6 {
+		if err := c.parseIPv6(&raw); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.parseBackend(raw.Backend); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// parseIPv4 checks Network, SubnetLen, SubnetMin and SubnetMax and fills in their
+// defaults (flanneld's rules, with weft's extra bounds).
+func (c *Config) parseIPv4(raw *rawConfig) error {
 	if raw.Network == "" {
-		return nil, badField("Network", "missing")
+		return badField("Network", "missing")
 	}
 	network, err := netip.ParsePrefix(raw.Network)
 	if err != nil || !network.Addr().Is4() {
-		return nil, badField("Network", "%q is not an IPv4 prefix", raw.Network)
+		return badField("Network", "%q is not an IPv4 prefix", raw.Network)
 	}
 	if network.Masked() != network {
-		return nil, badField("Network", "%q has host bits set (did you mean %v?)", raw.Network, network.Masked())
+		return badField("Network", "%q has host bits set (did you mean %v?)", raw.Network, network.Masked())
 	}
-	c := &Config{Network: network, SubnetLen: raw.SubnetLen, EnableNFTables: raw.EnableNFTables}
+	c.Network, c.SubnetLen = network, raw.SubnetLen
 	if c.SubnetLen == 0 {
 		if network.Bits() <= 22 {
 			c.SubnetLen = 24
@@ -62,28 +85,25 @@ func ParseConfig(data []byte) (*Config, error) {
 	// flanneld's bounds: a /30 still holds the bridge's and one pod's address, and the
 	// Network must hold at least four subnets (the first is never leased).
 	if c.SubnetLen > 30 {
-		return nil, badField("SubnetLen", "/%d is longer than /30", c.SubnetLen)
+		return badField("SubnetLen", "/%d is longer than /30", c.SubnetLen)
 	}
 	if c.SubnetLen < network.Bits()+2 {
-		return nil, badField("SubnetLen", "/%d must be at least 2 longer than the Network's /%d (at least four subnets)",
+		return badField("SubnetLen", "/%d must be at least 2 longer than the Network's /%d (at least four subnets)",
 			c.SubnetLen, network.Bits())
 	}
 	if c.SubnetLen-network.Bits() > 24 {
-		return nil, badField("SubnetLen", "/%d gives more than 2^24 subnets of %v", c.SubnetLen, network)
+		return badField("SubnetLen", "/%d gives more than 2^24 subnets of %v", c.SubnetLen, network)
 	}
 	if c.SubnetMin, err = c.boundary("SubnetMin", raw.SubnetMin, c.nth(1)); err != nil {
-		return nil, err
+		return err
 	}
 	if c.SubnetMax, err = c.boundary("SubnetMax", raw.SubnetMax, c.nth(c.Count()-1)); err != nil {
-		return nil, err
+		return err
 	}
 	if c.SubnetMax.Less(c.SubnetMin) {
-		return nil, badField("SubnetMax", "%v is below SubnetMin %v", c.SubnetMax, c.SubnetMin)
+		return badField("SubnetMax", "%v is below SubnetMin %v", c.SubnetMax, c.SubnetMin)
 	}
-	if err := c.parseBackend(raw.Backend); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return nil
 }
 
 func (c *Config) parseBackend(raw json.RawMessage) error {

@@ -99,9 +99,13 @@ func (e *etcd2) List(ctx context.Context) (Listing, error) {
 	}
 	l := Listing{Rev: int64(resp.Index)}
 	for _, n := range resp.Node.Nodes {
-		subnet, err := ParseSubnetKey(n.Key)
+		subnet, subnet6, err := ParseLeaseKey(n.Key)
 		if err != nil {
 			e.log.Error("skipping malformed subnet key", zap.String("key", n.Key), zap.Error(err))
+			continue
+		}
+		if !subnet.IsValid() {
+			e.log.Debug("skipping an IPv6-only lease", zap.String("key", n.Key))
 			continue
 		}
 		a, err := DecodeAttrs([]byte(n.Value))
@@ -110,7 +114,7 @@ func (e *etcd2) List(ctx context.Context) (Listing, error) {
 			l.Unreadable = append(l.Unreadable, subnet)
 			continue
 		}
-		lease := Lease{Subnet: subnet, Attrs: a}
+		lease := Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a}
 		if n.Expiration != nil {
 			lease.Expiration = *n.Expiration
 		}
@@ -174,17 +178,20 @@ func (e *etcd2) Watch(ctx context.Context, rev int64, changes func([]Change)) er
 		if resp.Node == nil || resp.Node.Dir {
 			continue
 		}
-		subnet, err := ParseSubnetKey(resp.Node.Key)
+		subnet, subnet6, err := ParseLeaseKey(resp.Node.Key)
 		if err != nil {
 			e.log.Error("skipping malformed subnet key", zap.String("key", resp.Node.Key), zap.Error(err))
 			continue
 		}
+		if !subnet.IsValid() {
+			continue // IPv6-only: nothing for an IPv4 overlay
+		}
 		switch resp.Action {
 		case "delete", "expire", "compareAndDelete":
-			changes([]Change{{Type: Removed, Lease: Lease{Subnet: subnet}}})
+			changes([]Change{{Type: Removed, Lease: Lease{Subnet: subnet, IPv6Subnet: subnet6}}})
 		default:
 			a, err := DecodeAttrs([]byte(resp.Node.Value))
-			l := Lease{Subnet: subnet, Attrs: a}
+			l := Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a}
 			if resp.Node.Expiration != nil {
 				l.Expiration = *resp.Node.Expiration
 			}

@@ -136,9 +136,13 @@ func (e *etcd3) List(ctx context.Context) (Listing, error) {
 	}
 	l := Listing{Rev: resp.Header.Revision}
 	for _, kv := range resp.Kvs {
-		subnet, err := ParseSubnetKey(string(kv.Key))
+		subnet, subnet6, err := ParseLeaseKey(string(kv.Key))
 		if err != nil {
 			e.log.Error("skipping malformed subnet key", zap.ByteString("key", kv.Key), zap.Error(err))
+			continue
+		}
+		if !subnet.IsValid() {
+			e.log.Debug("skipping an IPv6-only lease", zap.ByteString("key", kv.Key))
 			continue
 		}
 		a, err := DecodeAttrs(kv.Value)
@@ -147,7 +151,7 @@ func (e *etcd3) List(ctx context.Context) (Listing, error) {
 			l.Unreadable = append(l.Unreadable, subnet)
 			continue
 		}
-		l.Leases = append(l.Leases, Lease{Subnet: subnet, Attrs: a})
+		l.Leases = append(l.Leases, Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a})
 	}
 	return l, nil
 }
@@ -249,17 +253,20 @@ func (e *etcd3) Watch(ctx context.Context, rev int64, changes func([]Change)) er
 		}
 		batch := make([]Change, 0, len(resp.Events))
 		for _, ev := range resp.Events {
-			subnet, err := ParseSubnetKey(string(ev.Kv.Key))
+			subnet, subnet6, err := ParseLeaseKey(string(ev.Kv.Key))
 			if err != nil {
 				e.log.Error("skipping malformed subnet key", zap.ByteString("key", ev.Kv.Key), zap.Error(err))
 				continue
 			}
+			if !subnet.IsValid() {
+				continue // IPv6-only: nothing for an IPv4 overlay
+			}
 			if ev.Type == clientv3.EventTypeDelete {
-				batch = append(batch, Change{Type: Removed, Lease: Lease{Subnet: subnet}})
+				batch = append(batch, Change{Type: Removed, Lease: Lease{Subnet: subnet, IPv6Subnet: subnet6}})
 				continue
 			}
 			a, err := DecodeAttrs(ev.Kv.Value)
-			batch = append(batch, Change{Type: Added, Lease: Lease{Subnet: subnet, Attrs: a}, Bad: err})
+			batch = append(batch, Change{Type: Added, Lease: Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a}, Bad: err})
 		}
 		if len(batch) > 0 {
 			changes(batch)

@@ -20,9 +20,15 @@ const DefaultTTL = 24 * time.Hour
 // Attrs is the JSON value stored under a subnet key. Field names match flanneld's so a
 // cluster can mix both daemons; flanneld ignores HostID.
 type Attrs struct {
-	PublicIP    netip.Addr      `json:"PublicIP"`
+	PublicIP netip.Addr `json:"PublicIP"`
+	// PublicIPv6 is the host's IPv6 address on a dual-stack or IPv6-only network; zero
+	// when it has none (null in the JSON, as flanneld writes it).
+	PublicIPv6  netip.Addr      `json:"PublicIPv6"`
 	BackendType string          `json:"BackendType,omitempty"`
 	BackendData json.RawMessage `json:"BackendData,omitempty"`
+	// BackendV6Data is the backend's data for the IPv6 overlay (flanneld's vxlan puts
+	// the v6 device's VtepMAC there).
+	BackendV6Data json.RawMessage `json:"BackendV6Data,omitempty"`
 	// HostID is a stable identity of the host (weft's addition): two hosts presenting
 	// the same PublicIP must not silently share one subnet.
 	HostID string `json:"WeftHostID,omitempty"`
@@ -31,13 +37,18 @@ type Attrs struct {
 // Equal reports whether a and b publish the same thing: every field alike, BackendData
 // compared without surrounding white space.
 func (a Attrs) Equal(b Attrs) bool {
-	return a.PublicIP == b.PublicIP && a.BackendType == b.BackendType && a.HostID == b.HostID &&
-		bytes.Equal(bytes.TrimSpace(a.BackendData), bytes.TrimSpace(b.BackendData))
+	return a.PublicIP == b.PublicIP && a.PublicIPv6 == b.PublicIPv6 && a.BackendType == b.BackendType &&
+		a.HostID == b.HostID &&
+		bytes.Equal(bytes.TrimSpace(a.BackendData), bytes.TrimSpace(b.BackendData)) &&
+		bytes.Equal(bytes.TrimSpace(a.BackendV6Data), bytes.TrimSpace(b.BackendV6Data))
 }
 
-// Lease is one host's claim on a subnet.
+// Lease is one host's claim on a subnet. Subnet is the IPv4 subnet; IPv6Subnet the
+// IPv6 one of a dual-stack (or IPv6-only) lease, zero when absent. A v4-only weftd
+// treats a dual-stack lease as a v4 lease.
 type Lease struct {
 	Subnet     netip.Prefix
+	IPv6Subnet netip.Prefix
 	Attrs      Attrs
 	Expiration time.Time
 }

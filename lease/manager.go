@@ -192,6 +192,14 @@ func (m *EtcdManager) tryAcquire(ctx context.Context, cfg *Config, attrs Attrs) 
 			return Lease{}, fmt.Errorf("%w: %v holds %v with host id %s (ours is %s); if that host is gone, delete its key or wait for its lease to expire",
 				ErrPublicIPConflict, attrs.PublicIP, l.Subnet, l.Attrs.HostID, attrs.HostID)
 		}
+		if l.IPv6Subnet.IsValid() {
+			// A dual-stack lease (flanneld's, or ours from a dual-stack run): its key is
+			// not the one an IPv4 lease would have, so it is neither renewed nor
+			// deleted here; its subnet stays taken until it expires.
+			m.log.Warn("a dual-stack lease holds our PublicIP; leaving it to expire",
+				zap.Stringer("subnet", l.Subnet), zap.Stringer("ipv6_subnet", l.IPv6Subnet))
+			continue
+		}
 		ours := attrs.BackendType
 		if ours == "" {
 			ours = "udp"
@@ -244,7 +252,7 @@ func (m *EtcdManager) create(ctx context.Context, s netip.Prefix, attrs Attrs, w
 func (m *EtcdManager) previous() []netip.Prefix {
 	var out []netip.Prefix
 	if m.opts.SubnetFile != "" {
-		if env, err := ReadSubnetEnv(m.opts.SubnetFile); err == nil {
+		if env, err := ReadSubnetEnv(m.opts.SubnetFile); err == nil && env.Subnet.IsValid() {
 			out = append(out, env.Subnet)
 		}
 	}

@@ -90,7 +90,7 @@ func MigrateV2ToV3(ctx context.Context, opts EtcdOptions, dryRun bool, log *zap.
 	}
 	conflicts := 0
 	for _, n := range list.Node.Nodes {
-		if _, err := ParseSubnetKey(n.Key); err != nil || n.Dir {
+		if _, _, err := ParseLeaseKey(n.Key); err != nil || n.Dir {
 			steps = append(steps, MigrateStep{Key: n.Key, Action: MigrateSkipped, Note: "not a subnet lease"})
 			continue
 		}

@@ -16,20 +16,30 @@ import (
 var ErrBadSubnetEnv = errors.New("bad subnet.env")
 
 // SubnetEnv is what subnet.env tells the CNI plugin.
+// The IPv4 fields are zero on an IPv6-only network, the IPv6 ones without IPv6.
 type SubnetEnv struct {
-	Network netip.Prefix
-	Subnet  netip.Prefix
-	MTU     int
-	IPMasq  bool
+	Network     netip.Prefix
+	Subnet      netip.Prefix
+	IPv6Network netip.Prefix
+	IPv6Subnet  netip.Prefix
+	MTU         int
+	IPMasq      bool
 }
 
 // WriteSubnetEnv writes env to path atomically (temp file, fsync, rename), in
-// flannel's format. FLANNEL_SUBNET is the subnet's first address with its length.
+// flannel's format and order. FLANNEL_SUBNET is the subnet's first address with its
+// length, as is FLANNEL_IPV6_SUBNET; the IPv4 lines are left out without an IPv4
+// subnet, the IPv6 lines without an IPv6 one.
 func WriteSubnetEnv(path string, env SubnetEnv) error {
-	first := env.Subnet.Masked().Addr().Next()
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "FLANNEL_NETWORK=%s\n", env.Network)
-	fmt.Fprintf(&b, "FLANNEL_SUBNET=%s/%d\n", first, env.Subnet.Bits())
+	if env.Subnet.IsValid() {
+		fmt.Fprintf(&b, "FLANNEL_NETWORK=%s\n", env.Network)
+		fmt.Fprintf(&b, "FLANNEL_SUBNET=%s/%d\n", env.Subnet.Masked().Addr().Next(), env.Subnet.Bits())
+	}
+	if env.IPv6Subnet.IsValid() {
+		fmt.Fprintf(&b, "FLANNEL_IPV6_NETWORK=%s\n", env.IPv6Network)
+		fmt.Fprintf(&b, "FLANNEL_IPV6_SUBNET=%s/%d\n", env.IPv6Subnet.Masked().Addr().Next(), env.IPv6Subnet.Bits())
+	}
 	fmt.Fprintf(&b, "FLANNEL_MTU=%d\n", env.MTU)
 	fmt.Fprintf(&b, "FLANNEL_IPMASQ=%t\n", env.IPMasq)
 	if err := writeAtomic(path, b.Bytes(), 0o644); err != nil {
@@ -58,6 +68,12 @@ func ReadSubnetEnv(path string) (SubnetEnv, error) {
 			var p netip.Prefix
 			p, err = netip.ParsePrefix(v)
 			env.Subnet = p.Masked()
+		case "FLANNEL_IPV6_NETWORK":
+			env.IPv6Network, err = netip.ParsePrefix(v)
+		case "FLANNEL_IPV6_SUBNET":
+			var p netip.Prefix
+			p, err = netip.ParsePrefix(v)
+			env.IPv6Subnet = p.Masked()
 		case "FLANNEL_MTU":
 			env.MTU, err = strconv.Atoi(v)
 		case "FLANNEL_IPMASQ":
@@ -67,8 +83,8 @@ func ReadSubnetEnv(path string) (SubnetEnv, error) {
 			return SubnetEnv{}, fmt.Errorf("%w: %s: %s: %w", ErrBadSubnetEnv, path, k, err)
 		}
 	}
-	if !env.Subnet.IsValid() {
-		return SubnetEnv{}, fmt.Errorf("%w: %s: no FLANNEL_SUBNET", ErrBadSubnetEnv, path)
+	if !env.Subnet.IsValid() && !env.IPv6Subnet.IsValid() {
+		return SubnetEnv{}, fmt.Errorf("%w: %s: neither FLANNEL_SUBNET nor FLANNEL_IPV6_SUBNET", ErrBadSubnetEnv, path)
 	}
 	return env, nil
 }

@@ -40,6 +40,12 @@ func TestSubnetEnvRoundTrip(t *testing.T) {
 			"FLANNEL_NETWORK=198.18.0.0/16\nFLANNEL_SUBNET=198.18.5.1/24\nFLANNEL_MTU=1472\nFLANNEL_IPMASQ=true\n"},
 		{"small subnets", SubnetEnv{Network: pfx("198.18.0.0/26"), Subnet: pfx("198.18.0.48/28"), MTU: 1450},
 			"FLANNEL_NETWORK=198.18.0.0/26\nFLANNEL_SUBNET=198.18.0.49/28\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n"},
+		// flanneld's order: the IPv4 pair, the IPv6 pair, then MTU and IPMASQ.
+		{"dual stack", SubnetEnv{Network: pfx("198.18.0.0/16"), Subnet: pfx("198.18.5.0/24"),
+			IPv6Network: pfx("fd00:db8::/48"), IPv6Subnet: pfx("fd00:db8:0:5::/64"), MTU: 1450, IPMasq: true},
+			"FLANNEL_NETWORK=198.18.0.0/16\nFLANNEL_SUBNET=198.18.5.1/24\nFLANNEL_IPV6_NETWORK=fd00:db8::/48\nFLANNEL_IPV6_SUBNET=fd00:db8:0:5::1/64\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n"},
+		{"IPv6 only", SubnetEnv{IPv6Network: pfx("fd00:db8::/48"), IPv6Subnet: pfx("fd00:db8:0:5::/64"), MTU: 1450},
+			"FLANNEL_IPV6_NETWORK=fd00:db8::/48\nFLANNEL_IPV6_SUBNET=fd00:db8:0:5::1/64\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "run", "flannel") // made by WriteSubnetEnv
@@ -142,8 +148,15 @@ func TestReadSubnetEnv(t *testing.T) {
 	}{
 		{"flanneld's file", "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n",
 			&SubnetEnv{Network: pfx("10.244.0.0/16"), Subnet: pfx("10.244.3.0/24"), MTU: 1450, IPMasq: true}},
-		{"extra keys, blank lines, no final newline", "\n# comment\nFLANNEL_IPV6_NETWORK=fd00::/56\n  FLANNEL_SUBNET=10.244.3.1/24  \nFLANNEL_MTU=1450",
+		{"extra keys, blank lines, no final newline", "\n# comment\nFLANNEL_OTHER=fd00::/56\n  FLANNEL_SUBNET=10.244.3.1/24  \nFLANNEL_MTU=1450",
 			&SubnetEnv{Subnet: pfx("10.244.3.0/24"), MTU: 1450}},
+		{"flanneld's dual-stack file", "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\nFLANNEL_IPV6_NETWORK=fd00:0:0:1::/56\nFLANNEL_IPV6_SUBNET=fd00:0:0:103::1/64\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n",
+			&SubnetEnv{Network: pfx("10.244.0.0/16"), Subnet: pfx("10.244.3.0/24"), IPv6Network: pfx("fd00:0:0:1::/56"),
+				IPv6Subnet: pfx("fd00:0:0:103::/64"), MTU: 1450, IPMasq: true}},
+		{"flanneld's IPv6-only file", "FLANNEL_IPV6_NETWORK=fd00::/56\nFLANNEL_IPV6_SUBNET=fd00:0:0:3::1/64\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n",
+			&SubnetEnv{IPv6Network: pfx("fd00::/56"), IPv6Subnet: pfx("fd00:0:0:3::/64"), MTU: 1450}},
+		{"bad IPv6 subnet", "FLANNEL_IPV6_SUBNET=fd00::1\n", nil},
+		{"bad IPv6 network", "FLANNEL_SUBNET=10.244.3.1/24\nFLANNEL_IPV6_NETWORK=x\n", nil},
 		{"empty", "", nil},
 		{"no subnet", "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_MTU=1450\n", nil},
 		{"bad subnet", "FLANNEL_SUBNET=10.244.3.1\n", nil},

@@ -80,6 +80,11 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 		return fmt.Errorf("network config: %w", err)
 	}
+	// The lease package reads IPv6 and dual-stack configs; the data path has no IPv6
+	// yet (issue 14), so such a config is refused here rather than half run.
+	if err := cfg.RequireIPv4Only(); err != nil {
+		return fmt.Errorf("network config: %w", err)
+	}
 	publicIP, err := d.publicIP(ctx, mgr)
 	if err != nil {
 		return err
