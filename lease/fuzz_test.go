@@ -83,6 +83,39 @@ func FuzzParseSubnetKey(f *testing.F) {
 	})
 }
 
+func FuzzParseLeaseKey(f *testing.F) {
+	for _, s := range []string{"198.18.5.0-24", "198.18.5.0-24&fd00:db8:0:5::-64", "0.0.0.0-0&fd00::-64",
+		"/coreos.com/network/subnets/10.0.0.0-8&fd00::-8", "0.0.0.0-0", "1.2.3.0-24&", "1.2.3.0-24&FD00::-64",
+		"1.2.3.0-24&fd00::-064", "1.2.3.0-24&::ffff:1.2.3.0-120", "1.2.3.0-24&fe80::%x-64", "&", "-&-", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		v4, v6, err := ParseLeaseKey(key)
+		if err != nil {
+			if !errors.Is(err, ErrBadKey) {
+				t.Fatalf("error %v is not ErrBadKey", err)
+			}
+			return
+		}
+		if !v4.IsValid() && !v6.IsValid() {
+			t.Fatalf("ParseLeaseKey(%q) holds no subnet", key)
+		}
+		if v4.IsValid() && (!v4.Addr().Is4() || v4.Masked() != v4 || v4.Bits() == 0 && v4.Addr().IsUnspecified()) {
+			t.Fatalf("ParseLeaseKey(%q) IPv4 part %v", key, v4)
+		}
+		if v6.IsValid() && (!isIPv6(v6.Addr()) || v6.Masked() != v6) {
+			t.Fatalf("ParseLeaseKey(%q) IPv6 part %v", key, v6)
+		}
+		k := LeaseKey(v4, v6)
+		if w4, w6, err := ParseLeaseKey(k); err != nil || w4 != v4 || w6 != v6 {
+			t.Fatalf("ParseLeaseKey(LeaseKey(%v, %v) = %q) = %v, %v, %v", v4, v6, k, w4, w6, err)
+		}
+		if !v6.IsValid() && k != key[strings.LastIndexByte(key, '/')+1:] {
+			t.Fatalf("LeaseKey of the IPv4 key %q is %q", key, k)
+		}
+	})
+}
+
 func FuzzDecodeAttrs(f *testing.F) {
 	for _, s := range []string{
 		`{"PublicIP":"192.0.2.1"}`,
@@ -91,6 +124,9 @@ func FuzzDecodeAttrs(f *testing.F) {
 		`{"PublicIP":"192.0.2.1","BackendData":null}`,
 		`{"PublicIP":"192.0.2.1","BackendData":"<&>"}`,
 		`{"PublicIP":""}`, `null`, `[]`, `{`,
+		flanneldDualStackVXLAN,
+		`{"PublicIP":"0.0.0.0","PublicIPv6":"fd00::1","BackendV6Data":null}`,
+		`{"PublicIP":"192.0.2.1","PublicIPv6":"::ffff:192.0.2.1"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -110,8 +146,8 @@ func FuzzDecodeAttrs(f *testing.F) {
 		if err != nil {
 			t.Fatalf("DecodeAttrs(%s): %v", enc, err)
 		}
-		if b.PublicIP != a.PublicIP || b.BackendType != a.BackendType || b.HostID != a.HostID ||
-			!jsonEqual(b.BackendData, a.BackendData) {
+		if b.PublicIP != a.PublicIP || b.PublicIPv6 != a.PublicIPv6 || b.BackendType != a.BackendType ||
+			b.HostID != a.HostID || !jsonEqual(b.BackendData, a.BackendData) || !jsonEqual(b.BackendV6Data, a.BackendV6Data) {
 			t.Fatalf("round trip of %q: %+v became %+v via %s", data, a, b, enc)
 		}
 		if enc2, err := EncodeAttrs(b); err != nil || !bytes.Equal(enc2, enc) {
