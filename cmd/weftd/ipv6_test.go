@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/weftnet/weft/internal/etcdtest"
+	"github.com/weftnet/weft/lease"
+)
+
+// TestRunRefusesIPv6Config: the lease package parses IPv6 configs, but weftd has no
+// IPv6 data path yet, so it stops at start with ErrIPv6NotSupported and writes no
+// subnet.env (issue 14).
+func TestRunRefusesIPv6Config(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a real etcd server")
+	}
+	srv := etcdtest.Start(t)
+	for name, cfg := range map[string]string{
+		"dual-stack": `{"Network":"198.18.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:db8::/48","Backend":{"Type":"alloc"}}`,
+		"IPv6-only":  `{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:db8::/48","Backend":{"Type":"alloc"}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			prefix := "/weft-test/ipv6-" + name
+			putConfig(t, srv, "v3", prefix, cfg)
+			dir := t.TempDir()
+			opts, err := parseFlags([]string{
+				"--etcd-endpoints=" + srv.Endpoint(), "--etcd-prefix=" + prefix,
+				"--iface-regex=.", "--public-ip=192.0.2.10",
+				"--subnet-file=" + filepath.Join(dir, "subnet.env"),
+				"--lease-state-file=" + filepath.Join(dir, "lease.json"),
+				"--iptables-forward-rules=false",
+			}, func(string) string { return "" }, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			d := &daemon{opts: opts, log: zaptest.NewLogger(t)}
+			if err := d.run(ctx); !errors.Is(err, lease.ErrIPv6NotSupported) {
+				t.Fatalf("run = %v, want ErrIPv6NotSupported", err)
+			}
+			if _, err := os.Stat(opts.subnetFile); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("subnet.env after the refusal: %v", err)
+			}
+		})
+	}
+}
