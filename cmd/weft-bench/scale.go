@@ -36,7 +36,7 @@ func scaleSizes(hosts int, sizes string) ([]int, error) {
 	}
 	sort.Ints(out)
 	for _, n := range out {
-		if n > 7000 {
+		if n > 8000 {
 			return nil, fmt.Errorf("%w: %d hosts do not fit in the lab's overlay /16", errUsage, n)
 		}
 	}
