@@ -581,15 +581,17 @@ func (r *scaleRun) churn(ctx context.Context, v *daemonView, own netip.Prefix) (
 		add := ops%2 == 1 || len(simList) == 0
 		var p netip.Prefix
 		if add {
-			j := r.rnd.Intn(len(free))
+			// From the front of the free queue: a subnet deleted during the churn goes
+			// to its back, so an add never races the delete of the same key (the
+			// daemon could rightly coalesce the two into no change at all).
+			j := r.rnd.Intn(min(len(free), 64))
 			p = free[j]
-			free[j] = free[len(free)-1]
-			free = free[:len(free)-1]
+			free = append(free[:j], free[j+1:]...)
 		} else {
-			j := r.rnd.Intn(len(simList))
+			// The oldest leases go first, for the same reason.
+			j := r.rnd.Intn(min(len(simList), 64))
 			p = simList[j]
-			simList[j] = simList[len(simList)-1]
-			simList = simList[:len(simList)-1]
+			simList = append(simList[:j], simList[j+1:]...)
 		}
 		t := time.Now()
 		if v.routes != nil {
