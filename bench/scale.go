@@ -194,7 +194,7 @@ func RunScale(ctx context.Context, o ScaleOptions, log *zap.Logger) (*ScaleRepor
 	rep := &ScaleReport{Started: time.Now(), Backend: o.Backend, Network: lab.Overlay.String(), SubnetLen: bits,
 		Kernel: kernel(), CPUs: runtime.NumCPU(), IdleS: o.Idle.Seconds(), ChurnS: o.Churn.Seconds(), Rate: o.Rate}
 
-	l, err := lab.New(ctx, lab.Spec{Prefix: "ws", StateFile: o.StateFile}, log)
+	l, err := lab.New(ctx, lab.Spec{Prefix: "wsc", StateFile: o.StateFile}, log)
 	if err != nil {
 		return nil, err
 	}

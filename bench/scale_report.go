@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -135,7 +136,7 @@ func (r *ScaleReport) WriteSVG(w io.Writer) error {
 	var subjects []string
 	maxHosts := 0
 	for _, p := range r.Points {
-		if !containsStr(subjects, p.Subject) {
+		if !slices.Contains(subjects, p.Subject) {
 			subjects = append(subjects, p.Subject)
 		}
 		maxHosts = max(maxHosts, p.Hosts)
@@ -171,7 +172,15 @@ func (r *ScaleReport) WriteSVG(w io.Writer) error {
 		fmt.Fprintf(&b, `<path d="M%.0f %.0f V%.0f H%.0f" stroke="black" fill="none"/>`+"\n", x0, y0, y0+panelH, x0+panelW)
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%s</text>`+"\n", x0-4, y0+8, esc(fmtF(maxV, 1)))
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">0</text>`+"\n", x0-4, y0+panelH)
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%d hosts</text>`+"\n", x0+panelW, y0+panelH+16, maxHosts)
+		var ticks []int
+		for _, p := range r.Points {
+			if !slices.Contains(ticks, p.Hosts) && maxHosts > 0 {
+				ticks = append(ticks, p.Hosts)
+				px := x0 + float64(p.Hosts)/float64(maxHosts)*panelW
+				fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle" font-size="10">%d</text>`+"\n", px, y0+panelH+14, p.Hosts)
+			}
+		}
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">hosts</text>`+"\n", x0+panelW, y0+panelH+28)
 		for si, s := range subjects {
 			var pts []string
 			for _, p := range r.Points {
@@ -198,15 +207,6 @@ func (r *ScaleReport) WriteSVG(w io.Writer) error {
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-func containsStr(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // WriteFiles writes scale.md, scale.json and scale.svg into dir.
