@@ -50,6 +50,7 @@ type ScaleOptions struct {
 // ScalePoint is one subject at one size.
 type ScalePoint struct {
 	Subject string `json:"subject"`
+	Binary  string `json:"binary"`
 	Hosts   int    `json:"hosts"`
 	// ReadyS: daemon start to subnet.env written and every simulated host in its data
 	// path (only subnet.env where the data path cannot be observed).
@@ -402,7 +403,7 @@ func (v *daemonView) resyncs() float64 {
 func (v *daemonView) dataPath() (map[netip.Prefix]bool, error) { return v.routes.list() }
 
 func (r *scaleRun) measure(ctx context.Context, s ScaleSubject, n int) ScalePoint {
-	pt := ScalePoint{Subject: s.Name, Hosts: n, ResyncsChurn: -1, ResyncsRestart: -1}
+	pt := ScalePoint{Subject: s.Name, Binary: s.Binary, Hosts: n, ResyncsChurn: -1, ResyncsRestart: -1}
 	if err := r.measureInto(ctx, s, n, &pt); err != nil {
 		pt.Errors = append(pt.Errors, err.Error())
 	}
