@@ -109,13 +109,6 @@ func (w *routeWatch) expect(p netip.Prefix, add bool, f func(time.Time)) {
 	w.mu.Unlock()
 }
 
-// forget drops a waiter that was not called.
-func (w *routeWatch) forget(p netip.Prefix, add bool) {
-	w.mu.Lock()
-	delete(w.waiters, routeKey{p, add})
-	w.mu.Unlock()
-}
-
 func (w *routeWatch) count() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
