@@ -68,6 +68,11 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	switch *backend {
+	case "vxlan", "host-gw", "udp", "alloc":
+	default:
+		return fmt.Errorf("%w: --backend %q is none of vxlan, host-gw, udp, alloc", errUsage, *backend)
+	}
 	if *rate < 1 || *rate > 1000 {
 		return fmt.Errorf("%w: --rate %d is not within 1..1000", errUsage, *rate)
 	}
