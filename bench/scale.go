@@ -337,6 +337,7 @@ type daemonView struct {
 	routes *routeWatch // kernel backends
 	d      *lab.Daemon
 	weft   bool
+	alloc  bool // the alloc backend carries nothing: no peers to see
 	hc     *http.Client
 }
 
@@ -345,7 +346,7 @@ func (v *daemonView) peers() (int, bool) {
 	if v.routes != nil {
 		return v.routes.count(), true
 	}
-	if v.weft {
+	if v.weft && !v.alloc {
 		m, err := v.metrics()
 		if err == nil {
 			if n, ok := m["weft_peers"]; ok {
@@ -403,7 +404,7 @@ func (v *daemonView) resyncs() float64 {
 func (v *daemonView) dataPath() (map[netip.Prefix]bool, error) { return v.routes.list() }
 
 func (r *scaleRun) measure(ctx context.Context, s ScaleSubject, n int) ScalePoint {
-	pt := ScalePoint{Subject: s.Name, Binary: s.Binary, Hosts: n, ResyncsChurn: -1, ResyncsRestart: -1}
+	pt := ScalePoint{Subject: s.Name, Binary: s.Binary, Hosts: n, ResyncsChurn: -1, ResyncsRestart: -1, SettleS: -1}
 	if err := r.measureInto(ctx, s, n, &pt); err != nil {
 		pt.Errors = append(pt.Errors, err.Error())
 	}
@@ -419,7 +420,7 @@ func (r *scaleRun) measureInto(ctx context.Context, s ScaleSubject, n int, pt *S
 	if err != nil {
 		return err
 	}
-	v := &daemonView{weft: s.Weft, hc: &http.Client{Timeout: 5 * time.Second,
+	v := &daemonView{weft: s.Weft, alloc: r.o.Backend == "alloc", hc: &http.Client{Timeout: 5 * time.Second,
 		Transport: &http.Transport{DialContext: h.NS.DialContext}}}
 	if r.kernelPath() {
 		if v.routes, err = watchRoutes(h.NS.Name, r.cfg.network, r.cfg.bits); err != nil {
