@@ -5,6 +5,7 @@
 //	weft-bench lab up|down|status   a lab to poke at with `ip netns exec`
 //	weft-bench run                  the benchmark matrix, reports in --out
 //	weft-bench demo                 what weft does and how fast, in two minutes
+//	weft-bench scale                the control plane with thousands of simulated hosts
 package main
 
 import (
@@ -46,6 +47,8 @@ const usage = `usage: weft-bench <command> [flags]
   lab status
   run  [--reps N] [--duration D] [--out DIR] [--subjects a,b] [--daemon NAME=PATH]... [--weftd PATH]
   demo [--weftd PATH] [--duration D] [--daemon NAME=PATH]...
+  scale [--hosts N] [--sizes a,b] [--backend vxlan|host-gw|udp|alloc] [--churn D] [--rate R]
+        [--idle D] [--no-restart] [--out DIR] [--daemon NAME=PATH]... [--weftd PATH]
 
 Run as root. Every namespace, link and process is removed at the end, on errors and
 on Ctrl-C; 'lab down' removes what a killed run left.
@@ -66,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runCmd(ctx, args[1:], stdout, stderr)
 	case "demo":
 		err = demoCmd(ctx, args[1:], stdout, stderr)
+	case "scale":
+		err = scaleCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,233 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+func fmtF(v float64, prec int) string { return fmt.Sprintf("%.*f", prec, v) }
+
+func (p ScalePoint) cells(rate int) []string {
+	dash := func(ok bool, s string) string {
+		if !ok {
+			return "—"
+		}
+		return s
+	}
+	lat := p.ChurnOps > 0 && p.P99Ms > 0
+	name := p.Subject
+	if len(p.Errors) > 0 {
+		name += " (failed)"
+	}
+	ready := fmtF(p.ReadyS, 2)
+	if !p.PeersSeen {
+		ready += "*"
+	}
+	resync := func(v float64) string { return dash(v >= 0, fmtF(v, 0)) }
+	return []string{
+		name, fmt.Sprint(p.Hosts), ready, fmtF(p.RSSMiB, 1), fmtF(p.IdleCPUPct, 2),
+		dash(lat, fmtF(p.P50Ms, 1)), dash(lat, fmtF(p.P99Ms, 1)), dash(lat, fmt.Sprint(p.Missed)),
+		fmtF(p.ChurnCPUPct, 1),
+		dash(lat || p.StaleAfterChurn+p.MissingAfterChurn > 0, fmt.Sprintf("%d/%d", p.StaleAfterChurn, p.MissingAfterChurn)),
+		resync(p.ResyncsChurn), resync(p.ResyncsRestart),
+		fmtF(p.RestartCPUPct, 2), dash(p.SettleS >= 0, fmtF(p.SettleS, 0)),
+		dash(lat || p.StaleAfterRestart+p.MissingAfterRestart > 0, fmt.Sprintf("%d/%d", p.StaleAfterRestart, p.MissingAfterRestart)),
+	}
+}
+
+var scaleHead = []string{"daemon", "hosts", "ready s", "RSS MiB", "idle CPU %",
+	"update p50 ms", "update p99 ms", "missed", "churn CPU %", "stale/missing after churn",
+	"re-lists (compaction)", "re-lists (etcd restart)", "CPU % after restart", "idle again s", "stale/missing after restart"}
+
+// WriteTable writes the points as an aligned text table.
+func (r *ScaleReport) WriteTable(w io.Writer) error {
+	rows := [][]string{scaleHead}
+	for _, p := range r.Points {
+		rows = append(rows, p.cells(r.Rate))
+	}
+	width := make([]int, len(scaleHead))
+	for _, c := range rows {
+		for i, s := range c {
+			width[i] = max(width[i], len([]rune(s)))
+		}
+	}
+	var b strings.Builder
+	for _, c := range rows {
+		for i, s := range c {
+			pad := strings.Repeat(" ", width[i]-len([]rune(s)))
+			if i == 0 {
+				b.WriteString(s + pad)
+			} else {
+				b.WriteString("  " + pad + s)
+			}
+		}
+		b.WriteString("\n")
+	}
+	for _, p := range r.Points {
+		for _, e := range p.Errors {
+			fmt.Fprintf(&b, "%s at %d: %s\n", p.Subject, p.Hosts, firstLine(e))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteMarkdown writes the report as Markdown: the setup, the table, the errors.
+func (r *ScaleReport) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString("# weft control plane at scale\n\n")
+	fmt.Fprintf(&b, "Run %s, kernel %s, %d CPUs. Backend `%s`, Network %s with /%d subnets. "+
+		"Simulated hosts are leases written straight into a real etcd (flannel's layout, v3, one etcd lease of 24 h); "+
+		"their PublicIPs repeat over 192.0.2.100-254 (the lab's LAN, on-link for host-gw; nothing is ever sent to them). "+
+		"Each daemon runs alone on a fresh lab host, with the same leases. ",
+		r.Started.UTC().Format(time.RFC3339), r.Kernel, r.CPUs, r.Backend, r.Network, r.SubnetLen)
+	fmt.Fprintf(&b, "Ready: daemon start to subnet.env written and every simulated host's route in the kernel "+
+		"(for udp/alloc, weftd's `weft_peers`; * marks a daemon whose peers cannot be seen: subnet.env only). "+
+		"Idle CPU over %gs. Churn: %d lease changes per second for %gs (a delete and an add in turn), "+
+		"latency from just before the etcd write to the route's netlink event; one physical compaction half way. "+
+		"Then etcd is stopped and started; CPU over the next %gs. Stale/missing compare the kernel routes with etcd.\n\n",
+		r.IdleS, r.Rate, r.ChurnS, r.IdleS)
+	md := func(c []string) { b.WriteString("| " + strings.Join(c, " | ") + " |\n") }
+	md(scaleHead)
+	sep := make([]string, len(scaleHead))
+	for i := range sep {
+		sep[i] = "---:"
+	}
+	sep[0] = "---"
+	md(sep)
+	for _, p := range r.Points {
+		md(p.cells(r.Rate))
+	}
+	var eb strings.Builder
+	for _, p := range r.Points {
+		for _, e := range p.Errors {
+			fmt.Fprintf(&eb, "%s at %d: %s\n", p.Subject, p.Hosts, firstLine(e))
+		}
+	}
+	if eb.Len() > 0 {
+		b.WriteString("\n## Errors\n\n```\n" + eb.String() + "```\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *ScaleReport) WriteJSON(w io.Writer) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(r)
+}
+
+var scaleColors = []string{"#1f77b4", "#e07b39", "#2ca02c", "#9467bd"}
+
+// WriteSVG draws three panels against the number of hosts: ready time, RSS and p99
+// update time, one line per daemon.
+func (r *ScaleReport) WriteSVG(w io.Writer) error {
+	const (
+		width, panelW, panelH = 960, 280, 220
+		left, top             = 50, 60
+	)
+	var subjects []string
+	maxHosts := 0
+	for _, p := range r.Points {
+		if !slices.Contains(subjects, p.Subject) {
+			subjects = append(subjects, p.Subject)
+		}
+		maxHosts = max(maxHosts, p.Hosts)
+	}
+	panels := []struct {
+		title string
+		get   func(ScalePoint) (float64, bool)
+	}{
+		{"ready (s)", func(p ScalePoint) (float64, bool) { return p.ReadyS, len(p.Errors) == 0 || p.ReadyS > 0 }},
+		{"RSS (MiB)", func(p ScalePoint) (float64, bool) { return p.RSSMiB, p.RSSMiB > 0 }},
+		{"update p99 (ms)", func(p ScalePoint) (float64, bool) { return p.P99Ms, p.P99Ms > 0 }},
+	}
+	height := top + panelH + 90
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
+		width, height, width, height)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
+	fmt.Fprintf(&b, `<text x="10" y="24" font-size="16" font-weight="bold">weft control plane: %s backend, %d changes/s churn</text>`+"\n", esc(r.Backend), r.Rate)
+	for i, pn := range panels {
+		x0 := float64(left + i*(panelW+40))
+		y0 := float64(top)
+		maxV := 0.0
+		for _, p := range r.Points {
+			if v, ok := pn.get(p); ok {
+				maxV = max(maxV, v)
+			}
+		}
+		if maxV == 0 {
+			maxV = 1
+		}
+		maxV *= 1.1
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" font-weight="bold">%s</text>`+"\n", x0, y0-10, esc(pn.title))
+		fmt.Fprintf(&b, `<path d="M%.0f %.0f V%.0f H%.0f" stroke="black" fill="none"/>`+"\n", x0, y0, y0+panelH, x0+panelW)
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%s</text>`+"\n", x0-4, y0+8, esc(fmtF(maxV, 1)))
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">0</text>`+"\n", x0-4, y0+panelH)
+		var ticks []int
+		for _, p := range r.Points {
+			if !slices.Contains(ticks, p.Hosts) && maxHosts > 0 {
+				ticks = append(ticks, p.Hosts)
+				px := x0 + float64(p.Hosts)/float64(maxHosts)*panelW
+				fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle" font-size="10">%d</text>`+"\n", px, y0+panelH+14, p.Hosts)
+			}
+		}
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">hosts</text>`+"\n", x0+panelW, y0+panelH+28)
+		for si, s := range subjects {
+			var pts []string
+			for _, p := range r.Points {
+				v, ok := pn.get(p)
+				if p.Subject != s || !ok || maxHosts == 0 {
+					continue
+				}
+				px := x0 + float64(p.Hosts)/float64(maxHosts)*panelW
+				py := y0 + panelH - v/maxV*panelH
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px, py))
+				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", px, py, scaleColors[si%len(scaleColors)])
+			}
+			if len(pts) > 1 {
+				fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n",
+					strings.Join(pts, " "), scaleColors[si%len(scaleColors)])
+			}
+		}
+	}
+	for si, s := range subjects {
+		x := 10 + si*160
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
+			x, top+panelH+40, scaleColors[si%len(scaleColors)], x+16, top+panelH+51, esc(s))
+	}
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteFiles writes scale.md, scale.json and scale.svg into dir.
+func (r *ScaleReport) WriteFiles(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("report dir: %w", err)
+	}
+	for name, f := range map[string]func(io.Writer) error{
+		"scale.md": r.WriteMarkdown, "scale.json": r.WriteJSON, "scale.svg": r.WriteSVG,
+	} {
+		out, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
+		err = f(out)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("report %s: %w", name, err)
+		}
+	}
+	return nil
+}

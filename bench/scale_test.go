@@ -1,0 +1,90 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestParseVmRSS(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want float64
+		err  error
+	}{
+		{"Name:\tweftd\nVmRSS:\t   46080 kB\nRssAnon: 1 kB\n", 45, nil},
+		{"VmRSS:\t1024 kB", 1, nil},
+		{"Name:\tkthreadd\n", 0, ErrNoVmRSS},
+		{"VmRSS:\t12 MB\n", 0, ErrNoVmRSS},
+		{"VmRSS:\tx kB\n", 0, ErrNoVmRSS},
+	} {
+		got, err := ParseVmRSS(tc.in)
+		if !errors.Is(err, tc.err) || got != tc.want {
+			t.Errorf("ParseVmRSS(%q) = %v, %v; want %v, %v", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func TestScaleSubnetLen(t *testing.T) {
+	for _, tc := range []struct{ n, want int }{{100, 24}, {300, 25}, {1000, 27}, {3000, 28}, {5000, 29}, {7000, 29}, {7500, 30}} {
+		if got := scaleSubnetLen(tc.n); got != tc.want {
+			t.Errorf("scaleSubnetLen(%d) = /%d, want /%d", tc.n, got, tc.want)
+		}
+		c := overlayCfg{network: netip.MustParsePrefix("198.18.0.0/16"), bits: scaleSubnetLen(tc.n)}
+		if c.count()-1 < tc.n {
+			t.Errorf("%d hosts: /%d has only %d subnets", tc.n, c.bits, c.count())
+		}
+	}
+}
+
+func TestOverlaySubnet(t *testing.T) {
+	c := overlayCfg{network: netip.MustParsePrefix("198.18.0.0/16"), bits: 29}
+	for i, want := range map[int]string{0: "198.18.0.0/29", 1: "198.18.0.8/29", 32: "198.18.1.0/29", 8191: "198.18.255.248/29"} {
+		if got := c.subnet(i).String(); got != want {
+			t.Errorf("subnet(%d) = %s, want %s", i, got, want)
+		}
+	}
+}
+
+func TestSimValue(t *testing.T) {
+	v := simValue("vxlan", 258)
+	if !strings.Contains(v, `"PublicIP":"192.0.2.203"`) || !strings.Contains(v, `"VtepMAC":"02:5e:00:00:01:02"`) {
+		t.Errorf("simValue(vxlan, 258) = %s", v)
+	}
+	if v := simValue("host-gw", 155); !strings.Contains(v, `"PublicIP":"192.0.2.100"`) || strings.Contains(v, "BackendData") {
+		t.Errorf("simValue(host-gw, 155) = %s", v)
+	}
+}
+
+func TestScaleReportFiles(t *testing.T) {
+	r := &ScaleReport{Backend: "vxlan", Network: "198.18.0.0/16", SubnetLen: 29, Rate: 50, ChurnS: 60, IdleS: 10,
+		Points: []ScalePoint{
+			{Subject: "weftd", Hosts: 100, ReadyS: 0.1, PeersSeen: true, RSSMiB: 40, ChurnOps: 10, P50Ms: 2, P99Ms: 9, ResyncsChurn: 0, ResyncsRestart: 1},
+			{Subject: "weftd", Hosts: 5000, ReadyS: 2, PeersSeen: true, RSSMiB: 60, ChurnOps: 10, P50Ms: 20, P99Ms: 90, ResyncsChurn: 0, ResyncsRestart: 1},
+			{Subject: "flanneld", Hosts: 5000, ReadyS: 3, PeersSeen: true, RSSMiB: 50, ChurnOps: 10, P50Ms: 3, P99Ms: 30, ResyncsChurn: -1, ResyncsRestart: -1,
+				Errors: []string{"boom\nmore"}},
+		}}
+	var md, svg, tbl bytes.Buffer
+	if err := r.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteSVG(&svg); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteTable(&tbl); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| weftd | 5000 | 2.00 | 60.0 |", "flanneld (failed)", "flanneld at 5000: boom\n", "/29 subnets"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	if strings.Count(svg.String(), "<polyline") != 3 || !strings.HasSuffix(svg.String(), "</svg>\n") {
+		t.Errorf("svg: want one line per panel for weftd (two points), got:\n%s", svg.String())
+	}
+	if !strings.Contains(tbl.String(), "flanneld at 5000: boom\n") {
+		t.Errorf("table lacks the error:\n%s", tbl.String())
+	}
+}

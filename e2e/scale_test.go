@@ -1,0 +1,74 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/weftnet/weft/bench"
+	"github.com/weftnet/weft/internal/testenv"
+)
+
+// TestScale500: 500 simulated hosts' leases in a real etcd; weftd and the upstream
+// flanneld, each alone on a fresh host with the vxlan backend, must put a route to
+// every one of them into the kernel, follow a churn of lease changes with a compaction
+// (every change seen, no stale or missing route against etcd afterwards) and an etcd
+// restart (again nothing stale or missing). Nothing is timed: `weft-bench scale`
+// measures.
+func TestScale500(t *testing.T) {
+	testenv.NeedRoot(t)
+	testenv.NeedTools(t, "etcd", "ip")
+	fl := filepath.Join(binDir(), "flanneld")
+	_, err := os.Stat(fl)
+	testenv.Need(t, err == nil, "upstream flanneld at "+fl+" (make flanneld builds it)")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rep, err := bench.RunScale(ctx, bench.ScaleOptions{
+		Sizes:   []int{500},
+		Backend: "vxlan",
+		Subjects: []bench.ScaleSubject{
+			{Name: "weftd", Binary: weftd(t), Weft: true},
+			{Name: "flanneld", Binary: fl},
+		},
+		Idle:  time.Second,
+		Churn: 4 * time.Second,
+		Rate:  50,
+	}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("scale run: %v", err)
+	}
+	if len(rep.Points) != 2 {
+		t.Fatalf("%d points, want 2 (weftd, flanneld)", len(rep.Points))
+	}
+	for _, p := range rep.Points {
+		if len(p.Errors) > 0 {
+			t.Errorf("%s: %v", p.Subject, p.Errors)
+			continue
+		}
+		if !p.PeersSeen || p.Hosts != 500 {
+			t.Errorf("%s: peers observed %v at %d hosts, want every one of 500 routes seen", p.Subject, p.PeersSeen, p.Hosts)
+		}
+		if p.ChurnOps < 50 {
+			t.Errorf("%s: %d lease changes during the churn, want at least 50", p.Subject, p.ChurnOps)
+		}
+		if p.Missed != 0 {
+			t.Errorf("%s: %d of %d lease changes never reached the kernel routes", p.Subject, p.Missed, p.ChurnOps)
+		}
+		if p.StaleAfterChurn != 0 || p.MissingAfterChurn != 0 {
+			t.Errorf("%s after the churn: %d stale and %d missing routes against etcd", p.Subject, p.StaleAfterChurn, p.MissingAfterChurn)
+		}
+		if p.StaleAfterRestart != 0 || p.MissingAfterRestart != 0 {
+			t.Errorf("%s after the etcd restart: %d stale and %d missing routes against etcd", p.Subject, p.StaleAfterRestart, p.MissingAfterRestart)
+		}
+		if p.WatchOverflows != 0 {
+			t.Errorf("%s: the route subscription overflowed %d times: the check saw only part of the events", p.Subject, p.WatchOverflows)
+		}
+	}
+	if w := rep.Points[0]; w.ResyncsChurn < 0 || w.ResyncsRestart < 0 {
+		t.Errorf("weftd's re-list counter could not be read from /metrics (%v, %v)", w.ResyncsChurn, w.ResyncsRestart)
+	}
+}
