@@ -8,7 +8,7 @@ export CGO_ENABLED ?= 0
 # containernetworking-plugins gives bridge and host-local, but no longer flannel).
 CNI_FLANNEL_PKG := github.com/containernetworking/plugins/plugins/meta/flannel@v0.9.1
 
-.PHONY: all deps build flanneld test unit race lint vet fmt staticcheck demo bench clean
+.PHONY: all deps build flanneld test unit race fuzz lint vet fmt staticcheck demo bench clean
 
 all: build
 
@@ -52,12 +52,23 @@ staticcheck: $(STATICCHECK)
 
 # test runs everything as root: lint, the race detector over the tests that need nothing
 # from outside, then every test, e2e in network namespaces included.
-test: deps build flanneld lint race
+test: deps build flanneld lint race fuzz
 	WEFT_E2E=1 WEFT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 60m $(PKGS)
 
 # unit runs the tests that need nothing from outside: no root, no etcd, no namespaces.
 unit:
 	$(GO) test -short $(PKGS)
+
+# fuzz runs every fuzz target of every package for FUZZTIME each (the corpus in
+# testdata/fuzz and the seeds run in every plain go test too).
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
 
 # race runs the same tests under the race detector (which needs cgo).
 race:

@@ -46,6 +46,9 @@ type worker struct {
 	iout   [][]byte
 	isegs  []int
 	udpGRO bool     // receive buffers sized for UDP GRO
+	// maxDgram is the largest datagram taken from a peer (larger ones are dropped
+	// as DropOversized, also when UDP GRO buffers would hold them)
+	maxDgram int
 	gro    [][]byte // coalescing buffers (offload only)
 	arena  []byte   // copies of lone packets that lack headroom (UDP GRO)
 	// per batch state of ingressProcess
@@ -75,6 +78,7 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, udpGRO b
 		reads, slots = min(batch, offloadReads), batch*offloadSlotsPerRead
 	}
 	recvs := batch
+	w.maxDgram = ingressLen
 	if w.vnet && udpGRO {
 		w.udpGRO = true
 		ingressLen = maxSuperPacket
