@@ -45,12 +45,12 @@ type worker struct {
 	isrc   []uint32
 	iout   [][]byte
 	isegs  []int
-	udpGRO bool     // receive buffers sized for UDP GRO
+	udpGRO bool // receive buffers sized for UDP GRO
 	// maxDgram is the largest datagram taken from a peer (larger ones are dropped
 	// as DropOversized, also when UDP GRO buffers would hold them)
 	maxDgram int
-	gro    [][]byte // coalescing buffers (offload only)
-	arena  []byte   // copies of lone packets that lack headroom (UDP GRO)
+	gro      [][]byte // coalescing buffers (offload only)
+	arena    []byte   // copies of lone packets that lack headroom (UDP GRO)
 	// per batch state of ingressProcess
 	out      [][]byte
 	gi       int // coalescing buffers in use
