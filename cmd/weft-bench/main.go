@@ -5,6 +5,7 @@
 //	weft-bench lab up|down|status   a lab to poke at with `ip netns exec`
 //	weft-bench run                  the benchmark matrix, reports in --out
 //	weft-bench demo                 what weft does and how fast, in two minutes
+//	weft-bench soak                 pod traffic through faults, scored
 package main
 
 import (
@@ -46,6 +47,7 @@ const usage = `usage: weft-bench <command> [flags]
   lab status
   run  [--reps N] [--duration D] [--out DIR] [--subjects a,b] [--daemon NAME=PATH]... [--weftd PATH]
   demo [--weftd PATH] [--duration D] [--daemon NAME=PATH]...
+  soak [--duration D] [--backend vxlan|udp|host-gw] [--hosts N] [--every D] [--seed N] [--json FILE] [--weftd PATH]
 
 Run as root. Every namespace, link and process is removed at the end, on errors and
 on Ctrl-C; 'lab down' removes what a killed run left.
@@ -66,6 +68,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runCmd(ctx, args[1:], stdout, stderr)
 	case "demo":
 		err = demoCmd(ctx, args[1:], stdout, stderr)
+	case "soak":
+		err = soakCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
