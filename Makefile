@@ -2,13 +2,14 @@
 GO      ?= go
 BIN     := bin
 PKGS    := ./...
-DEBS    := etcd-server iperf3 iputils-ping iptables iproute2 containernetworking-plugins
+DEBS    := etcd-server iperf3 iputils-ping iptables nftables iproute2 containernetworking-plugins \
+           containerd runc
 export CGO_ENABLED ?= 0
 # The flannel CNI plugin, to attach pods from weftd's subnet.env in tests (Debian's
 # containernetworking-plugins gives bridge and host-local, but no longer flannel).
 CNI_FLANNEL_PKG := github.com/containernetworking/plugins/plugins/meta/flannel@v0.9.1
 
-.PHONY: all deps build flanneld test unit race fuzz lint vet fmt staticcheck demo bench clean
+.PHONY: all deps build flanneld image test unit race fuzz lint vet fmt staticcheck demo bench clean
 
 all: build
 
@@ -19,7 +20,7 @@ deps:
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
-	@test -x $(BIN)/cni/flannel || GOBIN=$(CURDIR)/$(BIN)/cni $(GO) install $(CNI_FLANNEL_PKG)
+	@test -x $(BIN)/cni/flannel || GOBIN=$(CURDIR)/$(BIN)/cni $(GO) install -trimpath $(CNI_FLANNEL_PKG)
 
 build:
 	$(GO) build -o $(BIN)/weftd ./cmd/weftd
@@ -30,6 +31,18 @@ build:
 flanneld: $(BIN)/flanneld
 $(BIN)/flanneld: test/flannel/go.mod test/flannel/go.sum
 	cd test/flannel && CGO_ENABLED=1 $(GO) build -o $(CURDIR)/$(BIN)/flanneld github.com/flannel-io/flannel
+
+# image builds weftd's container image without a daemon or a registry (cmd/weft-image):
+# static weftd and weft-install, the flannel CNI plugin, iptables from Debian's .debs
+# (cached in bin/image/debs). Same inputs, same digest. Load it with
+# `ctr -n k8s.io images import bin/weftd-image.tar` or `docker load -i bin/weftd-image.tar`.
+IMAGE_TAR := $(BIN)/weftd-image.tar
+STATIC    := CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w -buildid='
+image: deps
+	$(STATIC) -o $(BIN)/image/weftd ./cmd/weftd
+	$(STATIC) -o $(BIN)/image/weft-install ./cmd/weft-install
+	$(GO) run ./cmd/weft-image -o $(IMAGE_TAR) -weftd $(BIN)/image/weftd \
+		-install $(BIN)/image/weft-install -cni $(BIN)/cni/flannel -debs $(BIN)/image/debs
 
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(BIN)/tools/staticcheck

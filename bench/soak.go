@@ -326,14 +326,14 @@ func (s *soak) event(ctx context.Context, ev string) (string, error) {
 		data := fmt.Sprintf(`{"VtepMAC":"0e:00:00:00:00:%02x"}`, s.nfake%50)
 		val := fmt.Sprintf(`{"PublicIP":%q,"BackendType":%q,"BackendData":%s}`, pub, s.o.Backend, data)
 		s.fake = append(s.fake, p)
-		return p.String(), s.l.Put(ctx, lab.DefaultPrefix+"/subnets/"+lease.SubnetKey(p), val)
+		return p.String(), s.l.Put(ctx, lease.DefaultPrefix+"/subnets/"+lease.SubnetKey(p), val)
 	case EvLeaseRemove:
 		if len(s.fake) == 0 {
 			return "none to remove", nil
 		}
 		p := s.fake[0]
 		s.fake = s.fake[1:]
-		return p.String(), s.l.Delete(ctx, lab.DefaultPrefix+"/subnets/"+lease.SubnetKey(p))
+		return p.String(), s.l.Delete(ctx, lease.DefaultPrefix+"/subnets/"+lease.SubnetKey(p))
 	case EvEtcdRestart:
 		return "", s.l.Etcd().Restart(ctx)
 	case EvEtcdCompact:

@@ -141,13 +141,6 @@ func (c *cluster) start(h *host, extra ...string) {
 		Args: append([]string{"--etcd-api=" + c.api, "--healthz-ip=127.0.0.1", "--healthz-port=8475"}, extra...)})
 }
 
-// startWith runs weftd on h without the etcd flags (Kubernetes mode), with args.
-func (c *cluster) startWith(h *host, args ...string) {
-	c.t.Helper()
-	c.run(h, lab.DaemonSpec{Binary: c.bin, Weft: true, NoEtcd: true,
-		Args: append([]string{"--healthz-ip=127.0.0.1", "--healthz-port=8475"}, args...)})
-}
-
 // run starts a daemon on h (the lab gives it flanneld's common flags: --iface,
 // --subnet-file and, unless spec.NoEtcd, the etcd ones). The lab stops it at cleanup
 // and shows its log when the test failed.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weftnet/weft/internal/kubetest"
 	"github.com/weftnet/weft/internal/testenv"
 	"github.com/weftnet/weft/lab"
 )
@@ -81,13 +82,22 @@ func TestMixedWithFlanneld(t *testing.T) {
 	}
 }
 
-// TestMixedWithFlanneldKube: in Kubernetes mode a weftd node and a flanneld node read
-// each other's node annotations and carry pod traffic both ways.
+// TestMixedWithFlanneldKube: in Kubernetes mode a weftd node and a flanneld node, both
+// as kube-flannel's ServiceAccount and finding their nodes from their pods, read each
+// other's node annotations and carry pod traffic both ways.
 func TestMixedWithFlanneldKube(t *testing.T) {
-	for _, backend := range []string{"udp", "vxlan"} {
+	for _, tc := range []struct {
+		backend, prefix string // prefix: --kube-annotation-prefix, "" for the default
+		keys            string // what annotation keys start with
+	}{
+		{"udp", "", "flannel.alpha.coreos.com/"},
+		// flanneld's rule for a prefix with a slash: both daemons must agree on the keys.
+		{"vxlan", "example.com/flannel", "example.com/flannel-"},
+	} {
+		backend := tc.backend
 		t.Run(backend, func(t *testing.T) {
 			c := newCluster(t, "v3")
-			srv, cs := kubeCluster(t, c)
+			_, cs, id := kubeCluster(t, c)
 			conf := netConf(t, backend)
 			cidrs := map[string]string{"a": "198.18.10.0/24", "f": "198.18.30.0/24"}
 			hosts := map[string]*host{}
@@ -95,16 +105,22 @@ func TestMixedWithFlanneldKube(t *testing.T) {
 				createNode(t, cs, "node-"+name, cidrs[name])
 				hosts[name] = c.addHost(name, lan)
 			}
-			kubeArgs := []string{"--kube-subnet-mgr", "--kubeconfig-file=" + srv.Kubeconfig, "--net-config-path=" + conf}
-			c.startWith(hosts["a"], append(kubeArgs, "--node-name=node-a")...)
-			c.run(hosts["f"], lab.DaemonSpec{Binary: flanneldBin(t), NoEtcd: true, Env: []string{"NODE_NAME=node-f"}, Args: kubeArgs})
+			var extra []string
+			if tc.prefix != "" {
+				extra = []string{"--kube-annotation-prefix=" + tc.prefix}
+			}
+			c.startKube(hosts["a"], cs, id, conf, extra...)
+			kubetest.Pod(t, cs, "kube-flannel-ds-f", "node-f")
+			c.run(hosts["f"], lab.DaemonSpec{Binary: flanneldBin(t), NoEtcd: true,
+				Env:  []string{"POD_NAME=kube-flannel-ds-f", "POD_NAMESPACE=" + kubetest.Namespace},
+				Args: append([]string{"--kube-subnet-mgr", "--kubeconfig-file=" + id.Kubeconfig, "--net-config-path=" + conf}, extra...)})
 			pods := c.podsOnPodCIDRs(hosts, cidrs)
 			meshPing(c, hosts, pods, "a", "f")
 			// Both published the same annotations, which is how each learned the other.
 			for _, name := range []string{"node-a", "node-f"} {
 				n := getNode(t, cs, name)
 				for _, k := range []string{"backend-data", "backend-type", "kube-subnet-manager", "public-ip"} {
-					if _, ok := n.Annotations["flannel.alpha.coreos.com/"+k]; !ok {
+					if _, ok := n.Annotations[tc.keys+k]; !ok {
 						t.Errorf("%s lacks annotation %s: %v", name, k, n.Annotations)
 					}
 				}

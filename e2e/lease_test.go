@@ -172,10 +172,10 @@ func TestLeasesAcrossHosts(t *testing.T) {
 	}
 }
 
-// healthy asks weftd's health endpoint on h.
+// healthy asks weftd's readiness endpoint on h.
 func healthy(h *host) error {
 	hc := &http.Client{Transport: &http.Transport{DialContext: h.ns.DialContext}, Timeout: 2 * time.Second}
-	resp, err := hc.Get("http://127.0.0.1:8475/healthz")
+	resp, err := hc.Get("http://127.0.0.1:8475/readyz")
 	if err != nil {
 		return err
 	}
@@ -188,4 +188,4 @@ func healthy(h *host) error {
 
 type statusError struct{ s string }
 
-func (e *statusError) Error() string { return "healthz: " + e.s }
+func (e *statusError) Error() string { return "readyz: " + e.s }

@@ -52,6 +52,8 @@ func testEtcdOutage(t *testing.T, api string) {
 	if lines > 30 {
 		t.Errorf("weftd on a logged %d lines while etcd was down:\n%s", lines, a.logs())
 	}
+	// Not ready while etcd is away (the watch is not current), forwarding all the same.
+	readyz(t, a, 503, "no connection to etcd")
 	// Quiet, but not silent: one line says etcd is gone.
 	if n := strings.Count(a.logs(), "etcd unreachable"); n != 1 {
 		t.Errorf("weftd on a reported etcd unreachable %d times, want once:\n%s", n, a.logs())
@@ -66,6 +68,7 @@ func testEtcdOutage(t *testing.T, api string) {
 	c.start(d)
 	hosts["d"], pods["d"] = d, c.attachPod(d, c.waitSubnetEnv(d))
 	meshPing(c, hosts, pods, "a", "c", "d")
+	readyz(t, a, 200, "ok")
 	eventually(t, 30*time.Second, func() error {
 		if !strings.Contains(a.logs(), "etcd reachable again") {
 			return fmt.Errorf("weftd on a did not report etcd back:\n%s", a.logs())

@@ -9,6 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 
+	"github.com/weftnet/weft/internal/ipconv"
 	"github.com/weftnet/weft/lease"
 )
 
@@ -22,7 +23,7 @@ type hostGW struct {
 // NewHostGW returns the host-gw backend.
 func NewHostGW(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backend, error) {
 	var none struct{}
-	if err := strictOptions("host-gw", cfg.Backend, nil, &none); err != nil {
+	if err := decodeOptions("host-gw", cfg.Backend, &none); err != nil {
 		return nil, err
 	}
 	k, err := newKernelPeers("host-gw", cfg, ext, log)
@@ -62,7 +63,7 @@ func (h *hostGW) reconcile() error {
 		h.once(p.Subnet, false, "host-gw route to peer", zap.Stringer("peer", p.Attrs.PublicIP),
 			zap.Stringer("peer-subnet", p.Subnet), zap.String("why", why))
 		want[p.Subnet] = netlink.Route{
-			Dst:       ipNet(p.Subnet),
+			Dst:       ipconv.IPNet(p.Subnet),
 			Gw:        net.IP(p.Attrs.PublicIP.AsSlice()),
 			LinkIndex: h.ext.Index,
 		}

@@ -2,7 +2,6 @@ package encap
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -182,10 +181,6 @@ func routeKey(r netlink.Route) netip.Prefix {
 	return netip.PrefixFrom(ip, ones)
 }
 
-func ipNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), 32)}
-}
-
 // syncRoutes makes the overlay routes on the given links match want: missing or
 // different ones are replaced; when prune is set, overlay routes of ours that are not
 // wanted are deleted.
@@ -227,25 +222,4 @@ func (k *kernelPeers) syncRoutes(want map[netip.Prefix]netlink.Route, links []in
 		}
 	}
 	return firstErr
-}
-
-// strictOptions decodes the Backend object into v, rejecting unknown options.
-func strictOptions(typ string, raw json.RawMessage, allowed map[string]bool, v any) error {
-	var m map[string]json.RawMessage
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return fmt.Errorf("%w: Backend: %w", ErrBadOption, err)
-		}
-	}
-	for name := range m {
-		if name != "Type" && !allowed[name] {
-			return fmt.Errorf("%w: %s backend has no option %q", ErrBadOption, typ, name)
-		}
-	}
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, v); err != nil {
-			return fmt.Errorf("%w: %s backend: %w", ErrBadOption, typ, err)
-		}
-	}
-	return nil
 }

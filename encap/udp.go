@@ -1,15 +1,11 @@
 package encap
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -38,77 +34,60 @@ type udpOptions struct {
 	BusyPoll time.Duration
 }
 
-// maxBusyPoll bounds Backend.BusyPoll; a longer window is a core per worker spent for
-// good, which no setting should do by accident.
-const maxBusyPoll = time.Second
-
-// parseUDPOptions reads the Backend object; unknown options and bad values are
-// errors wrapping ErrBadOption that name the option.
-func parseUDPOptions(raw json.RawMessage, extMTU int) (udpOptions, error) {
-	o := udpOptions{Port: proxy.DefaultPort, MTU: extMTU - udpOverhead, Workers: min(runtime.NumCPU(), maxUDPWorkers)}
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return o, o.check()
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return o, fmt.Errorf("%w: Backend is not a JSON object: %w", ErrBadOption, err)
-	}
-	for k, v := range m {
-		var dst *int
-		switch strings.ToLower(k) {
-		case "type":
-			var t string
-			if err := json.Unmarshal(v, &t); err != nil || !strings.EqualFold(t, "udp") {
-				return o, fmt.Errorf("%w: Type %s is not \"udp\"", ErrBadOption, v)
-			}
-			continue
-		case "port":
-			dst = &o.Port
-		case "mtu":
-			dst = &o.MTU
-		case "workers":
-			dst = &o.Workers
-		case "busypoll":
-			var d string
-			if err := json.Unmarshal(v, &d); err != nil {
-				return o, fmt.Errorf("%w: %s: %s is not a duration string such as \"200us\"", ErrBadOption, k, v)
-			}
-			var err error
-			if o.BusyPoll, err = time.ParseDuration(d); err != nil {
-				return o, fmt.Errorf("%w: %s: %w", ErrBadOption, k, err)
-			}
-			continue
-		default:
-			return o, fmt.Errorf("%w: %q is not an option of the udp backend (Port, MTU, Workers, BusyPoll)", ErrBadOption, k)
-		}
-		if err := json.Unmarshal(v, dst); err != nil {
-			return o, fmt.Errorf("%w: %s: %s is not an integer", ErrBadOption, k, v)
-		}
-	}
-	return o, o.check()
+// UDPTuning is how the udp data path is tuned beyond the network config: weftd fills
+// it from its WEFT_UDP_* and WEFT_TUN_OFFLOAD environment variables. The zero value
+// is the default data path.
+type UDPTuning struct {
+	// Batch, SocketBuffer, NoReusePort, NoMmsg, NoGSO and NoGRO go to proxy.Config.
+	Batch        int
+	SocketBuffer int
+	NoReusePort  bool
+	NoMmsg       bool
+	NoGSO        bool
+	NoGRO        bool
+	// BusyPoll, when set, replaces the network config's Backend.BusyPoll (0 turns it off).
+	BusyPoll *time.Duration
+	// NoTUNOffload opens flannel0 without the virtio-net header offloads.
+	NoTUNOffload bool
 }
 
-func (o udpOptions) check() error {
-	switch {
-	case o.Port < 1 || o.Port > 65535:
-		return fmt.Errorf("%w: Port %d is not in 1-65535", ErrBadOption, o.Port)
-	case o.MTU < 68 || o.MTU > 65535:
-		return fmt.Errorf("%w: MTU %d is not in 68-65535", ErrBadOption, o.MTU)
-	case o.Workers < 1 || o.Workers > maxUDPWorkers:
-		return fmt.Errorf("%w: Workers %d is not in 1-%d", ErrBadOption, o.Workers, maxUDPWorkers)
-	case o.BusyPoll < 0 || o.BusyPoll > maxBusyPoll:
-		return fmt.Errorf("%w: BusyPoll %s is not in 0-%s", ErrBadOption, o.BusyPoll, maxBusyPoll)
+// parseUDPOptions reads the Backend object and applies tuning; unknown options and
+// bad values are errors wrapping ErrBadOption that name the option.
+func parseUDPOptions(raw json.RawMessage, extMTU int, tuning UDPTuning) (udpOptions, proxy.Config, error) {
+	o := udpOptions{Port: proxy.DefaultPort, MTU: extMTU - udpOverhead, Workers: min(runtime.NumCPU(), maxUDPWorkers)}
+	if err := decodeOptions("udp", raw, &o); err != nil {
+		return o, proxy.Config{}, err
 	}
-	return nil
+	if tuning.BusyPoll != nil {
+		o.BusyPoll = *tuning.BusyPoll
+	}
+	pc := proxy.Config{Port: o.Port, MTU: o.MTU, BusyPoll: o.BusyPoll, Batch: tuning.Batch,
+		SocketBuffer: tuning.SocketBuffer, NoReusePort: tuning.NoReusePort, NoMmsg: tuning.NoMmsg,
+		NoGSO: tuning.NoGSO, NoGRO: tuning.NoGRO}
+	// The data path's bounds are proxy's: one check for the config's and the
+	// environment's values alike. (An explicit Port 0 is no default here: flanneld
+	// would listen on a random port.)
+	err := pc.Check()
+	if o.Port == 0 {
+		err = proxy.CheckPort(o.Port)
+	}
+	if err != nil {
+		return o, pc, fmt.Errorf("%w: udp backend: %w", ErrBadOption, err)
+	}
+	if o.Workers < 1 || o.Workers > maxUDPWorkers {
+		return o, pc, fmt.Errorf("%w: udp backend: Workers %d is not in 1-%d", ErrBadOption, o.Workers, maxUDPWorkers)
+	}
+	return o, pc, nil
 }
 
 // udpBackend carries the overlay in UDP datagrams through flannel0 and proxy/.
 type udpBackend struct {
-	cfg   *lease.Config
-	opts  udpOptions
-	log   *zap.Logger
-	table *proxy.Table
+	cfg        *lease.Config
+	opts       udpOptions
+	pcfg       proxy.Config
+	tunOffload bool
+	log        *zap.Logger
+	table      *proxy.Table
 
 	mu    sync.Mutex
 	dev   *tun.Device
@@ -119,10 +98,9 @@ type udpBackend struct {
 
 // NewUDP returns the udp backend. It opens nothing: Register opens flannel0 and the
 // sockets in the network namespace of the calling thread. flannel0 is opened with TUN
-// offloads (TSO in, coalesced TCP out) unless WEFT_TUN_OFFLOAD=0; proxy.Config.ApplyEnv
-// lists the other switches.
-func NewUDP(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backend, error) {
-	opts, err := parseUDPOptions(cfg.Backend, ext.MTU)
+// offloads (TSO in, coalesced TCP out) unless tuning.NoTUNOffload.
+func NewUDP(cfg *lease.Config, ext ExternalInterface, tuning UDPTuning, log *zap.Logger) (Backend, error) {
+	opts, pcfg, err := parseUDPOptions(cfg.Backend, ext.MTU, tuning)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +108,8 @@ func NewUDP(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backend,
 	if err != nil {
 		return nil, fmt.Errorf("udp backend: %w", err)
 	}
-	return &udpBackend{cfg: cfg, opts: opts, log: log, table: table, ready: make(chan struct{})}, nil
+	return &udpBackend{cfg: cfg, opts: opts, pcfg: pcfg, tunOffload: !tuning.NoTUNOffload, log: log, table: table,
+		ready: make(chan struct{})}, nil
 }
 
 func (b *udpBackend) Type() string { return "udp" }
@@ -148,11 +127,7 @@ func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 		return fmt.Errorf("udp backend: own subnet: %w", err)
 	}
 	if b.dev == nil {
-		offload, err := envBool("WEFT_TUN_OFFLOAD", true)
-		if err != nil {
-			return fmt.Errorf("udp backend: %w", err)
-		}
-		dev, err := tun.Open(tun.Config{Name: UDPDevice, Queues: b.opts.Workers, Offload: offload}, b.log)
+		dev, err := tun.Open(tun.Config{Name: UDPDevice, Queues: b.opts.Workers, Offload: b.tunOffload}, b.log)
 		if err != nil {
 			return fmt.Errorf("udp backend: %w", err)
 		}
@@ -166,16 +141,12 @@ func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 	if b.px != nil {
 		return nil
 	}
-	pcfg := proxy.Config{Port: b.opts.Port, MTU: b.opts.MTU, BusyPoll: b.opts.BusyPoll}
-	if err := pcfg.ApplyEnv(); err != nil {
-		return fmt.Errorf("udp backend: %w", err)
-	}
 	qs := b.dev.Queues()
 	queues := make([]proxy.TUN, len(qs))
 	for i, q := range qs {
 		queues[i] = q
 	}
-	px, err := proxy.New(pcfg, b.table, queues, b.log)
+	px, err := proxy.New(b.pcfg, b.table, queues, b.log)
 	if err != nil {
 		return fmt.Errorf("udp backend: %w", err)
 	}
@@ -246,17 +217,4 @@ func (b *udpBackend) Stats() any {
 		return proxy.Stats{}
 	}
 	return px.Stats()
-}
-
-// envBool reads a boolean environment variable, def when unset.
-func envBool(name string, def bool) (bool, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return def, nil
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return def, fmt.Errorf("%s=%q: %w", name, v, err)
-	}
-	return b, nil
 }

@@ -49,7 +49,7 @@ func TestUDPBackendTwoHosts(t *testing.T) {
 	})
 	for i, n := range nss {
 		ext := ExternalInterface{Name: "eth0", MTU: 1500, IfaceIP: under[i], PublicIP: under[i]}
-		be, err := NewUDP(cfg, ext, zaptest.NewLogger(t))
+		be, err := NewUDP(cfg, ext, UDPTuning{}, zaptest.NewLogger(t))
 		if err != nil {
 			t.Fatal(err)
 		}

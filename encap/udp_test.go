@@ -7,41 +7,54 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weftnet/weft/proxy"
 )
 
 func TestParseUDPOptions(t *testing.T) {
 	def := min(runtime.NumCPU(), maxUDPWorkers)
+	off, long := time.Duration(0), 2*time.Second
 	for _, c := range []struct {
 		raw     string
+		tuning  UDPTuning
 		want    udpOptions
 		errName string // option the error must name; "" for success
 	}{
-		{``, udpOptions{Port: 8285, MTU: 1472, Workers: def}, ""},
-		{`null`, udpOptions{Port: 8285, MTU: 1472, Workers: def}, ""},
-		{`{"Type":"udp"}`, udpOptions{Port: 8285, MTU: 1472, Workers: def}, ""},
-		{`{"Type":"udp","Port":9000,"MTU":1400,"Workers":2}`, udpOptions{Port: 9000, MTU: 1400, Workers: 2}, ""},
-		{`{"type":"udp","port":9001}`, udpOptions{Port: 9001, MTU: 1472, Workers: def}, ""},
-		{`{"Type":"vxlan"}`, udpOptions{}, "Type"},
-		{`{"Type":"udp","VNI":1}`, udpOptions{}, "VNI"},
-		{`{"Port":"8285"}`, udpOptions{}, "Port"},
-		{`{"Port":0}`, udpOptions{}, "Port"},
-		{`{"Port":70000}`, udpOptions{}, "Port"},
-		{`{"MTU":40}`, udpOptions{}, "MTU"},
-		{`{"MTU":1.5}`, udpOptions{}, "MTU"},
-		{`{"Workers":0}`, udpOptions{}, "Workers"},
-		{`{"Workers":9}`, udpOptions{}, "Workers"},
-		{`{"BusyPoll":"200us","Workers":1}`, udpOptions{Port: 8285, MTU: 1472, Workers: 1, BusyPoll: 200 * time.Microsecond}, ""},
-		{`{"busypoll":"0s"}`, udpOptions{Port: 8285, MTU: 1472, Workers: def}, ""},
-		{`{"BusyPoll":200}`, udpOptions{}, "BusyPoll"},
-		{`{"BusyPoll":"soon"}`, udpOptions{}, "BusyPoll"},
-		{`{"BusyPoll":"-1ms"}`, udpOptions{}, "BusyPoll"},
-		{`{"BusyPoll":"2s"}`, udpOptions{}, "BusyPoll"},
-		{`[1]`, udpOptions{}, "Backend"},
+		{raw: ``, want: udpOptions{Port: 8285, MTU: 1472, Workers: def}},
+		{raw: `null`, want: udpOptions{Port: 8285, MTU: 1472, Workers: def}},
+		{raw: `{"Type":"udp"}`, want: udpOptions{Port: 8285, MTU: 1472, Workers: def}},
+		{raw: `{"Type":"UDP"}`, want: udpOptions{Port: 8285, MTU: 1472, Workers: def}},
+		{raw: `{"Type":"udp","Port":9000,"MTU":1400,"Workers":2}`, want: udpOptions{Port: 9000, MTU: 1400, Workers: 2}},
+		{raw: `{"type":"udp","port":9001}`, want: udpOptions{Port: 9001, MTU: 1472, Workers: def}},
+		{raw: `{"Type":"vxlan"}`, errName: "Type"},
+		{raw: `{"Type":"udp","VNI":1}`, errName: "VNI"},
+		{raw: `{"Port":"8285"}`, errName: "Port"},
+		{raw: `{"Port":0}`, errName: "Port"},
+		{raw: `{"Port":70000}`, errName: "Port"},
+		{raw: `{"Port":8285,"port":8286}`, errName: "port"},
+		{raw: `{"MTU":40}`, errName: "MTU"},
+		{raw: `{"MTU":1.5}`, errName: "MTU"},
+		{raw: `{"Workers":0}`, errName: "Workers"},
+		{raw: `{"Workers":9}`, errName: "Workers"},
+		{raw: `{"BusyPoll":"200us","Workers":1}`, want: udpOptions{Port: 8285, MTU: 1472, Workers: 1, BusyPoll: 200 * time.Microsecond}},
+		{raw: `{"busypoll":"0s"}`, want: udpOptions{Port: 8285, MTU: 1472, Workers: def}},
+		{raw: `{"BusyPoll":200}`, errName: "BusyPoll"},
+		{raw: `{"BusyPoll":"soon"}`, errName: "BusyPoll"},
+		{raw: `{"BusyPoll":"-1ms"}`, errName: "BusyPoll"},
+		{raw: `{"BusyPoll":"2s"}`, errName: "BusyPoll"},
+		{raw: `[1]`, errName: "Backend"},
+		// The environment's tuning meets the same bounds as the config file.
+		{raw: `{"BusyPoll":"200us"}`, tuning: UDPTuning{BusyPoll: &off}, want: udpOptions{Port: 8285, MTU: 1472, Workers: def}},
+		{raw: `{}`, tuning: UDPTuning{BusyPoll: &long}, errName: "BusyPoll"},
+		{raw: `{}`, tuning: UDPTuning{Batch: proxy.MaxBatch + 1}, errName: "Batch"},
 	} {
-		got, err := parseUDPOptions(json.RawMessage(c.raw), 1500)
+		got, pc, err := parseUDPOptions(json.RawMessage(c.raw), 1500, c.tuning)
 		if c.errName == "" {
 			if err != nil || got != c.want {
 				t.Errorf("%s: got %+v, %v; want %+v", c.raw, got, err, c.want)
+			}
+			if pc.Port != got.Port || pc.MTU != got.MTU || pc.BusyPoll != got.BusyPoll || pc.Batch != c.tuning.Batch {
+				t.Errorf("%s: proxy config %+v does not carry the options %+v", c.raw, pc, got)
 			}
 			continue
 		}

@@ -14,14 +14,17 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/weftnet/weft/internal/ipconv"
 	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/proxy"
 )
 
+// vxlanOptions are the vxlan backend's options in the network config's Backend object.
 type vxlanOptions struct {
-	VNI           int  `json:"VNI"`
-	Port          int  `json:"Port"`
-	MTU           int  `json:"MTU"`
-	DirectRouting bool `json:"DirectRouting"`
+	VNI           int
+	Port          int
+	MTU           int
+	DirectRouting bool
 }
 
 // vxlanData is the BackendData of a vxlan lease, as flanneld writes it.
@@ -46,15 +49,15 @@ type vxlan struct {
 // NewVXLAN returns the vxlan backend.
 func NewVXLAN(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backend, error) {
 	o := vxlanOptions{VNI: 1, Port: 8472}
-	allowed := map[string]bool{"VNI": true, "Port": true, "MTU": true, "DirectRouting": true}
-	if err := strictOptions("vxlan", cfg.Backend, allowed, &o); err != nil {
+	if err := decodeOptions("vxlan", cfg.Backend, &o); err != nil {
 		return nil, err
+	}
+	if err := proxy.CheckPort(o.Port); err != nil {
+		return nil, fmt.Errorf("%w: vxlan backend: %w", ErrBadOption, err)
 	}
 	switch {
 	case o.VNI < 0 || o.VNI > 1<<24-1:
 		return nil, fmt.Errorf("%w: vxlan VNI %d is not in 0..16777215", ErrBadOption, o.VNI)
-	case o.Port <= 0 || o.Port > 65535:
-		return nil, fmt.Errorf("%w: vxlan Port %d is not a port", ErrBadOption, o.Port)
 	case o.MTU < 0 || o.MTU > 0 && o.MTU < 576:
 		return nil, fmt.Errorf("%w: vxlan MTU %d is below 576", ErrBadOption, o.MTU)
 	}
@@ -222,7 +225,7 @@ func (v *vxlan) reconcile() error {
 			if direct {
 				v.once(p.Subnet, false, "DirectRouting: direct route to peer", zap.Stringer("peer", p.Attrs.PublicIP),
 					zap.Stringer("peer-subnet", p.Subnet), zap.String("why", why))
-				routes[p.Subnet] = netlink.Route{Dst: ipNet(p.Subnet), Gw: net.IP(p.Attrs.PublicIP.AsSlice()), LinkIndex: v.ext.Index}
+				routes[p.Subnet] = netlink.Route{Dst: ipconv.IPNet(p.Subnet), Gw: net.IP(p.Attrs.PublicIP.AsSlice()), LinkIndex: v.ext.Index}
 				continue
 			}
 			v.once(p.Subnet, false, "DirectRouting: vxlan to peer", zap.Stringer("peer", p.Attrs.PublicIP),
@@ -241,7 +244,7 @@ func (v *vxlan) reconcile() error {
 			continue
 		}
 		gw := p.Subnet.Masked().Addr()
-		routes[p.Subnet] = netlink.Route{Dst: ipNet(p.Subnet), Gw: net.IP(gw.AsSlice()), LinkIndex: idx, Flags: int(netlink.FLAG_ONLINK)}
+		routes[p.Subnet] = netlink.Route{Dst: ipconv.IPNet(p.Subnet), Gw: net.IP(gw.AsSlice()), LinkIndex: idx, Flags: int(netlink.FLAG_ONLINK)}
 		neighs[gw] = mac
 		fdb[mac.String()] = p.Attrs.PublicIP
 	}

@@ -77,7 +77,7 @@ type DaemonSpec struct {
 }
 
 // StartDaemon runs binary, a flanneld-compatible daemon, on h with flanneld's flags:
-// etcd at EtcdEndpoint, prefix DefaultPrefix, --iface=eth0, its own subnet file,
+// etcd at EtcdEndpoint, prefix lease.DefaultPrefix, --iface=eth0, its own subnet file,
 // healthz off. extraArgs come last, so they override (an --etcd-prefix there is
 // honoured). Unless backendType is empty, the network config under the prefix is
 // first set to that type when it holds another (dropping stale leases). Wait for the
@@ -96,7 +96,7 @@ func (l *Lab) StartWeftd(ctx context.Context, h *Host, binary, backendType strin
 // Stop finds the subnet.env and state file of the one before, as after a restart, and
 // its log goes on in the same file. Close stops it.
 func (l *Lab) Start(ctx context.Context, h *Host, spec DaemonSpec) (*Daemon, error) {
-	prefix := DefaultPrefix
+	prefix := lease.DefaultPrefix
 	if p, ok := flagValue(spec.Args, "etcd-prefix"); ok {
 		prefix = p
 	}
@@ -124,7 +124,7 @@ func (l *Lab) Start(ctx context.Context, h *Host, spec DaemonSpec) (*Daemon, err
 	defer logf.Close()
 	args := []string{"netns", "exec", h.NS.Name, abs}
 	if !spec.NoEtcd {
-		args = append(args, "--etcd-endpoints="+EtcdEndpoint, "--etcd-prefix="+DefaultPrefix)
+		args = append(args, "--etcd-endpoints="+EtcdEndpoint, "--etcd-prefix="+lease.DefaultPrefix)
 	}
 	args = append(args, "--iface=eth0", "--subnet-file="+d.SubnetFile())
 	if spec.Weft {
@@ -263,6 +263,21 @@ func (d *Daemon) Stop() error {
 	case <-d.done:
 		return nil
 	case <-time.After(15 * time.Second):
+	}
+	_ = d.cmd.Process.Kill()
+	select {
+	case <-d.done:
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("daemon pid %d on %s does not die", d.Pid(), d.Host.Name)
+	}
+}
+
+// Kill ends the daemon with SIGKILL, as a crash would, and waits for it; what it
+// made (devices, rules, its lease) stays behind.
+func (d *Daemon) Kill() error {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return nil
 	}
 	_ = d.cmd.Process.Kill()
 	select {

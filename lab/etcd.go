@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/lease"
 )
 
 // etcdHTTP talks to the lab's etcd over HTTP (the v3 JSON gateway and the v2 keys
@@ -143,7 +145,7 @@ func (l *Lab) SetBackendWith(ctx context.Context, prefix, bt, opts string) error
 		return fmt.Errorf("backend %s options %s: not JSON members", bt, opts)
 	}
 	if prefix == "" {
-		prefix = DefaultPrefix
+		prefix = lease.DefaultPrefix
 	}
 	if err := l.DeletePrefix(ctx, prefix+"/subnets/"); err != nil {
 		return err
@@ -159,7 +161,7 @@ func (l *Lab) SetBackendWith(ctx context.Context, prefix, bt, opts string) error
 // the v3 API and, for keys only it holds, the v2 API.
 func (l *Lab) Leases(ctx context.Context, prefix string) (map[string]string, error) {
 	if prefix == "" {
-		prefix = DefaultPrefix
+		prefix = lease.DefaultPrefix
 	}
 	dir := prefix + "/subnets/"
 	body, _ := json.Marshal(map[string]string{"key": b64(dir), "range_end": b64(prefixEnd(dir))})

@@ -36,9 +36,6 @@ var (
 	Overlay = netip.MustParsePrefix("198.18.0.0/16")
 )
 
-// DefaultPrefix is flannel's etcd prefix, used unless a daemon is given another.
-const DefaultPrefix = "/coreos.com/network"
-
 // EtcdEndpoint is where the lab's etcd listens, inside the router namespace; every
 // host reaches it through its default route.
 const EtcdEndpoint = "http://192.0.2.1:2379"

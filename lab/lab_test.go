@@ -42,7 +42,7 @@ func TestTopology(t *testing.T) {
 	if err := l.SetBackend(ctx, "", "vxlan"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Put(ctx, lab.DefaultPrefix+"/subnets/198.18.7.0-24", `{"PublicIP":"192.0.2.10"}`); err != nil {
+	if err := l.Put(ctx, lease.DefaultPrefix+"/subnets/198.18.7.0-24", `{"PublicIP":"192.0.2.10"}`); err != nil {
 		t.Fatal(err)
 	}
 	leases, err := l.Leases(ctx, "")
@@ -79,7 +79,7 @@ func TestTopology(t *testing.T) {
 		t.Errorf("deleting a missing key: %v", err)
 	}
 	// etcd answers from a host, through its default route.
-	out, err := c.NS.Run(ctx, "etcdctl", "--endpoints", lab.EtcdEndpoint, "get", lab.DefaultPrefix+"/config", "--print-value-only")
+	out, err := c.NS.Run(ctx, "etcdctl", "--endpoints", lab.EtcdEndpoint, "get", lease.DefaultPrefix+"/config", "--print-value-only")
 	if err == nil && !strings.Contains(out, `"Type":"udp"`) {
 		t.Errorf("config from host c: %q", out)
 	}

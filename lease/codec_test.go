@@ -90,7 +90,7 @@ func TestEncodeAttrsFieldNames(t *testing.T) {
 				t.Errorf("%s has fields %v, want %v", data, got, tc.keys)
 			}
 			back, err := DecodeAttrs(data)
-			if err != nil || !sameAttrs(back, tc.a) {
+			if err != nil || !back.Equal(tc.a) {
 				t.Errorf("DecodeAttrs(%s) = %+v, %v; want %+v", data, back, err, tc.a)
 			}
 		})

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+
+	"github.com/weftnet/weft/internal/ipconv"
 )
 
 // ErrBadConfig is wrapped by every error about the network configuration.
@@ -19,6 +21,8 @@ type rawConfig struct {
 	EnableIPv4 *bool           `json:"EnableIPv4"`
 	EnableIPv6 bool            `json:"EnableIPv6"`
 	Backend    json.RawMessage `json:"Backend"`
+
+	EnableNFTables bool `json:"EnableNFTables"`
 }
 
 func badField(field, format string, args ...any) error {
@@ -47,7 +51,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	if network.Masked() != network {
 		return nil, badField("Network", "%q has host bits set (did you mean %v?)", raw.Network, network.Masked())
 	}
-	c := &Config{Network: network, SubnetLen: raw.SubnetLen}
+	c := &Config{Network: network, SubnetLen: raw.SubnetLen, EnableNFTables: raw.EnableNFTables}
 	if c.SubnetLen == 0 {
 		if network.Bits() <= 22 {
 			c.SubnetLen = 24
@@ -124,12 +128,12 @@ func (c *Config) Count() int { return 1 << (c.SubnetLen - c.Network.Bits()) }
 
 // nth is the network address of the i-th subnet.
 func (c *Config) nth(i int) netip.Addr {
-	return u32addr(addrU32(c.Network.Addr()) + uint32(i)<<(32-c.SubnetLen))
+	return ipconv.FromU32(ipconv.U32(c.Network.Addr()) + uint32(i)<<(32-c.SubnetLen))
 }
 
 // Index is the position of a in Network counted in subnets.
 func (c *Config) Index(a netip.Addr) int {
-	return int((addrU32(a) - addrU32(c.Network.Addr())) >> (32 - c.SubnetLen))
+	return int((ipconv.U32(a) - ipconv.U32(c.Network.Addr())) >> (32 - c.SubnetLen))
 }
 
 // Subnet is the i-th subnet of Network.
@@ -141,13 +145,4 @@ func (c *Config) InRange(p netip.Prefix) bool {
 	a := p.Addr()
 	return p.Bits() == c.SubnetLen && p.Masked() == p && c.Network.Contains(a) &&
 		!a.Less(c.SubnetMin) && !c.SubnetMax.Less(a)
-}
-
-func addrU32(a netip.Addr) uint32 {
-	b := a.As4()
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-}
-
-func u32addr(v uint32) netip.Addr {
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }

@@ -133,3 +133,28 @@ func TestConfigArithmetic(t *testing.T) {
 		}
 	}
 }
+
+// TestParseConfigEnableNFTables: flannel's EnableNFTables key, matched without regard
+// to case as flanneld's JSON decoding does; absent means iptables.
+func TestParseConfigEnableNFTables(t *testing.T) {
+	for _, tc := range []struct {
+		json string
+		want bool
+	}{
+		{`{"Network":"198.18.0.0/16"}`, false},
+		{`{"Network":"198.18.0.0/16","EnableNFTables":true}`, true},
+		{`{"Network":"198.18.0.0/16","enablenftables":true}`, true},
+		{`{"Network":"198.18.0.0/16","EnableNFTables":false}`, false},
+	} {
+		c, err := ParseConfig([]byte(tc.json))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.json, err)
+		}
+		if c.EnableNFTables != tc.want {
+			t.Errorf("%s: EnableNFTables %v, want %v", tc.json, c.EnableNFTables, tc.want)
+		}
+	}
+	if _, err := ParseConfig([]byte(`{"Network":"198.18.0.0/16","EnableNFTables":"yes"}`)); !errors.Is(err, ErrBadConfig) {
+		t.Errorf(`EnableNFTables "yes": error %v, want ErrBadConfig`, err)
+	}
+}

@@ -15,4 +15,7 @@ type Config struct {
 	BackendType string
 	// Backend is the raw Backend object; each backend parses its own options from it.
 	Backend json.RawMessage
+	// EnableNFTables: masquerade and forward rules go into an nftables table of
+	// weft's own instead of iptables chains (flannel's key of the same name).
+	EnableNFTables bool
 }

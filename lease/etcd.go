@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -18,7 +19,15 @@ type EtcdOptions struct {
 	CertFile, KeyFile, CAFile string
 	Username, Password        string
 	API                       string // "v3" (default) or "v2"
+
+	certNotAfter time.Time   // of the client certificate, for error messages
+	tlsCfg       *tls.Config // to probe a TLS connection that broke (etcd_tlsprobe.go)
 }
+
+// requestTimeout bounds each attempt of the calls made while the daemon starts (the
+// network config, authentication): an answer or a named cause within seconds, then
+// another attempt, rather than a wait without a word.
+const requestTimeout = 4 * time.Second
 
 // ErrBadEtcdOptions is wrapped by errors about EtcdOptions.
 var ErrBadEtcdOptions = errors.New("bad etcd options")
@@ -36,6 +45,16 @@ func NewEtcdRegistry(opts EtcdOptions, log *zap.Logger) (Registry, error) {
 	tlsCfg, err := opts.tls()
 	if err != nil {
 		return nil, err
+	}
+	opts.tlsCfg = tlsCfg
+	if tlsCfg != nil && len(tlsCfg.Certificates) > 0 {
+		if leaf, err := x509.ParseCertificate(tlsCfg.Certificates[0].Certificate[0]); err == nil {
+			opts.certNotAfter = leaf.NotAfter
+			if now := time.Now(); now.After(leaf.NotAfter) || now.Before(leaf.NotBefore) {
+				log.Error("the etcd client certificate is not valid now: etcd will refuse it",
+					zap.String("certfile", opts.CertFile), zap.Time("not-before", leaf.NotBefore), zap.Time("not-after", leaf.NotAfter))
+			}
+		}
 	}
 	switch opts.API {
 	case "", "v3":

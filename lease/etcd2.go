@@ -23,6 +23,18 @@ type etcd2 struct {
 	kapi  client.KeysAPI
 	log   *zap.Logger
 	state atomic.Int32 // connectivity.State of the last probe (health_v2.go)
+	// accepted is set once etcd answered a request with our credentials: a later
+	// 401 then means a missing permission, not a wrong password.
+	accepted atomic.Bool
+}
+
+// explain is EtcdOptions.explain, told whether our credentials worked before.
+func (e *etcd2) explain(err error, key string) error {
+	if e.accepted.Load() && isV2NoCredentials(err) {
+		return &etcdError{causes: []error{ErrEtcdPermission},
+			what: fmt.Sprintf("for user %s on %s (its password was accepted): %s", e.opts.Username, key, e.opts.roleHint()), err: err}
+	}
+	return e.opts.explain(err, key)
 }
 
 func newEtcd2(opts EtcdOptions, tlsCfg *tls.Config, log *zap.Logger) (*etcd2, error) {
@@ -59,13 +71,19 @@ func errCode(err error) int {
 }
 
 func (e *etcd2) Config(ctx context.Context) ([]byte, error) {
-	resp, err := e.kapi.Get(ctx, e.opts.configKey(), nil)
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	resp, err := e.kapi.Get(rctx, e.opts.configKey(), nil)
 	if errCode(err) == client.ErrorCodeKeyNotFound {
 		return nil, fmt.Errorf("%w at %s (v2 API)", ErrNoConfig, e.opts.configKey())
 	}
 	if err != nil {
-		return nil, err
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, e.explain(err, e.opts.configKey())
 	}
+	e.accepted.Store(e.opts.Username != "")
 	return []byte(resp.Node.Value), nil
 }
 
@@ -77,7 +95,7 @@ func (e *etcd2) List(ctx context.Context) (Listing, error) {
 		return Listing{Rev: int64(ce.Index)}, nil
 	}
 	if err != nil {
-		return Listing{}, err
+		return Listing{}, e.explain(err, e.opts.subnetsDir())
 	}
 	l := Listing{Rev: int64(resp.Index)}
 	for _, n := range resp.Node.Nodes {
@@ -116,7 +134,7 @@ func (e *etcd2) set(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.
 		return time.Time{}, fmt.Errorf("%w: %v", ErrNotFound, subnet)
 	}
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, e.explain(err, e.key(subnet))
 	}
 	if resp.Node.Expiration != nil {
 		return *resp.Node.Expiration, nil
@@ -137,7 +155,7 @@ func (e *etcd2) Delete(ctx context.Context, subnet netip.Prefix) error {
 	if errCode(err) == client.ErrorCodeKeyNotFound {
 		return nil
 	}
-	return err
+	return e.explain(err, e.key(subnet))
 }
 
 func (e *etcd2) Watch(ctx context.Context, rev int64, changes func([]Change)) error {
@@ -147,11 +165,11 @@ func (e *etcd2) Watch(ctx context.Context, rev int64, changes func([]Change)) er
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errCode(err) == client.ErrorCodeEventIndexCleared {
-			return fmt.Errorf("%w: %w", ErrGap, err)
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrGap, err)
+		if err != nil { // "event index cleared" among others: list again
+			if errCode(err) == client.ErrorCodeEventIndexCleared {
+				return fmt.Errorf("%w: %w", ErrGap, err)
+			}
+			return fmt.Errorf("%w: %w", ErrGap, e.explain(err, e.opts.subnetsDir()))
 		}
 		if resp.Node == nil || resp.Node.Dir {
 			continue

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -36,6 +37,7 @@ func (m *EtcdManager) MonitorEtcd(ctx context.Context) {
 	for {
 		wctx, cancel := ctx, context.CancelFunc(func() {})
 		if s == connectivity.Ready {
+			m.downSince.Store(0)
 			if reported {
 				m.log.Info("etcd reachable again", zap.Duration("unreachable-for", time.Since(downSince).Round(time.Second)))
 			}
@@ -43,6 +45,7 @@ func (m *EtcdManager) MonitorEtcd(ctx context.Context) {
 		} else {
 			if downSince.IsZero() {
 				downSince = time.Now()
+				m.downSince.Store(downSince.UnixNano())
 			}
 			if !reported {
 				wctx, cancel = context.WithDeadline(ctx, downSince.Add(unreachableAfter))
@@ -61,4 +64,18 @@ func (m *EtcdManager) MonitorEtcd(ctx context.Context) {
 		}
 		s = cs.connState()
 	}
+}
+
+// Health returns nil unless MonitorEtcd has seen etcd unreachable for longer than a
+// reconnect takes; then the watch of the other hosts' leases is not current (weftd's
+// /readyz says so, while forwarding goes on with the last known leases).
+func (m *EtcdManager) Health(now time.Time) error {
+	ns := m.downSince.Load()
+	if ns == 0 {
+		return nil
+	}
+	if d := now.Sub(time.Unix(0, ns)); d >= unreachableAfter {
+		return fmt.Errorf("%w for %s: forwarding with the last known leases", ErrEtcdUnreachable, d.Round(time.Second))
+	}
+	return nil
 }

@@ -4,6 +4,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/netip"
@@ -25,6 +26,13 @@ type Attrs struct {
 	// HostID is a stable identity of the host (weft's addition): two hosts presenting
 	// the same PublicIP must not silently share one subnet.
 	HostID string `json:"WeftHostID,omitempty"`
+}
+
+// Equal reports whether a and b publish the same thing: every field alike, BackendData
+// compared without surrounding white space.
+func (a Attrs) Equal(b Attrs) bool {
+	return a.PublicIP == b.PublicIP && a.BackendType == b.BackendType && a.HostID == b.HostID &&
+		bytes.Equal(bytes.TrimSpace(a.BackendData), bytes.TrimSpace(b.BackendData))
 }
 
 // Lease is one host's claim on a subnet.
@@ -78,6 +86,9 @@ type Manager interface {
 	// empty snapshot and keeps the last known leases while the store is unreachable.
 	// It returns ctx's error.
 	Watch(ctx context.Context, own netip.Prefix, events chan<- []Event) error
+	// Close releases what the manager holds (its store's connection, informers) once
+	// every other call has returned.
+	Close() error
 }
 
 // CompatibleWith reports whether a peer's lease can be reached by a backend of type

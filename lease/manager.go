@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -42,6 +43,10 @@ type EtcdManager struct {
 	mu  sync.Mutex
 	cfg *Config
 	st  state
+
+	// downSince is when etcd became unreachable (Unix ns; 0 while it is reachable or
+	// nobody watches, see MonitorEtcd), for Health.
+	downSince atomic.Int64
 }
 
 // NewManager returns a Manager over reg.
@@ -61,12 +66,23 @@ func NewManager(reg Registry, opts ManagerOptions, log *zap.Logger) *EtcdManager
 	return &EtcdManager{reg: reg, opts: opts, log: log}
 }
 
+// Close closes the registry.
+func (m *EtcdManager) Close() error { return m.reg.Close() }
+
 // Config waits for <prefix>/config and parses it. A config that does not parse is an
-// error; a missing one (or an unreachable etcd) is waited for.
+// error; a missing one is polled for every ConfigPoll. While etcd cannot be asked
+// (unreachable, TLS, authentication, permission) it retries with backoff, and says
+// why at once, again whenever the cause changes, and every 30 s while it lasts.
 func (m *EtcdManager) Config(ctx context.Context) (*Config, error) {
-	var lastLog time.Time
+	var (
+		lastLog  time.Time
+		lastWhy  string
+		bo       = newBackoff()
+		attempts int
+	)
 	for {
 		data, err := m.reg.Config(ctx)
+		attempts++
 		if err == nil {
 			cfg, err := ParseConfig(data)
 			if err != nil {
@@ -77,11 +93,27 @@ func (m *EtcdManager) Config(ctx context.Context) (*Config, error) {
 			m.mu.Unlock()
 			return cfg, nil
 		}
-		if time.Since(lastLog) > 30*time.Second {
-			m.log.Warn("waiting for the network config", zap.Error(err))
-			lastLog = time.Now()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
 		}
-		if err := sleep(ctx, m.opts.ConfigPoll); err != nil {
+		wait, msg, why := m.opts.ConfigPoll, "waiting for the network config", "no config"
+		if !errors.Is(err, ErrNoConfig) {
+			wait = max(bo.next(), m.opts.ConfigPoll)
+			msg, why = "cannot read the network config from etcd; retrying", errorSummary(err)
+		} else {
+			bo.reset()
+		}
+		if why != lastWhy || time.Since(lastLog) > 30*time.Second {
+			if why == "no config" {
+				m.log.Warn(msg, zap.Error(err))
+			} else {
+				m.log.Error(msg, zap.Error(err), zap.String("retry-in", wait.Round(time.Millisecond).String()), zap.Int("attempt", attempts))
+			}
+			lastLog, lastWhy = time.Now(), why
+		} else {
+			m.log.Debug(msg, zap.Error(err), zap.String("retry-in", wait.Round(time.Millisecond).String()), zap.Int("attempt", attempts))
+		}
+		if err := sleep(ctx, wait); err != nil {
 			return nil, err
 		}
 	}

@@ -135,7 +135,7 @@ func TestAcquire(t *testing.T) {
 				}
 				attrs.HostID = "me"
 				stored := leaseMap(t, e.s.reg)
-				if got := stored[l.Subnet]; !sameAttrs(got.Attrs, attrs) || !sameAttrs(l.Attrs, attrs) {
+				if got := stored[l.Subnet]; !got.Attrs.Equal(attrs) || !l.Attrs.Equal(attrs) {
 					t.Errorf("stored %+v, returned %+v; want %+v", got.Attrs, l.Attrs, attrs)
 				}
 				if tc.gone != "" {

@@ -47,7 +47,7 @@ func TestRegistryConformance(t *testing.T) {
 			if _, err := s.reg.Create(ctx, sub, attrsB, time.Hour); !errors.Is(err, ErrTaken) {
 				t.Fatalf("second Create = %v, want ErrTaken", err)
 			}
-			if got := leaseMap(t, s.reg)[sub]; !sameAttrs(got.Attrs, attrsA) {
+			if got := leaseMap(t, s.reg)[sub]; !got.Attrs.Equal(attrsA) {
 				t.Errorf("lease after a lost Create: %+v, want %+v", got.Attrs, attrsA)
 			}
 		}},
@@ -67,7 +67,7 @@ func TestRegistryConformance(t *testing.T) {
 			if _, err := s.reg.Update(ctx, sub, attrsB, time.Hour); err != nil {
 				t.Fatalf("Update: %v", err)
 			}
-			if got := leaseMap(t, s.reg)[sub]; !sameAttrs(got.Attrs, attrsB) {
+			if got := leaseMap(t, s.reg)[sub]; !got.Attrs.Equal(attrsB) {
 				t.Errorf("after Update: %+v, want %+v", got.Attrs, attrsB)
 			}
 			if err := s.reg.Delete(ctx, sub); err != nil {

@@ -110,7 +110,7 @@ func TestRegistryWatch(t *testing.T) {
 				{Type: Added, Lease: Lease{Subnet: b, Attrs: attrsA}},
 			} {
 				got := w.next(t)
-				if describe(got) != describe(want) || !sameAttrs(got.Lease.Attrs, want.Lease.Attrs) ||
+				if describe(got) != describe(want) || !got.Lease.Attrs.Equal(want.Lease.Attrs) ||
 					want.Bad != nil && !errors.Is(got.Bad, want.Bad) {
 					t.Fatalf("change %d: %s (%+v), want %s", i, describe(got), got.Lease.Attrs, describe(want))
 				}

@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/netip"
@@ -84,7 +83,7 @@ func resync(known map[netip.Prefix]Lease, listing Listing, keep func(netip.Prefi
 			continue
 		}
 		seen[l.Subnet] = true
-		if old, ok := known[l.Subnet]; !ok || !sameAttrs(old.Attrs, l.Attrs) {
+		if old, ok := known[l.Subnet]; !ok || !old.Attrs.Equal(l.Attrs) {
 			known[l.Subnet] = l
 			evs = append(evs, Event{Type: Added, Lease: l})
 		}
@@ -114,18 +113,13 @@ func (m *EtcdManager) apply(known map[netip.Prefix]Lease, chs []Change, keep fun
 				evs = append(evs, Event{Type: Removed, Lease: old})
 			}
 		default:
-			if old, ok := known[s]; !ok || !sameAttrs(old.Attrs, c.Lease.Attrs) {
+			if old, ok := known[s]; !ok || !old.Attrs.Equal(c.Lease.Attrs) {
 				known[s] = c.Lease
 				evs = append(evs, Event{Type: Added, Lease: c.Lease})
 			}
 		}
 	}
 	return evs
-}
-
-func sameAttrs(a, b Attrs) bool {
-	return a.PublicIP == b.PublicIP && a.BackendType == b.BackendType && a.HostID == b.HostID &&
-		bytes.Equal(bytes.TrimSpace(a.BackendData), bytes.TrimSpace(b.BackendData))
 }
 
 // Hold renews own before it expires and re-acquires it when someone deletes it.
@@ -138,21 +132,26 @@ func (m *EtcdManager) Hold(ctx context.Context, own Lease, changed func(Lease)) 
 		}
 	}
 	hostID := own.Attrs.HostID
-	// watchOwn follows our key and signals when it is deleted or taken over.
-	watchOwn := func(s netip.Prefix) context.CancelFunc {
+	// watchOwn follows our key and signals when it is deleted or taken over; the
+	// function it returns stops the watch and waits for it.
+	watchOwn := func(s netip.Prefix) func() {
 		wctx, cancel := context.WithCancel(ctx)
-		go m.follow(wctx, func(p netip.Prefix) bool { return p == s }, func(evs []Event, snapshot bool) {
-			for _, e := range evs {
-				if e.Type == Removed || e.Lease.Attrs.HostID != hostID {
-					signal()
-					return
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = m.follow(wctx, func(p netip.Prefix) bool { return p == s }, func(evs []Event, snapshot bool) {
+				for _, e := range evs {
+					if e.Type == Removed || e.Lease.Attrs.HostID != hostID {
+						signal()
+						return
+					}
 				}
-			}
-			if snapshot && len(evs) == 0 {
-				signal()
-			}
-		})
-		return cancel
+				if snapshot && len(evs) == 0 {
+					signal()
+				}
+			})
+		}()
+		return func() { cancel(); <-done }
 	}
 	stopWatch := watchOwn(own.Subnet)
 	defer func() { stopWatch() }()

@@ -19,7 +19,8 @@ import (
 // plain kernel VXLAN, and reports the ratios; once with TUN offloads (weftd's
 // default) and once without. Run it with -benchtime=1x; WEFT_BENCH_SECS sets the
 // iperf3 duration (default 5), WEFT_BENCH_QUEUES the queues per host (default the
-// number of CPUs); the WEFT_UDP_* variables of Config.ApplyEnv apply.
+// number of CPUs). The data path runs with Config's defaults (weftd's WEFT_UDP_*
+// variables are weftd's; make bench measures those settings through weftd).
 func BenchmarkThroughputVsVXLAN(b *testing.B) {
 	testenv.NeedTools(b, "ping", "iperf3")
 	for _, offload := range []bool{true, false} {
@@ -31,11 +32,7 @@ func BenchmarkThroughputVsVXLAN(b *testing.B) {
 func benchVsVXLAN(b *testing.B, offload bool) {
 	secs := envInt("WEFT_BENCH_SECS", 5)
 	queues := envInt("WEFT_BENCH_QUEUES", min(runtime.NumCPU(), 8))
-	cfg := Config{}
-	if err := cfg.ApplyEnv(); err != nil {
-		b.Fatal(err)
-	}
-	l := newLab(b, labOpts{queues: queues, cfg: cfg, offload: offload})
+	l := newLab(b, labOpts{queues: queues, offload: offload})
 	a, z := l.hosts[0], l.hosts[1]
 	vx := [2]netip.Addr{netip.MustParseAddr("198.18.200.1"), netip.MustParseAddr("198.18.200.2")}
 	for i, h := range l.hosts {

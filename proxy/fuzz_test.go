@@ -6,17 +6,19 @@ import (
 	"testing"
 
 	"github.com/google/gopacket/layers"
+
+	"github.com/weftnet/weft/internal/ipconv"
 )
 
 // FuzzIngressCheck feeds arbitrary datagrams to CheckIngress: it must never panic, and
 // whatever it accepts must satisfy every check, and survive the TTL decrement.
 func FuzzIngressCheck(f *testing.F) {
 	s := testSnapshot(f)
-	f.Add(ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 30)), be32(tPeerIP))
-	f.Add(ipv4Packet(tPeerPod, tLocalIP, 1, layers.IPProtocolUDP, nil), be32(tPeerIP))
-	f.Add(icmpEcho(tPeerPod, tLocalIP, 64), be32(tPeerIP))
-	f.Add([]byte{0x45}, be32(tPeerIP))
-	f.Add(ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolTCP, nil), be32(netip.MustParseAddr("192.0.2.9")))
+	f.Add(ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 30)), ipconv.U32(tPeerIP))
+	f.Add(ipv4Packet(tPeerPod, tLocalIP, 1, layers.IPProtocolUDP, nil), ipconv.U32(tPeerIP))
+	f.Add(icmpEcho(tPeerPod, tLocalIP, 64), ipconv.U32(tPeerIP))
+	f.Add([]byte{0x45}, ipconv.U32(tPeerIP))
+	f.Add(ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolTCP, nil), ipconv.U32(netip.MustParseAddr("192.0.2.9")))
 	f.Fuzz(func(t *testing.T, pkt []byte, src uint32) {
 		r := s.CheckIngress(pkt, src)
 		if r >= numDropReasons {
@@ -73,7 +75,7 @@ func FuzzIngressCoalesce(f *testing.F) {
 			part := blob[min(i*per, len(blob)):min((i+1)*per, len(blob))]
 			w.isizes[i] = copy(w.ibufs[i][Headroom:], part)
 			w.isegs[i] = int(step)
-			w.isrc[i] = be32(tPeerIP)
+			w.isrc[i] = ipconv.U32(tPeerIP)
 		}
 		w.ingressProcess(n)
 		for _, b := range ft.written {

@@ -3,12 +3,14 @@ package proxy
 import (
 	"encoding/binary"
 	"math/bits"
+
+	"github.com/weftnet/weft/tun"
 )
 
 // The virtio-net header in front of packets of a TUN queue with offloads
-// (struct virtio_net_hdr, in the host's byte order).
+// (struct virtio_net_hdr, in the host's byte order); its size is the tun package's.
 const (
-	vnetHdrLen     = 10
+	vnetHdrLen     = tun.VnetHdrLen
 	vnetNeedsCsum  = 1
 	vnetGSONone    = 0
 	vnetGSOTCPv4   = 1

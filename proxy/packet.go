@@ -107,20 +107,8 @@ func decTTL(h []byte) {
 	binary.BigEndian.PutUint16(h[10:12], ^uint16(sum))
 }
 
-// checksum is the Internet checksum of b.
-func checksum(b []byte) uint16 {
-	var sum uint32
-	for ; len(b) >= 2; b = b[2:] {
-		sum += uint32(b[0])<<8 | uint32(b[1])
-	}
-	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
-	}
-	for sum > 0xffff {
-		sum = (sum & 0xffff) + (sum >> 16)
-	}
-	return ^uint16(sum)
-}
+// checksum is the Internet checksum of b (one implementation: sum and fold).
+func checksum(b []byte) uint16 { return ^fold(sum(b, 0)) }
 
 // wantsICMPError reports whether pkt may be answered with an ICMP error (RFC 1122
 // 3.2.2): not about an ICMP error, not a non-first fragment, not from a

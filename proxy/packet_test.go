@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"github.com/weftnet/weft/internal/ipconv"
 )
 
 var (
@@ -126,7 +128,7 @@ func TestRouteEgress(t *testing.T) {
 
 func TestCheckIngress(t *testing.T) {
 	s := testSnapshot(t)
-	peer, stranger := be32(tPeerIP), ip4("192.0.2.99")
+	peer, stranger := ipconv.U32(tPeerIP), ip4("192.0.2.99")
 	good := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 30))
 	withOpts := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 30))
 	withOpts[0] = 0x46 // a 24-byte header: still consistent with the total length
@@ -283,11 +285,11 @@ func TestIngressOversized(t *testing.T) {
 		w := newWorker(tun, tb, 4, 1500, 2000, true, &cnt, nopLogger())
 		fits := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 2000-20))
 		big := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 2001-20))
-		w.isizes[0], w.isrc[0] = copy(w.ibufs[0][Headroom:], fits), be32(tPeerIP)
-		w.isizes[1], w.isrc[1] = len(w.ibufs[1])-Headroom+1, be32(tPeerIP) // cut by the buffer
+		w.isizes[0], w.isrc[0] = copy(w.ibufs[0][Headroom:], fits), ipconv.U32(tPeerIP)
+		w.isizes[1], w.isrc[1] = len(w.ibufs[1])-Headroom+1, ipconv.U32(tPeerIP) // cut by the buffer
 		// A GRO buffer holds it whole; a plain one gets it cut, with its real size.
 		copy(w.ibufs[2][Headroom:], big)
-		w.isizes[2], w.isrc[2] = len(big), be32(tPeerIP)
+		w.isizes[2], w.isrc[2] = len(big), ipconv.U32(tPeerIP)
 		w.isizes[3], w.isrc[3] = len(w.ibufs[3])-Headroom+100, ip4("192.0.2.99")
 		w.ingressProcess(4)
 		if cnt.rxPackets.Load() != 1 || cnt.drops[DropOversized].Load() != 2 || cnt.drops[DropUnknownSource].Load() != 1 {

@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -21,8 +19,17 @@ const (
 	DefaultPort         = 8285
 	DefaultBatch        = 64
 	DefaultSocketBuffer = 8 << 20
-	maxBatch            = 1024
 	minIngressLen       = 9216 // datagrams up to jumbo frames from peers with a larger MTU
+)
+
+// Bounds of Config, enforced by the Check functions below and nowhere else.
+const (
+	MinMTU   = 68
+	MaxMTU   = 65535
+	MaxBatch = 1024
+	// MaxBusyPoll bounds Config.BusyPoll: a longer window is a core per worker spent
+	// for good, which no setting should do by accident.
+	MaxBusyPoll = time.Second
 )
 
 // ErrConfig is wrapped by errors about a bad Config.
@@ -32,11 +39,11 @@ var ErrConfig = errors.New("bad proxy config")
 var ErrClosed = errors.New("udp data path closed")
 
 // Config tunes the data path. Zero values take the defaults; every kernel feature can
-// be switched off here or by an environment variable (see ApplyEnv).
+// be switched off here (weftd maps its WEFT_UDP_* environment variables onto it).
 type Config struct {
 	// Port is the UDP port of every host (flannel: 8285).
 	Port int
-	// MTU is the TUN device's MTU: the largest packet read from it.
+	// MTU is the TUN device's MTU: the largest packet read from it. Required.
 	MTU int
 	// Batch is the most packets moved per system call (default 64).
 	Batch int
@@ -58,43 +65,43 @@ type Config struct {
 	BusyPoll time.Duration
 }
 
-// ApplyEnv overrides c from WEFT_UDP_BATCH, WEFT_UDP_SOCKBUF, WEFT_UDP_NO_REUSEPORT,
-// WEFT_UDP_NO_MMSG, WEFT_UDP_NO_GSO, WEFT_UDP_NO_GRO and WEFT_UDP_BUSY_POLL (a
-// duration such as 200us).
-func (c *Config) ApplyEnv() error {
-	if s := os.Getenv("WEFT_UDP_BUSY_POLL"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return fmt.Errorf("%w: WEFT_UDP_BUSY_POLL=%q: %w", ErrConfig, s, err)
-		}
-		c.BusyPoll = d
-	}
-	for _, v := range []struct {
-		name string
-		dst  *int
-	}{{"WEFT_UDP_BATCH", &c.Batch}, {"WEFT_UDP_SOCKBUF", &c.SocketBuffer}} {
-		if s := os.Getenv(v.name); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil {
-				return fmt.Errorf("%w: %s=%q: %w", ErrConfig, v.name, s, err)
-			}
-			*v.dst = n
-		}
-	}
-	for _, v := range []struct {
-		name string
-		dst  *bool
-	}{{"WEFT_UDP_NO_REUSEPORT", &c.NoReusePort}, {"WEFT_UDP_NO_MMSG", &c.NoMmsg},
-		{"WEFT_UDP_NO_GSO", &c.NoGSO}, {"WEFT_UDP_NO_GRO", &c.NoGRO}} {
-		if s := os.Getenv(v.name); s != "" {
-			b, err := strconv.ParseBool(s)
-			if err != nil {
-				return fmt.Errorf("%w: %s=%q: %w", ErrConfig, v.name, s, err)
-			}
-			*v.dst = b
-		}
+// CheckPort reports a UDP port outside 1-65535.
+func CheckPort(port int) error {
+	if port < 1 || port > 65535 {
+		return fmt.Errorf("%w: Port %d is not in 1-65535", ErrConfig, port)
 	}
 	return nil
+}
+
+// CheckMTU reports a TUN MTU outside MinMTU-MaxMTU.
+func CheckMTU(mtu int) error {
+	if mtu < MinMTU || mtu > MaxMTU {
+		return fmt.Errorf("%w: MTU %d is not in %d-%d", ErrConfig, mtu, MinMTU, MaxMTU)
+	}
+	return nil
+}
+
+// CheckBatch reports a batch size outside 1-MaxBatch (0 is the default, and passes).
+func CheckBatch(n int) error {
+	if n < 0 || n > MaxBatch {
+		return fmt.Errorf("%w: Batch %d is not in 1-%d", ErrConfig, n, MaxBatch)
+	}
+	return nil
+}
+
+// CheckBusyPoll reports a busy poll window outside 0-MaxBusyPoll.
+func CheckBusyPoll(d time.Duration) error {
+	if d < 0 || d > MaxBusyPoll {
+		return fmt.Errorf("%w: BusyPoll %s is not in 0s-%s", ErrConfig, d, MaxBusyPoll)
+	}
+	return nil
+}
+
+// Check reports the fields of c out of bounds (zero fields take their defaults),
+// each error naming its field; New checks the same.
+func (c Config) Check() error {
+	_, err := c.withDefaults()
+	return err
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -107,23 +114,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SocketBuffer == 0 {
 		c.SocketBuffer = DefaultSocketBuffer
 	}
-	switch {
-	case c.Port < 1 || c.Port > 65535:
-		return c, fmt.Errorf("%w: port %d", ErrConfig, c.Port)
-	case c.MTU < 68 || c.MTU > 65535:
-		return c, fmt.Errorf("%w: MTU %d", ErrConfig, c.MTU)
-	case c.Batch < 1 || c.Batch > maxBatch:
-		return c, fmt.Errorf("%w: batch %d (1 to %d)", ErrConfig, c.Batch, maxBatch)
-	case c.BusyPoll < 0:
-		return c, fmt.Errorf("%w: busy poll %s is negative", ErrConfig, c.BusyPoll)
-	}
-	return c, nil
+	return c, errors.Join(CheckPort(c.Port), CheckMTU(c.MTU), CheckBatch(c.Batch), CheckBusyPoll(c.BusyPoll))
 }
 
 // Proxy runs one worker per TUN queue, each with its own UDP socket on Config.Port.
 // It owns the queues it is given: Close closes them.
 type Proxy struct {
-	table   *Table
 	workers []*worker
 	cnts    []counters
 	log     *zap.Logger
@@ -145,7 +141,7 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 	if len(queues) > 1 && cfg.NoReusePort {
 		return nil, fmt.Errorf("%w: %d queues need SO_REUSEPORT", ErrConfig, len(queues))
 	}
-	p := &Proxy{table: table, cnts: make([]counters, len(queues)), log: log}
+	p := &Proxy{cnts: make([]counters, len(queues)), log: log}
 	opts := sockOpts{port: cfg.Port, reusePort: !cfg.NoReusePort, bufBytes: cfg.SocketBuffer, mmsg: !cfg.NoMmsg,
 		gso: !cfg.NoGSO}
 	for i, q := range queues {
@@ -186,9 +182,6 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 		zap.Bool("tun_offload", p.workers[0].vnet), zap.Duration("busy_poll", cfg.BusyPoll))
 	return p, nil
 }
-
-// Table is the proxy's subnet table.
-func (p *Proxy) Table() *Table { return p.table }
 
 // Run runs the workers until ctx ends or one of them fails, then closes the sockets
 // and queues, waits for every worker and returns the failure (nil when ctx ended).

@@ -144,7 +144,7 @@ func TestBusyPollRelease(t *testing.T) {
 			for _, q := range d.Queues() {
 				qs = append(qs, q)
 			}
-			px, err = New(Config{MTU: labMTU, BusyPoll: time.Hour}, table, qs, zap.NewNop())
+			px, err = New(Config{MTU: labMTU, BusyPoll: MaxBusyPoll}, table, qs, zap.NewNop())
 			return err
 		})
 		if err != nil {
@@ -167,7 +167,7 @@ func TestBusyPollRelease(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- px.Run(ctx) }()
-	// The workers spin (window of an hour) until the context ends.
+	// The workers spin (the longest window allowed) when the context ends.
 	cancel()
 	select {
 	case err := <-done:

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/gopacket/layers"
+
+	"github.com/weftnet/weft/internal/ipconv"
 )
 
 func BenchmarkLookup(b *testing.B) {
@@ -54,7 +56,7 @@ func BenchmarkIngressStep(b *testing.B) {
 	tb := &Table{}
 	tb.snap.Store(s)
 	pkt := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolTCP, make([]byte, 1400))
-	src := be32(tPeerIP)
+	src := ipconv.U32(tPeerIP)
 	var hdr [20]byte
 	copy(hdr[:], pkt)
 	b.SetBytes(int64(len(pkt)))
@@ -102,7 +104,7 @@ func BenchmarkIngressCoalesce(b *testing.B) {
 	for i := range 64 {
 		p := tcpPacket(tPeerPod, tLocalIP, uint32(i*1400), "", make([]byte, 1400))
 		w.isizes[i] = copy(w.ibufs[i][Headroom:], p)
-		w.isrc[i] = be32(tPeerIP)
+		w.isrc[i] = ipconv.U32(tPeerIP)
 		copy(hdrs[i][:], p)
 	}
 	b.SetBytes(64 * 1452)

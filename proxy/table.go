@@ -1,12 +1,13 @@
 package proxy
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+
+	"github.com/weftnet/weft/internal/ipconv"
 )
 
 // ErrBadRoute is wrapped by errors about subnets or addresses the table cannot hold.
@@ -61,7 +62,7 @@ func NewTable(network netip.Prefix, subnetLen int) (*Table, error) {
 	}
 	network = network.Masked()
 	s := &Snapshot{
-		network:  be32(network.Addr()),
+		network:  ipconv.U32(network.Addr()),
 		netMask:  mask(network.Bits()),
 		subMask:  mask(subnetLen),
 		shift:    uint(32 - subnetLen),
@@ -79,8 +80,6 @@ func mask(bits int) uint32 {
 	}
 	return ^uint32(0) << (32 - bits)
 }
-
-func be32(a netip.Addr) uint32 { b := a.As4(); return binary.BigEndian.Uint32(b[:]) }
 
 // Load returns the current snapshot.
 func (t *Table) Load() *Snapshot { return t.snap.Load() }
@@ -101,7 +100,7 @@ func (s *Snapshot) index(p netip.Prefix) (int, error) {
 	if !p.Addr().Is4() || p.Bits() != 32-int(s.shift) {
 		return -1, fmt.Errorf("%w: subnet %v is not a /%d", ErrBadRoute, p, 32-s.shift)
 	}
-	a := be32(p.Addr())
+	a := ipconv.U32(p.Addr())
 	if a&s.netMask != s.network || a&^s.subMask != 0 {
 		return -1, fmt.Errorf("%w: subnet %v is not a subnet of the network", ErrBadRoute, p)
 	}
@@ -118,7 +117,7 @@ func (t *Table) SetLocal(subnet netip.Prefix) error {
 		return err
 	}
 	n := s.clone()
-	n.local, n.hasLocal, n.localPref = be32(subnet.Addr()), true, subnet
+	n.local, n.hasLocal, n.localPref = ipconv.U32(subnet.Addr()), true, subnet
 	t.snap.Store(n)
 	return nil
 }
@@ -152,7 +151,7 @@ func (t *Table) Apply(set []Route, remove []netip.Prefix) error {
 			continue
 		}
 		n.drop(i)
-		p := &Peer{Subnet: r.Subnet, PublicIP: r.PublicIP, ip: be32(r.PublicIP)}
+		p := &Peer{Subnet: r.Subnet, PublicIP: r.PublicIP, ip: ipconv.U32(r.PublicIP)}
 		n.bySubnet[i] = p
 		n.byIP[p.ip]++
 		n.routes++

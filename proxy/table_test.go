@@ -7,9 +7,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/weftnet/weft/internal/ipconv"
 )
 
-func ip4(s string) uint32 { return be32(netip.MustParseAddr(s)) }
+func ip4(s string) uint32 { return ipconv.U32(netip.MustParseAddr(s)) }
 
 func TestTableLookup(t *testing.T) {
 	tb, err := NewTable(netip.MustParsePrefix("198.18.0.0/16"), 24)
@@ -75,14 +77,14 @@ func TestTableOneHostTwoSubnets(t *testing.T) {
 	if err := tb.Apply(nil, []netip.Prefix{a}); err != nil {
 		t.Fatal(err)
 	}
-	if !tb.Load().HoldsLease(be32(pub)) {
+	if !tb.Load().HoldsLease(ipconv.U32(pub)) {
 		t.Fatal("host lost its lease with one of two subnets")
 	}
 	// Re-adding a subnet with a new address moves it.
 	if err := tb.Apply([]Route{{b, netip.MustParseAddr("192.0.2.7")}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if s := tb.Load(); s.HoldsLease(be32(pub)) || s.Len() != 1 {
+	if s := tb.Load(); s.HoldsLease(ipconv.U32(pub)) || s.Len() != 1 {
 		t.Fatalf("stale address after move: %v", s.Routes())
 	}
 }

@@ -7,10 +7,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// VnetHdrLen is the size of the virtio-net header in front of every packet of a queue
-// opened with offloads (struct virtio_net_hdr, no num_buffers).
-const VnetHdrLen = 10
-
 // tun offload flags (linux/if_tun.h).
 const (
 	tunFCsum = 0x01

@@ -9,9 +9,11 @@ package tun
 import (
 	"errors"
 	"net/netip"
-
-	"github.com/vishvananda/netlink"
 )
+
+// VnetHdrLen is the size of the virtio-net header in front of every packet of a queue
+// opened with offloads (struct virtio_net_hdr, no num_buffers).
+const VnetHdrLen = 10
 
 // ErrClosed is returned by reads and writes on a closed queue.
 var ErrClosed = errors.New("tun queue closed")
@@ -31,9 +33,6 @@ type Config struct {
 	Offload bool
 	// TxQueueLen, if positive, sets the device's transmit queue length.
 	TxQueueLen int
-	// Netlink is the handle the device is configured through; nil makes one bound to
-	// the network namespace of the calling thread.
-	Netlink *netlink.Handle
 }
 
 // Setup is the layer-3 configuration of an open device.

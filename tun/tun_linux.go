@@ -3,7 +3,6 @@ package tun
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 
@@ -11,15 +10,16 @@ import (
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/weftnet/weft/internal/ipconv"
 )
 
 // Device is an open TUN device and its queues.
 type Device struct {
-	name      string
-	queues    []*Queue
-	h         *netlink.Handle
-	ownHandle bool
-	log       *zap.Logger
+	name   string
+	queues []*Queue
+	h      *netlink.Handle // bound to the network namespace Open ran in
+	log    *zap.Logger
 }
 
 // Open creates (or attaches to) the TUN device cfg.Name and opens its queues. When the
@@ -29,14 +29,11 @@ func Open(cfg Config, log *zap.Logger) (*Device, error) {
 	if cfg.Name == "" || len(cfg.Name) >= unix.IFNAMSIZ {
 		return nil, fmt.Errorf("tun %q: bad device name", cfg.Name)
 	}
-	d := &Device{name: cfg.Name, h: cfg.Netlink, log: log}
-	if d.h == nil {
-		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-		if err != nil {
-			return nil, fmt.Errorf("tun %s: netlink handle: %w", cfg.Name, err)
-		}
-		d.h, d.ownHandle = h, true
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("tun %s: netlink handle: %w", cfg.Name, err)
 	}
+	d := &Device{name: cfg.Name, h: h, log: log}
 	n := max(cfg.Queues, 1)
 	mq := n > 1 && !cfg.NoMultiQueue
 	if !mq {
@@ -118,9 +115,6 @@ func (d *Device) removeStale() bool {
 	return true
 }
 
-// Name is the device's name.
-func (d *Device) Name() string { return d.name }
-
 // Queues are the device's queues; each must be read by one goroutine at a time and
 // written by one goroutine at a time.
 func (d *Device) Queues() []*Queue { return d.queues }
@@ -154,7 +148,7 @@ func (d *Device) Configure(s Setup) error {
 			}
 		}
 	}
-	addr := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(s.Addr, 32))}
+	addr := &netlink.Addr{IPNet: ipconv.IPNet(netip.PrefixFrom(s.Addr, 32))}
 	if err := d.h.AddrReplace(link, addr); err != nil {
 		return fmt.Errorf("tun %s: add address %v/32: %w", d.name, s.Addr, err)
 	}
@@ -162,16 +156,12 @@ func (d *Device) Configure(s Setup) error {
 		return fmt.Errorf("tun %s: set up: %w", d.name, err)
 	}
 	for _, r := range s.Routes {
-		rt := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(r.Masked()), Scope: netlink.SCOPE_LINK}
+		rt := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipconv.IPNet(r.Masked()), Scope: netlink.SCOPE_LINK}
 		if err := d.h.RouteReplace(rt); err != nil {
 			return fmt.Errorf("tun %s: route %v: %w", d.name, r, err)
 		}
 	}
 	return nil
-}
-
-func ipNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
 // Close closes every queue and removes the device (a userspace data path dies with its
@@ -190,9 +180,7 @@ func (d *Device) Close() error {
 				errs = append(errs, fmt.Errorf("tun %s: delete: %w", d.name, err))
 			}
 		}
-		if d.ownHandle {
-			d.h.Close()
-		}
+		d.h.Close()
 		d.h = nil
 	}
 	return errors.Join(errs...)

@@ -20,7 +20,6 @@ func Open(cfg Config, log *zap.Logger) (*Device, error) {
 	return nil, fmt.Errorf("tun %s: %w", cfg.Name, errors.ErrUnsupported)
 }
 
-func (d *Device) Name() string                             { return "" }
 func (d *Device) Queues() []*Queue                         { return nil }
 func (d *Device) Configure(Setup) error                    { return errors.ErrUnsupported }
 func (d *Device) Close() error                             { return nil }
@@ -28,8 +27,5 @@ func (q *Queue) Read([][]byte, []int, int) (int, error)    { return 0, errors.Er
 func (q *Queue) TryRead([][]byte, []int, int) (int, error) { return 0, errors.ErrUnsupported }
 func (q *Queue) Write([][]byte, int) (int, error)          { return 0, errors.ErrUnsupported }
 func (q *Queue) Close() error                              { return nil }
-
-// VnetHdrLen is the size of the virtio-net header (unused on this platform).
-const VnetHdrLen = 10
 
 func (q *Queue) VnetHdr() bool { return false }

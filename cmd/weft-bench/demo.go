@@ -145,12 +145,12 @@ func demoBackend(ctx context.Context, w io.Writer, log *zap.Logger, weftd, bt st
 				continue
 			}
 			p := bench.Path{Client: from.NS, Server: to.NS, Addr: to.Addr}
-			verdict := "ok"
 			err := bench.WaitPing(ctx, from.NS, to.Addr, 10*time.Second)
 			var r bench.PingResult
 			if err == nil {
 				r, err = bench.Ping(ctx, p, 3, 100*time.Millisecond)
 			}
+			var verdict string
 			if err != nil {
 				verdict = "FAILED: " + firstLine(err.Error())
 			} else {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
 )
 
@@ -19,12 +19,31 @@ import (
 type daemon struct {
 	opts  *options
 	log   *zap.Logger
-	ready atomic.Bool
+	ready atomic.Bool // the data path runs on a held lease
 	be    atomic.Pointer[encap.Backend]
-	masq  *masquerader // nil without --ip-masq
+	mgr   atomic.Pointer[lease.Manager] // for /readyz
+	held  atomic.Pointer[lease.Lease]   // our lease, once acquired
+	fw    firewall.Firewall             // nil with neither --ip-masq nor --iptables-forward-rules
+
+	// wg counts the goroutines run started (spawn); run returns only when all ended.
+	wg sync.WaitGroup
 }
 
+// spawn runs f in a goroutine that run waits for before it returns.
+func (d *daemon) spawn(f func()) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		f()
+	}()
+}
+
+// run runs weftd until ctx ends or something fails. Before it returns, every
+// goroutine it started has ended and the lease manager (etcd client, informer) is
+// closed; the lease itself is kept for the next start.
 func (d *daemon) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if d.opts.healthzPort > 0 {
 		stopHealthz, err := d.serveHealthz()
 		if err != nil {
@@ -36,17 +55,34 @@ func (d *daemon) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.mgr.Store(&mgr)
+	defer func() {
+		// Stop the goroutines, wait for them, and only then close what they used.
+		cancel()
+		d.wg.Wait()
+		if err := mgr.Close(); err != nil {
+			d.log.Warn("closing the lease manager", zap.Error(err))
+		}
+	}()
 	cfg, err := mgr.Config(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			d.log.Info("stopped while waiting for the network config")
+			return nil // a signal, not a failure
+		}
 		return fmt.Errorf("network config: %w", err)
 	}
-	ext, err := externalInterface(d.opts.ifaces, d.opts.ifaceRegex, d.opts.publicIP)
+	publicIP, err := d.publicIP(ctx, mgr)
+	if err != nil {
+		return err
+	}
+	ext, err := externalInterface(d.opts.ifaces, d.opts.ifaceRegex, publicIP)
 	if err != nil {
 		return err
 	}
 	d.log.Info("using external interface", zap.String("iface", ext.Name),
 		zap.Stringer("iface-ip", ext.IfaceIP), zap.Stringer("public-ip", ext.PublicIP), zap.Int("mtu", ext.MTU))
-	be, err := encap.New(cfg, ext, d.log)
+	be, err := encap.New(cfg, ext, d.opts.tuning, d.log)
 	if err != nil {
 		return err
 	}
@@ -59,9 +95,14 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	own, err := mgr.Acquire(ctx, lease.Attrs{PublicIP: ext.PublicIP, BackendType: be.Type(), BackendData: data})
 	if err != nil {
+		if ctx.Err() != nil {
+			d.log.Info("stopped while acquiring a lease")
+			return nil
+		}
 		return fmt.Errorf("acquire lease: %w", err)
 	}
 	d.log.Info("lease acquired", zap.Stringer("subnet", own.Subnet), zap.Time("expires", own.Expiration))
+	d.held.Store(&own)
 	if err := be.Register(ctx, own); err != nil {
 		return fmt.Errorf("%s backend: %w", be.Type(), err)
 	}
@@ -69,20 +110,18 @@ func (d *daemon) run(ctx context.Context) error {
 	if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
 		return err
 	}
-	if err := d.forwardRules(ctx, cfg); err != nil {
+	err = d.setupFirewall(ctx, cfg, own.Subnet)
+	if d.fw != nil {
+		defer d.removeFirewall()
+	}
+	if err != nil {
 		return err
 	}
-	if d.opts.ipMasq {
-		if d.masq, err = newMasquerader(cfg.Network, !d.opts.ipMasqNotRandom, d.log); err != nil {
-			return err
-		}
-		if err := d.masq.setSubnet(ctx, own.Subnet); err != nil {
-			return fmt.Errorf("--ip-masq: %w", err)
-		}
-		go every(ctx, time.Duration(d.opts.iptablesResync)*time.Second, func() { d.masq.repair(ctx) })
+	if d.fw != nil {
+		d.spawn(func() { firewall.Resync(ctx, d.fw, time.Duration(d.opts.iptablesResync)*time.Second, d.log) })
 	}
 	if m, ok := mgr.(etcdMonitor); ok {
-		go m.MonitorEtcd(ctx)
+		d.spawn(func() { m.MonitorEtcd(ctx) })
 	}
 	if r, ok := mgr.(readyMarker); ok {
 		if err := r.MarkNetworkReady(ctx); err != nil {
@@ -159,13 +198,14 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 			if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
 				return err
 			}
-			if d.masq != nil {
-				if err := d.masq.setSubnet(ctx, next.Subnet); err != nil {
+			if d.opts.ipMasq {
+				if err := d.fw.SetMasq(ctx, env.Network, next.Subnet); err != nil {
 					return fmt.Errorf("--ip-masq: %w", err)
 				}
 			}
 		}
 		own = next
+		d.held.Store(&next)
 	}
 }
 
@@ -214,14 +254,4 @@ func (d *daemon) manager() (lease.Manager, error) {
 		StateFile:   d.opts.leaseStateFile,
 		RenewMargin: time.Duration(d.opts.renewMargin) * time.Minute,
 	}, d.log), nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }

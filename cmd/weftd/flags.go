@@ -7,6 +7,10 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/firewall"
+	"github.com/weftnet/weft/lease"
 )
 
 // flagHelp is returned when -h or --help was asked for (usage is already printed).
@@ -50,27 +54,41 @@ type options struct {
 	netConfigPath     string
 	setNodeNetUnavail bool
 	nodeName          string
+	// podName, podNamespace: our pod (POD_NAME, POD_NAMESPACE, as kube-flannel.yml
+	// sets them); without a node name the node is the pod's spec.nodeName.
+	podName      string
+	podNamespace string
 
 	leaseStateFile string // weft
+
+	tuning encap.Tuning // weft: the WEFT_* variables (knobs.go)
 }
 
+// listFlag is a repeatable flag of comma-separated values.
 type listFlag []string
 
 func (l *listFlag) String() string { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error {
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*l = append(*l, s)
+	*l = append(*l, splitList(v)...)
+	return nil
+}
+
+// splitList splits a comma-separated list, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
 		}
 	}
-	return nil
+	return out
 }
 
 func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("weftd", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&o.etcdEndpoints, "etcd-endpoints", "http://127.0.0.1:4001,http://127.0.0.1:2379", "comma-separated etcd endpoints")
-	fs.StringVar(&o.etcdPrefix, "etcd-prefix", "/coreos.com/network", "etcd prefix")
+	fs.StringVar(&o.etcdPrefix, "etcd-prefix", lease.DefaultPrefix, "etcd prefix")
 	fs.StringVar(&o.etcdCertFile, "etcd-certfile", "", "TLS client certificate for etcd")
 	fs.StringVar(&o.etcdKeyFile, "etcd-keyfile", "", "TLS client key for etcd")
 	fs.StringVar(&o.etcdCAFile, "etcd-cafile", "", "TLS CA for etcd")
@@ -83,13 +101,13 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.publicIPv6, "public-ipv6", "", "IPv6 public address (not supported by weft)")
 	fs.StringVar(&o.subnetFile, "subnet-file", "/run/flannel/subnet.env", "file the subnet lease is written to")
 	fs.IntVar(&o.renewMargin, "subnet-lease-renew-margin", 60, "minutes before expiry at which the lease is renewed")
-	fs.BoolVar(&o.ipMasq, "ip-masq", false, "masquerade traffic leaving the overlay (iptables nat chain "+masqChain+")")
+	fs.BoolVar(&o.ipMasq, "ip-masq", false, "masquerade traffic leaving the overlay (iptables nat chain "+firewall.MasqChain+", or nftables table "+firewall.NFTTable+")")
 	fs.BoolVar(&o.ipMasqNotRandom, "ip-masq-fully-random-disable", false, "masquerade without --random-fully")
 	fs.StringVar(&o.healthzIP, "healthz-ip", "0.0.0.0", "address the health endpoint listens on")
 	fs.IntVar(&o.healthzPort, "healthz-port", 0, "port of the health endpoint (0: off)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: 0 info, 1 and above debug")
-	fs.IntVar(&o.iptablesResync, "iptables-resync", 5, "seconds between checks of weftd's iptables rules (forward, masquerade)")
+	fs.IntVar(&o.iptablesResync, "iptables-resync", 5, "seconds between checks of weftd's forward and masquerade rules (iptables or nftables)")
 	fs.BoolVar(&o.iptablesForwardRules, "iptables-forward-rules", true, "accept forwarded overlay traffic in the FORWARD chain")
 	fs.BoolVar(&o.kubeSubnetMgr, "kube-subnet-mgr", false, "take the subnet from the Kubernetes node's podCIDR instead of etcd")
 	fs.StringVar(&o.kubeAPIURL, "kube-api-url", "", "Kubernetes API server URL (kube mode)")
@@ -136,6 +154,10 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (*options
 	if o.nodeName == "" {
 		o.nodeName = env("NODE_NAME")
 	}
+	o.podName, o.podNamespace = env("POD_NAME"), env("POD_NAMESPACE")
+	if o.tuning, err = parseKnobs(env); err != nil {
+		return nil, err
+	}
 	return o, o.check()
 }
 
@@ -152,8 +174,8 @@ func (o *options) check() error {
 		return fmt.Errorf("--healthz-port=%d: not a port", o.healthzPort)
 	case o.iptablesResync <= 0:
 		return fmt.Errorf("--iptables-resync=%d: must be positive", o.iptablesResync)
-	case o.kubeSubnetMgr && o.nodeName == "":
-		return errors.New("--kube-subnet-mgr needs the node name: set NODE_NAME or --node-name")
+	case o.kubeSubnetMgr && o.nodeName == "" && (o.podName == "" || o.podNamespace == ""):
+		return errors.New("--kube-subnet-mgr needs the node: set POD_NAME and POD_NAMESPACE (as kube-flannel.yml does), NODE_NAME or --node-name")
 	}
 	return nil
 }

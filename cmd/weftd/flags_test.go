@@ -42,6 +42,15 @@ func TestParseFlags(t *testing.T) {
 		{name: "kube needs node name", args: []string{"--kube-subnet-mgr"}, wantErr: "NODE_NAME"},
 		{name: "kube node from env", args: []string{"--kube-subnet-mgr"}, env: map[string]string{"NODE_NAME": "n1"},
 			check: func(o *options) bool { return o.nodeName == "n1" }},
+		{name: "kube node from our pod", args: []string{"--kube-subnet-mgr"},
+			env: map[string]string{"POD_NAME": "kube-flannel-ds-x", "POD_NAMESPACE": "kube-flannel"},
+			check: func(o *options) bool {
+				return o.nodeName == "" && o.podName == "kube-flannel-ds-x" && o.podNamespace == "kube-flannel"
+			}},
+		{name: "kube pod name without namespace", args: []string{"--kube-subnet-mgr"}, env: map[string]string{"POD_NAME": "p"}, wantErr: "POD_NAMESPACE"},
+		{name: "kube node name beats pod", args: []string{"--kube-subnet-mgr", "--node-name=n2"},
+			env:   map[string]string{"NODE_NAME": "n1", "POD_NAME": "p", "POD_NAMESPACE": "kube-flannel"},
+			check: func(o *options) bool { return o.nodeName == "n2" }},
 		{name: "unknown flag", args: []string{"--no-such-flag"}, wantErr: "no-such-flag"},
 		{name: "stray argument", args: []string{"extra"}, wantErr: "extra"},
 	}

@@ -15,18 +15,43 @@ import (
 	"github.com/weftnet/weft/encap"
 )
 
-// serveHealthz answers GET /healthz (200 once the data path runs, 503 before) and
-// GET /stats (the backend's counters as JSON, when it keeps any).
+// serveHealthz answers, as flanneld does for kube-flannel.yml's probes, GET /healthz
+// (liveness: 200 while weftd runs) and GET /readyz (200 when ready, else 503 with the
+// reason, see notReady); and GET /stats (the backend's counters as JSON, when it keeps
+// any).
 func (d *daemon) serveHealthz() (stop func(), err error) {
 	addr := net.JoinHostPort(d.opts.healthzIP, strconv.Itoa(d.opts.healthzPort))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("healthz on %s: %w", addr, err)
 	}
+	srv := &http.Server{Handler: d.healthzMux(), ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("healthz server", zap.Error(err))
+		}
+	}()
+	d.log.Info("healthz listening", zap.Stringer("addr", ln.Addr()))
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		_ = srv.Close() // connections Shutdown could not wait out
+		<-served
+	}, nil
+}
+
+// healthzMux serves /healthz, /readyz and /stats.
+func (d *daemon) healthzMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "weftd is running")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := d.notReady(time.Now()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
@@ -45,16 +70,45 @@ func (d *daemon) serveHealthz() (stop func(), err error) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(sr.Stats())
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Error("healthz server", zap.Error(err))
+	return mux
+}
+
+// healthReporter is implemented by lease managers that can tell whether the lease is
+// still held and the watch of the other hosts' leases is current (Kubernetes: the node
+// informer heard from the API server recently; our node keeps our podCIDR and
+// annotations). The error is the reason, for /readyz.
+type healthReporter interface {
+	Health(now time.Time) error
+}
+
+// Reasons for not being ready.
+var (
+	errNoLease    = errors.New("no lease yet")
+	errNoDataPath = errors.New("data path not running")
+	errNoLeaseSrc = errors.New("lease source not set up yet")
+)
+
+// notReady returns why weftd is not ready, or nil: ready means the lease is held, the
+// data path runs, and the lease manager (when it can tell) has a current watch.
+func (d *daemon) notReady(now time.Time) error {
+	p := d.mgr.Load()
+	if p == nil {
+		return errNoLeaseSrc
+	}
+	h, _ := (*p).(healthReporter)
+	if d.held.Load() == nil {
+		if h != nil {
+			if err := h.Health(now); err != nil {
+				return fmt.Errorf("%w: %w", errNoLease, err)
+			}
 		}
-	}()
-	d.log.Info("healthz listening", zap.Stringer("addr", ln.Addr()))
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}, nil
+		return errNoLease
+	}
+	if !d.ready.Load() {
+		return errNoDataPath
+	}
+	if h != nil {
+		return h.Health(now)
+	}
+	return nil
 }

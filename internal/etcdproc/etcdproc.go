@@ -1,6 +1,7 @@
 // Package etcdproc runs a real etcd server (Debian's etcd-server) for tests, the demo
 // and benchmarks: on a free loopback port, or on a given address inside a network
-// namespace, with the v2 API enabled, in a temporary data directory.
+// namespace, with the v2 API enabled, in a temporary data directory; optionally over
+// TLS with client certificates.
 package etcdproc
 
 import (
@@ -28,6 +29,15 @@ type Options struct {
 	Host   string // address to listen on; default 127.0.0.1
 	Port   int    // client port; default a free port (loopback) or 2379 (namespace)
 	Dir    string // data directory; default a new temp dir, removed by Stop
+	TLS    *TLS   // serve clients over TLS (https://); nil for plain http
+}
+
+// TLS is etcd's client-facing TLS: its certificate and, with ClientCertAuth, the CA
+// that must have signed every client's certificate.
+type TLS struct {
+	CertFile, KeyFile string
+	TrustedCAFile     string
+	ClientCertAuth    bool
 }
 
 // Server is a running etcd.
@@ -41,9 +51,13 @@ type Server struct {
 	logTail *tail
 }
 
-// Endpoint is the client URL.
+// Endpoint is the client URL: https:// when etcd serves TLS.
 func (s *Server) Endpoint() string {
-	return "http://" + net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.Port))
+	scheme := "http://"
+	if s.opts.TLS != nil {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.Port))
 }
 
 // Start starts etcd and waits until it serves clients.
@@ -94,6 +108,15 @@ func (s *Server) start(ctx context.Context) error {
 		"--initial-cluster", "weft-test=" + peerURL,
 		"--enable-v2",
 		"--logger", "zap",
+	}
+	if t := s.opts.TLS; t != nil {
+		args = append(args, "--cert-file", t.CertFile, "--key-file", t.KeyFile)
+		if t.TrustedCAFile != "" {
+			args = append(args, "--trusted-ca-file", t.TrustedCAFile)
+		}
+		if t.ClientCertAuth {
+			args = append(args, "--client-cert-auth")
+		}
 	}
 	bin := s.opts.Binary
 	if s.opts.Netns != "" {

@@ -1,5 +1,6 @@
 // Package kubeproc runs a real kube-apiserver (built from its Go module by
 // test/kube, cached) against a real etcd, for the Kubernetes subnet manager's tests.
+// It authorizes with RBAC; its Token is an admin (system:masters) for the test itself.
 package kubeproc
 
 import (
@@ -108,7 +109,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		"--service-account-key-file=" + filepath.Join(dir, "sa.pem"),
 		"--service-account-signing-key-file=" + filepath.Join(dir, "sa.pem"),
 		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
-		"--authorization-mode=AlwaysAllow",
+		"--authorization-mode=RBAC", // weftd gets only deploy/rbac.yml's rights (internal/kubetest)
 		"--service-cluster-ip-range=198.18.254.0/24",
 		"--endpoint-reconciler-type=none",
 		"--enable-priority-and-fairness=false",

@@ -19,6 +19,7 @@ import (
 
 	"github.com/weftnet/weft/internal/etcdtest"
 	"github.com/weftnet/weft/internal/kubeproc"
+	"github.com/weftnet/weft/internal/kubetest"
 	"github.com/weftnet/weft/internal/testenv"
 	"github.com/weftnet/weft/lease"
 )
@@ -29,7 +30,8 @@ var (
 	apiErr  error
 )
 
-// apiServer runs a real kube-apiserver (built once, cached) on a real etcd for t.
+// apiServer runs a real kube-apiserver (built once, cached) on a real etcd for t, and
+// returns it with an admin client for the test's own setup.
 func apiServer(t *testing.T) (*kubeproc.Server, kubernetes.Interface) {
 	t.Helper()
 	testenv.SkipShort(t, "a real kube-apiserver (built first) and etcd")
@@ -49,7 +51,12 @@ func apiServer(t *testing.T) (*kubeproc.Server, kubernetes.Interface) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	cfg, err := clientcmd.BuildConfigFromFlags("", srv.Kubeconfig)
+	return srv, clientFor(t, srv.Kubeconfig)
+}
+
+func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,12 +64,18 @@ func apiServer(t *testing.T) (*kubeproc.Server, kubernetes.Interface) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return srv, cs
+	return cs
 }
 
-func createNode(t *testing.T, cs kubernetes.Interface, name, cidr string) {
+// flannel is weftd's identity: kube-flannel's ServiceAccount with deploy/rbac.yml.
+func flannel(t *testing.T, srv *kubeproc.Server, admin kubernetes.Interface) kubetest.Identity {
 	t.Helper()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: cidr}}
+	return kubetest.Flannel(t, admin, srv.URL, "../..")
+}
+
+func createNode(t *testing.T, cs kubernetes.Interface, name, cidr string, annotations map[string]string) {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}, Spec: corev1.NodeSpec{PodCIDR: cidr}}
 	if cidr != "" {
 		n.Spec.PodCIDRs = []string{cidr}
 	}
@@ -71,16 +84,24 @@ func createNode(t *testing.T, cs kubernetes.Interface, name, cidr string) {
 	}
 }
 
-func newManager(t *testing.T, srv *kubeproc.Server, node string) *Manager {
+// newManager runs as weftd would, with the flannel identity's kubeconfig.
+func newManager(t *testing.T, id kubetest.Identity, o Options) *Manager {
 	t.Helper()
 	conf := filepath.Join(t.TempDir(), "net-conf.json")
 	if err := os.WriteFile(conf, []byte(`{"Network":"198.18.0.0/16","Backend":{"Type":"vxlan"}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Options{NodeName: node, Kubeconfig: srv.Kubeconfig, NetConfPath: conf, SetNodeNetworkUnavailable: true}, zaptest.NewLogger(t))
+	o.Kubeconfig, o.NetConfPath, o.SetNodeNetworkUnavailable = id.Kubeconfig, conf, true
+	m, err := New(o, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		m.Close()
+		if m.informer != nil && !m.informer.IsStopped() {
+			t.Errorf("node informer of %s still running after Close", o.NodeName)
+		}
+	})
 	return m
 }
 
@@ -88,15 +109,20 @@ func attrs(ip string) lease.Attrs {
 	return lease.Attrs{PublicIP: netip.MustParseAddr(ip), BackendType: "vxlan", BackendData: json.RawMessage(`{"VtepMAC":"02:00:00:00:00:01"}`)}
 }
 
+// TestKubeSubnetManager runs the manager with kube-flannel's rights only (a
+// ServiceAccount token, deploy/rbac.yml): nodes found by name or from their pod,
+// annotations published, peers watched, NetworkUnavailable cleared, annotations kept.
 func TestKubeSubnetManager(t *testing.T) {
 	srv, cs := apiServer(t)
+	id := flannel(t, srv, cs)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	createNode(t, cs, "n1", "198.18.1.0/24")
-	createNode(t, cs, "n2", "198.18.2.0/24")
-	createNode(t, cs, "n3", "")
+	createNode(t, cs, "n1", "198.18.1.0/24", nil)
+	createNode(t, cs, "n2", "198.18.2.0/24", nil)
+	createNode(t, cs, "n3", "", nil)
+	kubetest.Pod(t, cs, "kube-flannel-ds-n2", "n2")
 
-	m1 := newManager(t, srv, "n1")
+	m1 := newManager(t, id, Options{NodeName: "n1"})
 	cfg, err := m1.Config(ctx)
 	if err != nil || cfg.BackendType != "vxlan" {
 		t.Fatalf("config %+v: %v", cfg, err)
@@ -123,14 +149,15 @@ func TestKubeSubnetManager(t *testing.T) {
 	if got := <-events; len(got) != 0 {
 		t.Fatalf("snapshot before n2 published: %v", got)
 	}
-	m2 := newManager(t, srv, "n2")
+	// n2 finds its node from its pod, as kube-flannel.yml's POD_NAME and POD_NAMESPACE say.
+	m2 := newManager(t, id, Options{PodName: "kube-flannel-ds-n2", PodNamespace: kubetest.Namespace})
 	if _, err := m2.Acquire(ctx, attrs("192.0.2.11")); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, events, lease.Added, "198.18.2.0/24", "192.0.2.11")
 
 	// A node without a podCIDR waits, then proceeds when node IPAM sets one.
-	m3 := newManager(t, srv, "n3")
+	m3 := newManager(t, id, Options{NodeName: "n3"})
 	got3 := make(chan lease.Lease, 1)
 	go func() {
 		l, err := m3.Acquire(ctx, attrs("198.51.100.10"))
@@ -177,6 +204,9 @@ func TestKubeSubnetManager(t *testing.T) {
 
 	// Annotations removed by hand are published again by Hold.
 	go m1.Hold(ctx, l1, func(lease.Lease) {})
+	if err := m1.Health(time.Now()); err != nil {
+		t.Fatalf("health with the lease held: %v", err)
+	}
 	patch := []byte(`{"metadata":{"annotations":{"flannel.alpha.coreos.com/public-ip":null}}}`)
 	if _, err := cs.CoreV1().Nodes().Patch(ctx, "n1", "application/strategic-merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)

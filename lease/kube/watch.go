@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/netip"
@@ -19,9 +18,9 @@ func (m *Manager) leaseOf(n *corev1.Node) (lease.Lease, bool) {
 	if err != nil {
 		return lease.Lease{}, false
 	}
-	typ, okT := n.Annotations[m.key("backend-type")]
-	ipStr, okIP := n.Annotations[m.key("public-ip")]
-	data, okD := n.Annotations[m.key("backend-data")]
+	typ, okT := n.Annotations[m.key(annBackendType)]
+	ipStr, okIP := n.Annotations[m.key(annPublicIP)]
+	data, okD := n.Annotations[m.key(annBackendData)]
 	if !okT || !okIP || !okD {
 		return lease.Lease{}, false
 	}
@@ -41,10 +40,10 @@ func (m *Manager) leaseOf(n *corev1.Node) (lease.Lease, bool) {
 	return lease.Lease{Subnet: subnet, Attrs: attrs}, true
 }
 
-// subscribe calls notify on every change to any node until ctx ends.
-func (m *Manager) subscribe(ctx context.Context) (<-chan struct{}, error) {
+// subscribe signals ch on every change to any node until unsubscribe is called.
+func (m *Manager) subscribe(ctx context.Context) (<-chan struct{}, func(), error) {
 	if err := m.start(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ch := make(chan struct{}, 1)
 	h := func() { notify(ch) }
@@ -54,23 +53,20 @@ func (m *Manager) subscribe(ctx context.Context) (<-chan struct{}, error) {
 		DeleteFunc: func(any) { h() },
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	go func() {
-		<-ctx.Done()
-		_ = m.informer.RemoveEventHandler(reg)
-	}()
 	notify(ch)
-	return ch, nil
+	return ch, func() { _ = m.informer.RemoveEventHandler(reg) }, nil
 }
 
 // Watch sends the other nodes' leases: a snapshot, then the differences after each
 // change seen by the node informer.
 func (m *Manager) Watch(ctx context.Context, own netip.Prefix, events chan<- []lease.Event) error {
-	ch, err := m.subscribe(ctx)
+	ch, unsubscribe, err := m.subscribe(ctx)
 	if err != nil {
 		return err
 	}
+	defer unsubscribe()
 	known := map[string]lease.Lease{}
 	first := true
 	for {
@@ -107,7 +103,7 @@ func (m *Manager) diff(known map[string]lease.Lease, own netip.Prefix) []lease.E
 		}
 		seen[n.Name] = true
 		old, had := known[n.Name]
-		if had && old.Subnet == l.Subnet && sameAttrs(old.Attrs, l.Attrs) {
+		if had && old.Subnet == l.Subnet && old.Attrs.Equal(l.Attrs) {
 			continue
 		}
 		if had && old.Subnet != l.Subnet {
@@ -125,17 +121,14 @@ func (m *Manager) diff(known map[string]lease.Lease, own netip.Prefix) []lease.E
 	return evs
 }
 
-func sameAttrs(a, b lease.Attrs) bool {
-	return a.PublicIP == b.PublicIP && a.BackendType == b.BackendType && bytes.Equal(a.BackendData, b.BackendData)
-}
-
 // Hold keeps our annotations in place (re-publishing them if someone removes them)
 // until ctx ends. A podCIDR is fixed for a node's life, so our lease never moves.
 func (m *Manager) Hold(ctx context.Context, own lease.Lease, _ func(lease.Lease)) error {
-	ch, err := m.subscribe(ctx)
+	ch, unsubscribe, err := m.subscribe(ctx)
 	if err != nil {
 		return err
 	}
+	defer unsubscribe()
 	for {
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/weftnet/weft/internal/testenv"
+)
+
+// ctrd is a private containerd: its own config, root, state and socket under a
+// temporary directory, never the machine's /run/containerd or /var/lib/containerd.
+type ctrd struct {
+	dir, sock string
+}
+
+// startContainerd starts a private containerd and stops it, unmounts what it left and
+// removes its directories when the test ends.
+func startContainerd(t *testing.T) *ctrd {
+	t.Helper()
+	// A short path: the socket's must fit in sun_path.
+	dir, err := os.MkdirTemp("", "weft-ctrd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &ctrd{dir: dir, sock: filepath.Join(dir, "c.sock")}
+	t.Cleanup(func() {
+		// Snapshots and container rootfs mounts live under dir; a failed run may leave some.
+		mounts, _ := os.ReadFile("/proc/self/mounts")
+		var targets []string
+		for _, line := range strings.Split(string(mounts), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
+				targets = append(targets, f[1])
+			}
+		}
+		for i := len(targets) - 1; i >= 0; i-- {
+			if err := unix.Unmount(targets[i], unix.MNT_DETACH); err != nil {
+				t.Errorf("unmount %s: %v", targets[i], err)
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
+	// CRI is off (ctr does not need it); restrict_oom_score_adj is set for runtimes that
+	// lack CAP_SYS_RESOURCE should it be switched on.
+	config := fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = %[4]q
+[plugins."io.containerd.grpc.v1.cri"]
+  restrict_oom_score_adj = true
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.sock, c.sock+".ttrpc")
+	cfgPath := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "containerd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("containerd", "--config", cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); logf.Close() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			if log, err := os.ReadFile(filepath.Join(dir, "containerd.log")); err == nil {
+				t.Logf("containerd log:\n%s", lastLines(string(log), 40))
+			}
+		}
+	})
+	// Wait until it answers.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			t.Fatalf("containerd exited: %v", err)
+		default:
+		}
+		if _, err := c.ctr(context.Background(), "version"); err == nil {
+			return c
+		} else if time.Now().After(deadline) {
+			t.Fatalf("containerd did not answer on %s: %v", c.sock, err)
+		}
+		time.Sleep(100 * time.Millisecond) // polling a socket: there is no event to wait on
+	}
+}
+
+// ctr runs ctr against the private containerd.
+func (c *ctrd) ctr(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, "ctr", append([]string{"-a", c.sock}, args...)...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, out.String())
+	}
+	return out.String(), nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// goBuildStatic builds a package of this module as a static binary into dir.
+func goBuildStatic(t *testing.T, dir, pkg string) string {
+	t.Helper()
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v: %s", pkg, err, b)
+	}
+	return out
+}
+
+// TestContainerdRunsImage builds the real image (static weftd and weft-install built
+// here, the flannel CNI plugin from make deps, iptables .debs from Debian), imports it
+// into a private containerd and runs it with runc: weftd, iptables (nft and legacy, on
+// the container's own network namespace) and the CNI install step.
+func TestContainerdRunsImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds an image and runs containerd: not in -short")
+	}
+	testenv.NeedRoot(t)
+	testenv.NeedTools(t, "containerd", "ctr", "runc", "apt-get", "apt-cache", "dpkg-deb", "go")
+	bin := os.Getenv("WEFT_BIN")
+	testenv.Need(t, bin != "", "WEFT_BIN (make build; make deps builds $WEFT_BIN/cni/flannel)")
+	cniPlugin := filepath.Join(bin, "cni", "flannel")
+	_, err := os.Stat(cniPlugin)
+	testenv.Need(t, err == nil, cniPlugin+" (make deps builds it)")
+
+	ctx := context.Background()
+	work := t.TempDir()
+	weftd := goBuildStatic(t, work, "github.com/weftnet/weft/cmd/weftd")
+	install := goBuildStatic(t, work, "github.com/weftnet/weft/cmd/weft-install")
+	pkgs, err := resolveDebs(ctx, []string{"iptables"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same cache make image fills, so the test downloads them at most once.
+	debs, err := fetchDebs(ctx, filepath.Join(bin, "image", "debs"), pkgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := spec{Weftd: weftd, Install: install, CNIPlugin: cniPlugin, Debs: debs,
+		IptablesMode: "nft", Arch: "amd64", Created: time.Unix(0, 0).UTC(), Version: "e2e"}
+	d1, a1 := buildArchive(t, s)
+	d2, a2 := buildArchive(t, s)
+	if d1 != d2 || !bytes.Equal(a1, a2) {
+		t.Fatalf("two builds of the real inputs differ: %v and %v", d1, d2)
+	}
+	t.Logf("image %v, archive %d bytes", d1, len(a1))
+	archive := filepath.Join(work, "weftd-image.tar")
+	if err := os.WriteFile(archive, a1, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	c := startContainerd(t)
+	ref := "docker.io/weftnet/weftd:test"
+	if _, err := c.ctr(ctx, "images", "import", archive); err != nil {
+		t.Fatal(err)
+	}
+	// The imported image keeps the digest built here (the OCI layout is imported as is).
+	list, err := c.ctr(ctx, "images", "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(list, ref) || !strings.Contains(list, d1.String()) || !strings.Contains(list, "linux/amd64") {
+		t.Fatalf("ctr images ls does not show %s %s linux/amd64:\n%s", ref, d1, list)
+	}
+
+	hostCNI := filepath.Join(work, "opt-cni-bin")
+	if err := os.Mkdir(hostCNI, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The install-cni step reads the ConfigMap as the kubelet mounts it: the key is a
+	// symlink into a ..data directory, mounted read-only.
+	cfgDir, netd := filepath.Join(work, "kube-flannel-cfg"), filepath.Join(work, "net.d")
+	conflist := `{"name":"cbr0","cniVersion":"1.0.0","plugins":[{"type":"flannel"}]}`
+	for _, d := range []string{filepath.Join(cfgDir, "..2026_01_01"), netd} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "..2026_01_01", "cni-conf.json"), []byte(conflist), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{"..data": "..2026_01_01", "cni-conf.json": "..data/cni-conf.json"} {
+		if err := os.Symlink(target, filepath.Join(cfgDir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		opts []string
+		cmd  []string
+		want string
+	}{
+		{"weftd version", nil, []string{"/opt/bin/weftd", "--version"}, "0.1.0"},
+		{"weftd help", nil, []string{"weftd", "--help"}, "-kube-subnet-mgr"},
+		{"iptables version", nil, []string{"iptables", "--version"}, "(nf_tables)"},
+		{"iptables nat table", []string{"--cap-add", "CAP_NET_ADMIN"}, []string{"iptables", "-w", "5", "-t", "nat", "-S", "POSTROUTING"}, "-P POSTROUTING ACCEPT"},
+		{"iptables-restore", []string{"--cap-add", "CAP_NET_ADMIN"}, []string{"iptables-restore", "--version"}, "(nf_tables)"},
+		{"iptables legacy", []string{"--cap-add", "CAP_NET_ADMIN"}, []string{"iptables-legacy", "-w", "5", "-t", "nat", "-S", "POSTROUTING"}, "-P POSTROUTING ACCEPT"},
+		{"install CNI plugin", []string{"--mount", "type=bind,src=" + hostCNI + ",dst=/opt/cni/bin,options=rbind:rw"},
+			[]string{"weft-install", "/flannel", "/opt/cni/bin/flannel"}, ""},
+		{"install CNI config", []string{
+			"--mount", "type=bind,src=" + cfgDir + ",dst=/etc/kube-flannel,options=rbind:ro",
+			"--mount", "type=bind,src=" + netd + ",dst=/etc/cni/net.d,options=rbind:rw"},
+			[]string{"weft-install", "-mode", "0644", "/etc/kube-flannel/cni-conf.json", "/etc/cni/net.d/10-flannel.conflist"}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"run", "--rm"}, tt.opts...)
+			args = append(args, ref, "weft-e2e")
+			out, err := c.ctr(ctx, append(args, tt.cmd...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, tt.want) {
+				t.Errorf("%s printed %q, want it to contain %q", strings.Join(tt.cmd, " "), out, tt.want)
+			}
+		})
+	}
+	got, err := os.ReadFile(filepath.Join(hostCNI, "flannel"))
+	if err != nil {
+		t.Fatalf("the install step left no plugin on the host: %v", err)
+	}
+	want, err := os.ReadFile(cniPlugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("installed plugin (%d bytes) differs from %s (%d bytes)", len(got), cniPlugin, len(want))
+	}
+	conf := filepath.Join(netd, "10-flannel.conflist")
+	if got, err := os.ReadFile(conf); err != nil || string(got) != conflist {
+		t.Errorf("installed CNI config %q (%v), want %q", got, err, conflist)
+	}
+	if st, err := os.Stat(conf); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("installed CNI config: %v %v, want mode 0644", st.Mode(), err)
+	}
+	// A container without NET_ADMIN must not reach the nat table: the capability the
+	// manifest adds is the one that matters.
+	if out, err := c.ctr(ctx, "run", "--rm", ref, "weft-e2e", "iptables", "-w", "5", "-t", "nat", "-S"); err == nil {
+		t.Errorf("iptables without NET_ADMIN succeeded: %s", out)
+	}
+}

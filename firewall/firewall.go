@@ -1,0 +1,108 @@
+// Package firewall keeps weftd's packet filter rules on the host: masquerading for
+// --ip-masq and accepting forwarded overlay traffic for --iptables-forward-rules. The
+// rules live in chains (iptables) or a table (nftables) of weft's own, are written in one
+// transaction, put back when someone changes or deletes them, and removed at shutdown.
+//
+// Both implementations give the rules the meaning flanneld's do:
+//
+//   - packets kube-proxy marked for masquerading (mark 0x4000/0x4000) are left to it;
+//   - pod to pod (our subnet to the network, the network to our subnet) keeps its source;
+//   - traffic from outside the network to our pods keeps its source;
+//   - pods to outside the network are masqueraded, except multicast (224.0.0.0/4);
+//   - the host (any source outside the network) into the network is masqueraded;
+//   - masquerading picks source ports fully at random unless that was switched off
+//     (--ip-masq-fully-random-disable) or the kernel and tools cannot do it (probed);
+//   - forwarded packets from or to the network are accepted.
+package firewall
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Firewall is the part of the host's packet filter weftd owns.
+type Firewall interface {
+	// SetMasq writes the masquerade rules for a host leasing subnet of network,
+	// replacing any written before (a changed subnet leaves nothing stale).
+	SetMasq(ctx context.Context, network, subnet netip.Prefix) error
+	// SetForward writes the rules that accept forwarded traffic from and to network.
+	SetForward(ctx context.Context, network netip.Prefix) error
+	// Repair checks the rules set so far and rewrites them when they were changed or
+	// deleted behind weftd's back; it reports whether it had to.
+	Repair(ctx context.Context) (repaired bool, err error)
+	// Remove deletes everything weft wrote. Removing what is not there is no error.
+	Remove(ctx context.Context) error
+	// Name names the implementation in logs: "iptables" or "nftables".
+	Name() string
+}
+
+// Options are the settings both implementations share.
+type Options struct {
+	// FullyRandom asks for masquerading with fully random source ports; it is used
+	// only when the probe finds the kernel and the tools support it.
+	FullyRandom bool
+	Log         *zap.Logger
+}
+
+// ErrNoTool is wrapped when the command an implementation drives is not installed.
+var ErrNoTool = errors.New("firewall tool not found")
+
+// New returns the implementation the network config asks for (nft: EnableNFTables)
+// and removes what weft left in the other one, so switching between them leaves no
+// stale rules (flanneld does the same at start).
+func New(ctx context.Context, nft bool, opts Options) (Firewall, error) {
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	if nft {
+		fw, err := NewNFTables(opts)
+		if err != nil {
+			return nil, err
+		}
+		if old, err := NewIPTables(opts); err == nil {
+			if err := old.Remove(ctx); err != nil {
+				opts.Log.Warn("could not remove weft's iptables rules", zap.Error(err))
+			}
+			if old.forwardDrops(ctx) {
+				opts.Log.Warn("iptables' FORWARD policy is DROP: weft's nftables accept rules do not override it, " +
+					"so forwarded overlay traffic is dropped unless something accepts it there (or use iptables mode)")
+			}
+		}
+		return fw, nil
+	}
+	fw, err := NewIPTables(opts)
+	if err != nil {
+		return nil, err
+	}
+	if old, err := NewNFTables(opts); err == nil {
+		if err := old.Remove(ctx); err != nil {
+			opts.Log.Warn("could not remove weft's nftables table", zap.Error(err))
+		}
+	}
+	return fw, nil
+}
+
+// Resync calls fw.Repair every period until ctx ends, logging what it finds; it
+// returns when ctx is done.
+func Resync(ctx context.Context, fw Firewall, period time.Duration, log *zap.Logger) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		repaired, err := fw.Repair(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("firewall rules", zap.String("firewall", fw.Name()), zap.Error(err))
+		case repaired:
+			log.Warn("firewall rules changed behind our back: rewrote them", zap.String("firewall", fw.Name()))
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package firewall
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"sync"
+
+	"go.uber.org/zap"
+)
+
+// probeChain is the scratch nat chain the --random-fully probe writes and deletes.
+const probeChain = "WEFT-PROBE"
+
+// IPTables keeps weft's rules in chains of its own (MasqChain in nat, ForwardChain in
+// filter), each written whole with iptables-restore and jumped to from the end of
+// POSTROUTING and FORWARD, where flanneld puts its jumps: tools that insert their own
+// chains first (Calico's policy, kube-proxy) keep seeing packets before weft accepts them.
+type IPTables struct {
+	iptables, restore string
+	opts              Options
+
+	mu     sync.Mutex
+	random *bool                 // probe result, once probed
+	sets   map[string]*ruleSet   // by chain: what was set
+	seen   map[string]chainState // by chain: as iptables listed it after writing
+}
+
+// NewIPTables finds iptables and iptables-restore.
+func NewIPTables(opts Options) (*IPTables, error) {
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	ipt, err := exec.LookPath("iptables")
+	if err != nil {
+		return nil, fmt.Errorf("iptables: %w", ErrNoTool)
+	}
+	restore, err := exec.LookPath("iptables-restore")
+	if err != nil {
+		return nil, fmt.Errorf("iptables-restore: %w", ErrNoTool)
+	}
+	return &IPTables{iptables: ipt, restore: restore, opts: opts,
+		sets: map[string]*ruleSet{}, seen: map[string]chainState{}}, nil
+}
+
+// Name is part of Firewall.
+func (t *IPTables) Name() string { return "iptables" }
+
+// SetMasq is part of Firewall.
+func (t *IPTables) SetMasq(ctx context.Context, network, subnet netip.Prefix) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.write(ctx, masqRules(network, subnet, t.fullyRandom(ctx)))
+}
+
+// SetForward is part of Firewall.
+func (t *IPTables) SetForward(ctx context.Context, network netip.Prefix) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.write(ctx, forwardRules(network))
+}
+
+// Repair is part of Firewall: one `iptables -S` per table when all is well.
+func (t *IPTables) Repair(ctx context.Context) (bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	repaired := false
+	for _, chain := range []string{MasqChain, ForwardChain} {
+		s := t.sets[chain]
+		if s == nil {
+			continue
+		}
+		listing, err := t.list(ctx, s.table)
+		if err != nil {
+			return repaired, err
+		}
+		if s.state(listing).same(t.seen[chain]) {
+			continue
+		}
+		if err := t.write(ctx, s); err != nil {
+			return repaired, err
+		}
+		repaired = true
+	}
+	return repaired, nil
+}
+
+// Remove is part of Firewall: it deletes both chains and the jumps to them (and the
+// forward rules older weftd appended straight to FORWARD).
+func (t *IPTables) Remove(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var errs []error
+	for _, s := range []*ruleSet{masqSet(), forwardSet()} {
+		listing, err := t.list(ctx, s.table)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		st := s.state(listing)
+		if !st.exists && len(st.hooks) == 0 {
+			continue
+		}
+		if err := t.apply(ctx, s.removeInput(st.hooks, st.exists)); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", s.chain, err))
+		}
+	}
+	t.sets, t.seen = map[string]*ruleSet{}, map[string]chainState{}
+	return errors.Join(errs...)
+}
+
+// write replaces the set's chain and jump in one iptables-restore transaction and
+// records how iptables lists the result, for Repair to compare against.
+func (t *IPTables) write(ctx context.Context, s *ruleSet) error {
+	listing, err := t.list(ctx, s.table)
+	if err != nil {
+		return err
+	}
+	if err := t.apply(ctx, s.restoreInput(s.state(listing).hooks)); err != nil {
+		return fmt.Errorf("write %s: %w", s.chain, err)
+	}
+	if listing, err = t.list(ctx, s.table); err != nil {
+		return err
+	}
+	t.sets[s.chain], t.seen[s.chain] = s, s.state(listing)
+	return nil
+}
+
+func (t *IPTables) list(ctx context.Context, table string) (string, error) {
+	out, err := exec.CommandContext(ctx, t.iptables, "-w", "5", "-t", table, "-S").Output()
+	if err != nil {
+		return "", fmt.Errorf("iptables -t %s -S: %w", table, exitError(err))
+	}
+	return string(out), nil
+}
+
+func (t *IPTables) apply(ctx context.Context, input []byte) error {
+	cmd := exec.CommandContext(ctx, t.restore, "-w", "5", "--noflush")
+	cmd.Stdin = bytes.NewReader(input)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables-restore: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// fullyRandom reports whether masquerading gets --random-fully: asked for, and
+// supported by iptables (1.6.2 or later) and by the kernel (a MASQUERADE
+// --random-fully rule is accepted in a scratch chain). Probed once.
+func (t *IPTables) fullyRandom(ctx context.Context) bool {
+	if !t.opts.FullyRandom {
+		return false
+	}
+	if t.random == nil {
+		err := t.ProbeRandomFully(ctx)
+		if err != nil {
+			t.opts.Log.Warn("masquerading without --random-fully", zap.Error(err))
+		}
+		ok := err == nil
+		t.random = &ok
+	}
+	return *t.random
+}
+
+// ErrNoRandomFully is wrapped when masquerading with fully random ports is not
+// available.
+var ErrNoRandomFully = errors.New("--random-fully not supported")
+
+// ProbeRandomFully checks that iptables and the kernel support MASQUERADE
+// --random-fully; the error says which does not.
+func (t *IPTables) ProbeRandomFully(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, t.iptables, "--version").Output()
+	if err != nil {
+		return fmt.Errorf("%w: iptables --version: %w", ErrNoRandomFully, exitError(err))
+	}
+	v, err := parseIptablesVersion(string(out))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNoRandomFully, err)
+	}
+	if !randomFullyVersion(v) {
+		return fmt.Errorf("%w by iptables v%d.%d.%d (needs 1.6.2)", ErrNoRandomFully, v[0], v[1], v[2])
+	}
+	add := fmt.Sprintf("*nat\n:%s - [0:0]\n-A %s -j MASQUERADE --random-fully\nCOMMIT\n", probeChain, probeChain)
+	addErr := t.apply(ctx, []byte(add))
+	if listing, err := t.list(ctx, "nat"); err == nil && strings.Contains(listing, "-N "+probeChain+"\n") {
+		del := fmt.Sprintf("*nat\n-F %s\n-X %s\nCOMMIT\n", probeChain, probeChain)
+		if err := t.apply(ctx, []byte(del)); err != nil {
+			t.opts.Log.Warn("could not delete the probe chain", zap.String("chain", probeChain), zap.Error(err))
+		}
+	}
+	if addErr != nil {
+		return fmt.Errorf("%w by the kernel: %w", ErrNoRandomFully, addErr)
+	}
+	return nil
+}
+
+// forwardDrops reports whether the filter table's FORWARD policy is DROP.
+func (t *IPTables) forwardDrops(ctx context.Context) bool {
+	out, err := exec.CommandContext(ctx, t.iptables, "-w", "5", "-S", "FORWARD").Output()
+	return err == nil && strings.Contains(string(out), "-P FORWARD DROP\n")
+}
+
+// exitError adds a failed command's stderr to its error.
+func exitError(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+	}
+	return err
+}

@@ -1,0 +1,30 @@
+package lease
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// TestEtcdManagerHealth: not ready once etcd has been unreachable longer than a
+// reconnect takes, ready again when MonitorEtcd sees it back.
+func TestEtcdManagerHealth(t *testing.T) {
+	m := NewManager(nil, ManagerOptions{}, zap.NewNop())
+	now := time.Now()
+	if err := m.Health(now); err != nil {
+		t.Fatalf("reachable: %v", err)
+	}
+	m.downSince.Store(now.UnixNano())
+	if err := m.Health(now.Add(time.Second)); err != nil {
+		t.Fatalf("down for a second (a reconnect): %v", err)
+	}
+	if err := m.Health(now.Add(unreachableAfter + time.Second)); !errors.Is(err, ErrEtcdUnreachable) {
+		t.Fatalf("down for longer: %v, want ErrEtcdUnreachable", err)
+	}
+	m.downSince.Store(0)
+	if err := m.Health(now.Add(time.Minute)); err != nil {
+		t.Fatalf("back: %v", err)
+	}
+}

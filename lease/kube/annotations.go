@@ -1,0 +1,56 @@
+package kube
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// DefaultAnnotationPrefix is flanneld's --kube-annotation-prefix.
+const DefaultAnnotationPrefix = "flannel.alpha.coreos.com"
+
+// ErrBadAnnotationPrefix is wrapped by errors about --kube-annotation-prefix.
+var ErrBadAnnotationPrefix = errors.New("bad annotation prefix")
+
+// Annotation names after the prefix, as flanneld reads and writes them.
+const (
+	annBackendData       = "backend-data"
+	annBackendType       = "backend-type"
+	annKubeSubnetManager = "kube-subnet-manager"
+	annPublicIP          = "public-ip"
+	// annPublicIPOverwrite, set on a node by its operator, is published as the node's
+	// public-ip in place of the address weftd found (a NAT'd or routed address).
+	annPublicIPOverwrite = "public-ip-overwrite"
+	// annNodePublicIP, set on a node by its operator, replaces --public-ip.
+	annNodePublicIP = "node-public-ip"
+)
+
+// keyPrefix turns --kube-annotation-prefix into the text every annotation key starts
+// with, by flanneld's rule: a prefix without a slash is a domain and gets "/" (so
+// "flannel.alpha.coreos.com" gives "flannel.alpha.coreos.com/public-ip"); a prefix
+// with one slash that ends in neither "/" nor "-" gets "-" (so "example.com/flannel"
+// gives "example.com/flannel-public-ip"). The result must make valid annotation keys
+// whose domain part has a dot.
+func keyPrefix(p string) (string, error) {
+	switch strings.Count(p, "/") {
+	case 0:
+		p += "/"
+	case 1:
+	default:
+		return "", fmt.Errorf("%w %q: at most one slash", ErrBadAnnotationPrefix, p)
+	}
+	if !strings.HasSuffix(p, "/") && !strings.HasSuffix(p, "-") {
+		p += "-"
+	}
+	domain, _, _ := strings.Cut(p, "/")
+	if !strings.Contains(domain, ".") {
+		return "", fmt.Errorf("%w %q: must start with a domain name (like example.com/)", ErrBadAnnotationPrefix, p)
+	}
+	// The longest key flanneld uses decides whether all of them are valid.
+	if errs := validation.IsQualifiedName(p + "public-ipv6-overwrite"); len(errs) > 0 {
+		return "", fmt.Errorf("%w %q: keys would be invalid: %s", ErrBadAnnotationPrefix, p, strings.Join(errs, "; "))
+	}
+	return p, nil
+}
