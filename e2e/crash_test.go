@@ -157,16 +157,9 @@ func testCrashRecovery(t *testing.T, backend string) {
 	})
 	time.Sleep(500 * time.Millisecond) // a stretch of steady traffic before the kill
 
-	pid := a.daemon.Pid()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	if err := a.daemon.Kill(); err != nil { // SIGKILL, and wait until it is gone
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
-		if exited, _ := a.daemon.Exited(); !exited {
-			return fmt.Errorf("weftd pid %d still running", pid)
-		}
-		return nil
-	})
 	killed := time.Now()
 	restart := killed
 	c.start(a)
