@@ -72,14 +72,14 @@ test: deps build flanneld lint race fuzz
 unit:
 	$(GO) test -short $(PKGS)
 
-# fuzz runs every fuzz target of every package for FUZZTIME each (the corpus in
-# testdata/fuzz and the seeds run in every plain go test too).
+# fuzz runs every fuzz target (func Fuzz* in a _test.go file of this module) for
+# FUZZTIME each; their seeds and testdata/fuzz corpora also run in every plain go test.
 FUZZTIME ?= 10s
 fuzz:
-	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
-		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
-			echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
-			$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	@set -e; for f in $$(git ls-files '*_test.go' | grep -v '^test/' | xargs grep -l '^func Fuzz'); do \
+		for fn in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | cut -d' ' -f2); do \
+			echo "fuzz ./$$(dirname $$f) $$fn ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f); \
 		done; \
 	done
 

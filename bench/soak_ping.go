@@ -122,8 +122,10 @@ func parsePingStream(out string, interval, tail time.Duration) (pingOutcome, err
 			got[r.seq] = true
 		}
 	}
-	if len(replies) == 0 {
-		return pingOutcome{Sent: max(last, 0)}, nil
+	if len(replies) == 0 { // nothing to time the losses by: they go before every event
+		o.Sent = max(last, 0)
+		o.Lost = make([]time.Time, o.Sent)
+		return o, nil
 	}
 	// The send time of seq k: between the replies around it, or extrapolated.
 	at := func(k int) time.Time {

@@ -58,3 +58,19 @@ func TestAttribute(t *testing.T) {
 		t.Errorf("none: %+v", rep.Events["none"])
 	}
 }
+
+// FuzzParsePingStream: any output parses without panic into consistent counts.
+func FuzzParsePingStream(f *testing.F) {
+	f.Add("[1.0] 64 bytes from x: icmp_seq=1 ttl=1\n[1.1] 64 bytes from x: icmp_seq=3 ttl=1\n5 packets transmitted, 2 received\n", int64(20))
+	f.Add("[9e99] 64 bytes from x: icmp_seq=-4 \n-1 packets transmitted\n", int64(0))
+	f.Fuzz(func(t *testing.T, out string, intervalMS int64) {
+		interval := time.Duration(max(intervalMS, 1)%1000+1) * time.Millisecond
+		o, err := parsePingStream(out, interval, interval)
+		if err != nil {
+			return
+		}
+		if o.Received > o.Sent || len(o.Lost) != o.Sent-o.Received {
+			t.Fatalf("sent %d, received %d, lost %d", o.Sent, o.Received, len(o.Lost))
+		}
+	})
+}
