@@ -59,6 +59,10 @@ func soakEvents(backend string) []string {
 
 const (
 	soakPingInterval = 20 * time.Millisecond
+	// inFlight is how long before an event a ping may have been sent and still be
+	// lost to it (its reply on the way); the send times of lost pings are estimates
+	// between the replies around them, good to about one interval.
+	inFlight = 100 * time.Millisecond
 	healthzPort      = "8475"
 	soakFlapDown     = time.Second
 )
@@ -244,9 +248,10 @@ type occurrence struct {
 }
 
 // attribute charges the lost pings of one stream to events: a run of losses (pings
-// lost back to back) goes whole to the last event before its first loss (before the
-// first event: "none"), and the time from that event to the run's end is a recovery
-// time of its type.
+// lost back to back) goes whole to the last event before its first loss, or just after
+// it (inFlight: a ping sent just before an event may lose its reply to it); before the
+// first event it goes to "none". The time from that event to the run's end is a
+// recovery time of its type.
 func attribute(rep *SoakReport, occ []occurrence, lost []time.Time, interval time.Duration) {
 	for _, o := range occ {
 		if rep.Events[o.typ] == nil {
@@ -264,7 +269,7 @@ func attribute(rep *SoakReport, occ []occurrence, lost []time.Time, interval tim
 			j++
 		}
 		k := len(occ) - 1
-		for k >= 0 && occ[k].at.After(lost[i]) {
+		for k >= 0 && occ[k].at.After(lost[i].Add(inFlight)) {
 			k--
 		}
 		typ := "none"
@@ -277,7 +282,7 @@ func attribute(rep *SoakReport, occ []occurrence, lost []time.Time, interval tim
 		e := rep.Events[typ]
 		e.Lost += j - i
 		if k >= 0 {
-			e.MaxRecover = max(e.MaxRecover, lost[j-1].Sub(occ[k].at)+interval)
+			e.MaxRecover = max(e.MaxRecover, max(lost[j-1].Sub(occ[k].at), 0)+interval)
 		}
 		i = j
 	}

@@ -37,13 +37,13 @@ func TestParsePingStream(t *testing.T) {
 func TestAttribute(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
-	occ := []occurrence{{"a", ms(0)}, {"b", ms(1000)}}
+	occ := []occurrence{{"a", ms(0)}, {"b", ms(1000)}, {"c", ms(3000)}}
 	// A run from 500 to 1540 ms (crossing event b) and one loss at 2000 ms.
 	var lost []time.Time
 	for m := 500; m <= 1540; m += 20 {
 		lost = append(lost, ms(m))
 	}
-	lost = append(lost, ms(2000), ms(-100))
+	lost = append(lost, ms(2000), ms(2960), ms(-200)) // 2960: in flight when c began
 	rep := &SoakReport{Events: map[string]*EventScore{}}
 	attribute(rep, occ, lost[:len(lost)-1], 20*time.Millisecond)
 	attribute(rep, occ, lost[len(lost)-1:], 20*time.Millisecond)
@@ -53,6 +53,9 @@ func TestAttribute(t *testing.T) {
 	}
 	if b.Count != 1 || b.Lost != 1 || b.MaxRecover != 1020*time.Millisecond {
 		t.Errorf("b: %+v", b)
+	}
+	if c := rep.Events["c"]; c.Count != 1 || c.Lost != 1 || c.MaxRecover != 20*time.Millisecond {
+		t.Errorf("c: %+v", c)
 	}
 	if rep.Events["none"] == nil || rep.Events["none"].Lost != 1 {
 		t.Errorf("none: %+v", rep.Events["none"])
