@@ -62,9 +62,9 @@ const (
 	// inFlight is how long before an event a ping may have been sent and still be
 	// lost to it (its reply on the way); the send times of lost pings are estimates
 	// between the replies around them, good to about one interval.
-	inFlight = 100 * time.Millisecond
-	healthzPort      = "8475"
-	soakFlapDown     = time.Second
+	inFlight     = 100 * time.Millisecond
+	healthzPort  = "8475"
+	soakFlapDown = time.Second
 )
 
 // soakHost is one host of the soak with its daemon and pod.
