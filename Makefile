@@ -9,7 +9,7 @@ export CGO_ENABLED ?= 0
 # containernetworking-plugins gives bridge and host-local, but no longer flannel).
 CNI_FLANNEL_PKG := github.com/containernetworking/plugins/plugins/meta/flannel@v0.9.1
 
-.PHONY: all deps build flanneld image test unit race lint vet fmt staticcheck demo bench clean
+.PHONY: all deps build flanneld image test unit race fuzz lint vet fmt staticcheck demo bench clean
 
 all: build
 
@@ -71,12 +71,23 @@ staticcheck: $(STATICCHECK)
 
 # test runs everything as root: lint, the race detector over the tests that need nothing
 # from outside, then every test, e2e in network namespaces included.
-test: deps build flanneld image lint race
+test: deps build flanneld image lint race fuzz
 	WEFT_E2E=1 WEFT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 60m $(PKGS)
 
 # unit runs the tests that need nothing from outside: no root, no etcd, no namespaces.
 unit:
 	$(GO) test -short $(PKGS)
+
+# fuzz runs every fuzz target (func Fuzz* in a _test.go file of this module) for
+# FUZZTIME each; their seeds and testdata/fuzz corpora also run in every plain go test.
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for f in $$(git ls-files '*_test.go' | grep -v '^test/' | xargs grep -l '^func Fuzz'); do \
+		for fn in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | cut -d' ' -f2); do \
+			echo "fuzz ./$$(dirname $$f) $$fn ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f); \
+		done; \
+	done
 
 # race runs the same tests under the race detector (which needs cgo).
 race:

@@ -34,7 +34,7 @@ func labNamespaces(t *testing.T) map[string]bool {
 	}
 	m := map[string]bool{}
 	for _, l := range strings.Split(out, "\n") {
-		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], "wb-") {
+		if f := strings.Fields(l); len(f) > 0 && (strings.HasPrefix(f[0], "wb-") || strings.HasPrefix(f[0], "ws-")) {
 			m[f[0]] = true
 		}
 	}

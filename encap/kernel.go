@@ -133,8 +133,10 @@ func (k *kernelPeers) Stats() any {
 	return out
 }
 
-// run calls reconcile at once, on every kick and every period until ctx ends.
+// run calls reconcile at once, on every kick (lease events; the kernel losing an
+// entry, see watchKernel) and every period until ctx ends.
 func (k *kernelPeers) run(ctx context.Context, reconcile func() error) error {
+	go k.watchKernel(ctx)
 	t := time.NewTicker(k.period)
 	defer t.Stop()
 	var last string

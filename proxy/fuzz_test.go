@@ -43,6 +43,8 @@ func FuzzIngressCheck(f *testing.F) {
 			t.Fatal("accepted a destination outside our subnet")
 		case pkt[8] <= 1:
 			t.Fatal("accepted a TTL that expires")
+		case binary.BigEndian.Uint32(pkt[16:20])&0xff == 0xff || binary.BigEndian.Uint32(pkt[12:16])&0xff == 0xff:
+			t.Fatal("accepted a subnet broadcast address")
 		}
 		decTTL(pkt)
 		if checksum(pkt[:ihl]) != 0 {

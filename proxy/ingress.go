@@ -39,11 +39,19 @@ func (w *worker) ingressProcess(n int) {
 	w.runIdx = -1
 	for i := range n {
 		buf, size, step := w.ibufs[i], w.isizes[i], w.isegs[i]
+		if size > len(buf)-Headroom { // cut short by the buffer (MSG_TRUNC)
+			c.drops[oversized(s, w.isrc[i])].Add(1)
+			continue
+		}
 		if step <= 0 || step >= size {
 			step = size
 		}
 		for off := 0; off < size; off += step {
 			pkt := buf[Headroom+off : Headroom+min(off+step, size)]
+			if len(pkt) > w.maxDgram {
+				c.drops[oversized(s, w.isrc[i])].Add(1)
+				continue
+			}
 			if r := s.CheckIngress(pkt, w.isrc[i]); r != DropNone {
 				c.drops[r].Add(1)
 				continue
@@ -66,6 +74,15 @@ func (w *worker) ingressProcess(n int) {
 	c.rxHist[bucket(n)].Add(1)
 	c.rxPackets.Add(uint64(accepted))
 	c.rxBytes.Add(uint64(bytes))
+}
+
+// oversized is the reason to count for a datagram too large to take from src: as
+// for every datagram, one from an address without a lease counts as that.
+func oversized(s *Snapshot, src uint32) DropReason {
+	if !s.HoldsLease(src) {
+		return DropUnknownSource
+	}
+	return DropOversized
 }
 
 // ingressOne queues one checked packet for the TUN: into the current TCP run, as the

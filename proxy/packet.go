@@ -35,28 +35,62 @@ func (s *Snapshot) RouteEgress(pkt []byte) (*Peer, DropReason) {
 // CheckIngress checks the payload of a datagram that came from the public address src
 // (big-endian): src holds a lease, the payload is an IPv4 packet with a valid header
 // checksum (coalescing rewrites headers, so it must not launder bad ones) whose total
-// length is the datagram's, its source lies in a subnet src holds, its destination in ours, and
-// its TTL survives a decrement.
+// length is the datagram's, its source lies in a subnet src holds, its destination in
+// ours and is unicast, and its TTL survives a decrement. A datagram from an address
+// without a lease counts as DropUnknownSource whatever else is wrong with it.
+//
+// What passes on purpose: IP options (legal, the kernel handles them on the way to
+// the pod) and fragments (a pod's kernel fragments what does not fit flannel0's MTU,
+// and the destination pod reassembles them); the network address of our subnet (it
+// is flannel0's own address, which peers may reach).
 func (s *Snapshot) CheckIngress(pkt []byte, src uint32) DropReason {
-	if len(pkt) < ipv4HeaderLen || pkt[0]>>4 != 4 || pkt[0]&0x0f < 5 ||
-		int(pkt[0]&0x0f)*4 > len(pkt) || int(binary.BigEndian.Uint16(pkt[2:4])) != len(pkt) ||
-		fold(sum(pkt[:int(pkt[0]&0x0f)*4], 0)) != 0xffff {
+	if r := checkIPv4(pkt); r != DropNone {
 		if !s.HoldsLease(src) {
 			return DropUnknownSource
 		}
-		return DropMalformed
+		return r
 	}
-	if p := s.Lookup(binary.BigEndian.Uint32(pkt[12:16])); p == nil || p.ip != src {
+	from, to := binary.BigEndian.Uint32(pkt[12:16]), binary.BigEndian.Uint32(pkt[16:20])
+	if p := s.Lookup(from); p == nil || p.ip != src {
 		if !s.HoldsLease(src) {
 			return DropUnknownSource
 		}
 		return DropSpoofedSource
 	}
-	if !s.IsLocal(binary.BigEndian.Uint32(pkt[16:20])) {
+	if !s.IsLocal(to) {
+		if to>>28 == 0xe || to == 0xffffffff {
+			return DropNotUnicast
+		}
 		return DropNotLocal
+	}
+	if host := ^s.subMask; to&host == host || from&host == host {
+		return DropNotUnicast
 	}
 	if pkt[8] <= 1 {
 		return DropTTL
+	}
+	return DropNone
+}
+
+// checkIPv4 checks the IPv4 header of a packet from a peer: version, header length,
+// total length against the packet's, header checksum.
+func checkIPv4(pkt []byte) DropReason {
+	if len(pkt) < ipv4HeaderLen {
+		return DropTruncated
+	}
+	if pkt[0]>>4 != 4 {
+		return DropMalformed
+	}
+	ihl, total := int(pkt[0]&0x0f)*4, int(binary.BigEndian.Uint16(pkt[2:4]))
+	switch {
+	case ihl < ipv4HeaderLen || ihl > total:
+		return DropBadHeaderLen
+	case total > len(pkt):
+		return DropTruncated
+	case total < len(pkt):
+		return DropBadLength
+	case fold(sum(pkt[:ihl], 0)) != 0xffff:
+		return DropBadChecksum
 	}
 	return DropNone
 }

@@ -139,6 +139,10 @@ func TestCheckIngress(t *testing.T) {
 	v6[0] = 0x65
 	badSum := append([]byte(nil), good...)
 	badSum[11] ^= 1
+	frag := append([]byte(nil), good...)
+	frag[6] = 0x20 // more fragments
+	binary.BigEndian.PutUint16(frag[10:], 0)
+	binary.BigEndian.PutUint16(frag[10:], checksum(frag[:20]))
 	for _, c := range []struct {
 		name string
 		pkt  []byte
@@ -150,12 +154,22 @@ func TestCheckIngress(t *testing.T) {
 		{"flannel0 address", ipv4Packet(tPeer.Addr(), tLocal.Addr(), 64, layers.IPProtocolICMPv4, make([]byte, 8)), peer, DropNone},
 		{"unknown source", good, stranger, DropUnknownSource},
 		{"unknown source, garbage", []byte{1, 2, 3}, stranger, DropUnknownSource},
-		{"short", good[:19], peer, DropMalformed},
-		{"empty", nil, peer, DropMalformed},
+		{"short", good[:19], peer, DropTruncated},
+		{"empty", nil, peer, DropTruncated},
 		{"not ipv4", v6, peer, DropMalformed},
-		{"length mismatch", long, peer, DropMalformed},
-		{"truncated", good[:len(good)-1], peer, DropMalformed},
-		{"bad header checksum", badSum, peer, DropMalformed},
+		{"ihl 4", withIHL(good, 4), peer, DropBadHeaderLen},
+		{"ihl past total length", withIHL(good, 15), peer, DropBadHeaderLen},
+		{"trailing bytes", long, peer, DropBadLength},
+		{"truncated", good[:len(good)-1], peer, DropTruncated},
+		{"truncated inside options", withOpts[:22], peer, DropTruncated},
+		{"bad header checksum", badSum, peer, DropBadChecksum},
+		{"fragment", frag, peer, DropNone},
+		{"multicast", ipv4Packet(tPeerPod, netip.MustParseAddr("224.0.0.1"), 64, layers.IPProtocolUDP, nil), peer, DropNotUnicast},
+		{"limited broadcast", ipv4Packet(tPeerPod, netip.MustParseAddr("255.255.255.255"), 64, layers.IPProtocolUDP, nil), peer, DropNotUnicast},
+		{"our subnet's broadcast", ipv4Packet(tPeerPod, netip.MustParseAddr("198.18.1.255"), 64, layers.IPProtocolUDP, nil), peer, DropNotUnicast},
+		{"broadcast source", ipv4Packet(netip.MustParseAddr("198.18.2.255"), tLocalIP, 64, layers.IPProtocolUDP, nil), peer, DropNotUnicast},
+		{"multicast from a stranger", ipv4Packet(tPeerPod, netip.MustParseAddr("224.0.0.1"), 64, layers.IPProtocolUDP, nil), stranger, DropUnknownSource},
+		{"ttl 0", ipv4Packet(tPeerPod, tLocalIP, 0, layers.IPProtocolUDP, nil), peer, DropTTL},
 		{"spoofed source", ipv4Packet(netip.MustParseAddr("198.18.3.4"), tLocalIP, 64, layers.IPProtocolUDP, nil), peer, DropSpoofedSource},
 		{"source outside network", ipv4Packet(netip.MustParseAddr("203.0.113.1"), tLocalIP, 64, layers.IPProtocolUDP, nil), peer, DropSpoofedSource},
 		{"not for us", ipv4Packet(tPeerPod, netip.MustParseAddr("198.18.4.4"), 64, layers.IPProtocolUDP, nil), peer, DropNotLocal},
@@ -243,5 +257,44 @@ func TestEgressNetUnreachable(t *testing.T) {
 	}
 	if !bytes.Equal(ic.Payload, orig[:28]) {
 		t.Fatalf("quote % x, want % x", ic.Payload, orig[:28])
+	}
+}
+
+// withIHL returns a copy of pkt with header length field ihl and a valid checksum.
+func withIHL(pkt []byte, ihl byte) []byte {
+	p := append([]byte(nil), pkt...)
+	p[0] = 0x40 | ihl
+	binary.BigEndian.PutUint16(p[10:], 0)
+	binary.BigEndian.PutUint16(p[10:], checksum(p[:20]))
+	return p
+}
+
+// TestIngressOversized: a datagram beyond the largest packet a peer may send, whether
+// cut by the receive buffer (MSG_TRUNC reports its whole size) or inside a UDP GRO
+// message, is dropped as oversized (as unknown_source from a stranger); one that fits
+// passes.
+func TestIngressOversized(t *testing.T) {
+	tb := &Table{}
+	tb.snap.Store(testSnapshot(t))
+	for _, vnet := range []bool{false, true} {
+		var tun TUN = &fakeTUN{}
+		if vnet {
+			tun = &vnetTUN{}
+		}
+		var cnt counters
+		w := newWorker(tun, tb, 4, 1500, 2000, true, &cnt, nopLogger())
+		fits := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 2000-20))
+		big := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 2001-20))
+		w.isizes[0], w.isrc[0] = copy(w.ibufs[0][Headroom:], fits), ipconv.U32(tPeerIP)
+		w.isizes[1], w.isrc[1] = len(w.ibufs[1])-Headroom+1, ipconv.U32(tPeerIP) // cut by the buffer
+		// A GRO buffer holds it whole; a plain one gets it cut, with its real size.
+		copy(w.ibufs[2][Headroom:], big)
+		w.isizes[2], w.isrc[2] = len(big), ipconv.U32(tPeerIP)
+		w.isizes[3], w.isrc[3] = len(w.ibufs[3])-Headroom+100, ip4("192.0.2.99")
+		w.ingressProcess(4)
+		if cnt.rxPackets.Load() != 1 || cnt.drops[DropOversized].Load() != 2 || cnt.drops[DropUnknownSource].Load() != 1 {
+			t.Fatalf("vnet %v: rx %d, oversized %d, unknown source %d; want 1, 2, 1", vnet,
+				cnt.rxPackets.Load(), cnt.drops[DropOversized].Load(), cnt.drops[DropUnknownSource].Load())
+		}
 	}
 }

@@ -10,8 +10,8 @@ type DropReason uint8
 
 const (
 	DropNone DropReason = iota
-	// DropMalformed: not IPv4, IHL < 5, header longer than the packet, or (ingress)
-	// total length differs from the datagram's length.
+	// DropMalformed: not IPv4 (ingress), or (egress) not IPv4, IHL < 5, header longer
+	// than the packet, or an offload header that does not fit the packet.
 	DropMalformed
 	// DropUnknownSource: a datagram from an address that holds no lease.
 	DropUnknownSource
@@ -30,12 +30,29 @@ const (
 	DropSendError
 	// DropTUNError: a write to the TUN device failed (a coalesced run counts once).
 	DropTUNError
+	// DropTruncated (ingress): shorter than an IPv4 header or than its total length.
+	DropTruncated
+	// DropBadHeaderLen (ingress): IHL below 5 or beyond the total length.
+	DropBadHeaderLen
+	// DropBadLength (ingress): bytes after the total length (a peer's TUN read gives
+	// whole packets, so trailing bytes mean a broken or forged datagram).
+	DropBadLength
+	// DropBadChecksum (ingress): the IPv4 header checksum does not verify.
+	DropBadChecksum
+	// DropOversized (ingress): a datagram larger than the largest packet accepted
+	// from a peer (the TUN MTU, at least 9216 bytes for peers on jumbo frames).
+	DropOversized
+	// DropNotUnicast (ingress): an inner multicast or broadcast destination (limited,
+	// or our subnet's broadcast address), or the sender subnet's broadcast address
+	// as source. The overlay carries unicast only, as flannel's does.
+	DropNotUnicast
 	numDropReasons
 )
 
 var dropNames = [numDropReasons]string{
 	"none", "malformed", "unknown_source", "spoofed_source", "not_local", "ttl",
-	"no_route", "not_overlay", "send_error", "tun_error",
+	"no_route", "not_overlay", "send_error", "tun_error", "truncated",
+	"bad_header_len", "bad_length", "bad_checksum", "oversized", "not_unicast",
 }
 
 // DropReasons lists every reason a packet can be dropped for (DropNone excluded).

@@ -270,7 +270,8 @@ func (u *udpConn) doSend(fd uintptr) bool {
 }
 
 // recv receives up to len(rbufs) datagrams, waiting for the first. Datagram i is
-// rbufs[i][:u.size(i)] from u.src(i).
+// rbufs[i][:u.size(i)] from u.src(i); a size beyond the buffer (MSG_TRUNC gives
+// the datagram's real length) means the datagram did not fit and was cut.
 func (u *udpConn) recv() (int, error) { return u.receive(false) }
 
 // tryRecv is recv without the wait: 0 datagrams and no error when none is queued.
@@ -301,7 +302,7 @@ func (u *udpConn) doRecv(fd uintptr) bool {
 				}
 			}
 			r, _, e = unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&u.rhdrs[0])),
-				uintptr(len(u.rhdrs)), unix.MSG_DONTWAIT, 0, 0)
+				uintptr(len(u.rhdrs)), unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
 		} else {
 			r, e = u.recvEach(fd)
 		}
@@ -336,7 +337,7 @@ func (u *udpConn) recvEach(fd uintptr) (uintptr, syscall.Errno) {
 			h.Hdr.Control = &u.rctrl[n*rctrlLen]
 			h.Hdr.SetControllen(rctrlLen)
 		}
-		r, _, e := unix.Syscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&h.Hdr)), unix.MSG_DONTWAIT)
+		r, _, e := unix.Syscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&h.Hdr)), unix.MSG_DONTWAIT|unix.MSG_TRUNC)
 		if e != 0 {
 			if n > 0 && (e == unix.EAGAIN || e == unix.EINTR) {
 				break

@@ -45,9 +45,12 @@ type worker struct {
 	isrc   []uint32
 	iout   [][]byte
 	isegs  []int
-	udpGRO bool     // receive buffers sized for UDP GRO
-	gro    [][]byte // coalescing buffers (offload only)
-	arena  []byte   // copies of lone packets that lack headroom (UDP GRO)
+	udpGRO bool // receive buffers sized for UDP GRO
+	// maxDgram is the largest datagram taken from a peer (larger ones are dropped
+	// as DropOversized, also when UDP GRO buffers would hold them)
+	maxDgram int
+	gro      [][]byte // coalescing buffers (offload only)
+	arena    []byte   // copies of lone packets that lack headroom (UDP GRO)
 	// per batch state of ingressProcess
 	out      [][]byte
 	gi       int // coalescing buffers in use
@@ -75,6 +78,7 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, udpGRO b
 		reads, slots = min(batch, offloadReads), batch*offloadSlotsPerRead
 	}
 	recvs := batch
+	w.maxDgram = ingressLen
 	if w.vnet && udpGRO {
 		w.udpGRO = true
 		ingressLen = maxSuperPacket

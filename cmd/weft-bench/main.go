@@ -6,6 +6,7 @@
 //	weft-bench run                  the benchmark matrix, reports in --out
 //	weft-bench demo                 what weft does and how fast, in two minutes
 //	weft-bench scale                the control plane with thousands of simulated hosts
+//	weft-bench soak                 pod traffic through faults, scored
 package main
 
 import (
@@ -49,6 +50,7 @@ const usage = `usage: weft-bench <command> [flags]
   demo [--weftd PATH] [--duration D] [--daemon NAME=PATH]...
   scale [--hosts N] [--sizes a,b] [--backend vxlan|host-gw|udp|alloc] [--churn D] [--rate R]
         [--idle D] [--no-restart] [--out DIR] [--daemon NAME=PATH]... [--weftd PATH]
+  soak [--duration D] [--backend vxlan|udp|host-gw] [--hosts N] [--every D] [--seed N] [--json FILE] [--weftd PATH]
 
 Run as root. Every namespace, link and process is removed at the end, on errors and
 on Ctrl-C; 'lab down' removes what a killed run left.
@@ -71,6 +73,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = demoCmd(ctx, args[1:], stdout, stderr)
 	case "scale":
 		err = scaleCmd(ctx, args[1:], stdout, stderr)
+	case "soak":
+		err = soakCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/weftnet/weft/internal/netns"
+)
+
+// pingStream is one ping from a pod at a fixed interval for the length of a soak,
+// its output (ping -D) kept to find which pings were lost and when.
+type pingStream struct {
+	from, to string // host names
+	interval time.Duration
+	out      lockedBuffer
+	done     chan error
+	cancel   context.CancelFunc
+	once     sync.Once
+}
+
+// lockedBuffer is written by the ping's output copier and read by the soak.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func startPingStream(ns *netns.NS, from, to string, addr netip.Addr, interval time.Duration) (*pingStream, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &pingStream{from: from, to: to, interval: interval, done: make(chan error, 1), cancel: cancel}
+	cmd := ns.Command(ctx, "ping", "-n", "-D", "-i", strconv.FormatFloat(interval.Seconds(), 'f', -1, 64), addr.String())
+	cmd.Stdout = &p.out
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) } // ping ends with its summary
+	if err := cmd.Start(); err != nil {
+		cancel()
+		return nil, fmt.Errorf("ping %s -> %s: %w", from, to, err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	return p, nil
+}
+
+// stop ends the ping (its summary printed); safe to call more than once.
+func (p *pingStream) stop() {
+	p.once.Do(func() {
+		p.cancel()
+		<-p.done
+	})
+}
+
+// pingOutcome is what a stopped ping stream saw: when each lost ping was sent (by
+// interpolation between the replies around it) and the counts.
+type pingOutcome struct {
+	Sent, Received int
+	Lost           []time.Time
+}
+
+// parsePingStream reads the output of ping -D: the reply lines' sequence numbers and
+// times, and the summary's transmitted count. Pings of the last tail before the end
+// are not counted (their replies may still have been on the way).
+func parsePingStream(out string, interval, tail time.Duration) (pingOutcome, error) {
+	type reply struct {
+		seq int
+		at  time.Time
+	}
+	var replies []reply
+	sent := -1
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		if n, _, ok := strings.Cut(line, " packets transmitted"); ok {
+			v, err := strconv.Atoi(strings.TrimSpace(n))
+			if err != nil {
+				return pingOutcome{}, fmt.Errorf("ping summary %q: %w", line, err)
+			}
+			sent = v
+			continue
+		}
+		if !strings.HasPrefix(line, "[") || !strings.Contains(line, " bytes from ") || strings.Contains(line, "DUP!") {
+			continue
+		}
+		stamp, rest, _ := strings.Cut(line[1:], "]")
+		_, seqText, ok := strings.Cut(rest, "icmp_seq=")
+		if !ok {
+			continue
+		}
+		seqText, _, _ = strings.Cut(seqText, " ")
+		f, err1 := strconv.ParseFloat(stamp, 64)
+		seq, err2 := strconv.Atoi(seqText)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		replies = append(replies, reply{seq, time.Unix(0, int64(f*1e9))})
+	}
+	if sent < 0 {
+		return pingOutcome{}, fmt.Errorf("no ping summary in %d bytes of output", len(out))
+	}
+	sort.Slice(replies, func(i, j int) bool { return replies[i].seq < replies[j].seq })
+	last := sent - int(tail/interval)
+	o := pingOutcome{}
+	got := map[int]bool{}
+	for _, r := range replies {
+		if r.seq <= last {
+			got[r.seq] = true
+		}
+	}
+	if len(replies) == 0 { // nothing to time the losses by: they go before every event
+		o.Sent = max(last, 0)
+		o.Lost = make([]time.Time, o.Sent)
+		return o, nil
+	}
+	// The send time of seq k: between the replies around it, or extrapolated.
+	at := func(k int) time.Time {
+		hi := sort.Search(len(replies), func(i int) bool { return replies[i].seq > k })
+		lo := hi - 1
+		if hi == len(replies) {
+			hi = -1
+		}
+		switch {
+		case lo >= 0 && hi >= 0:
+			a, b := replies[lo], replies[hi]
+			frac := float64(k-a.seq) / float64(b.seq-a.seq)
+			return a.at.Add(time.Duration(frac * float64(b.at.Sub(a.at))))
+		case lo >= 0:
+			return replies[lo].at.Add(time.Duration(k-replies[lo].seq) * interval)
+		default:
+			return replies[hi].at.Add(-time.Duration(replies[hi].seq-k) * interval)
+		}
+	}
+	for k := 1; k <= last; k++ {
+		o.Sent++
+		if got[k] {
+			o.Received++
+			continue
+		}
+		o.Lost = append(o.Lost, at(k))
+	}
+	return o, nil
+}
