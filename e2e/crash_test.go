@@ -25,26 +25,8 @@ type pingLog struct {
 	got     int
 }
 
-// syncBuffer is a buffer that one goroutine writes while another reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// startPing pings dst from ns every interval until stopped.
-func startPing(t *testing.T, ns *netns.NS, dst string, interval time.Duration) *pingLog {
+// startPingLog pings dst from ns every interval until stopped.
+func startPingLog(t *testing.T, ns *netns.NS, dst string, interval time.Duration) *pingLog {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := ns.Command(ctx, "ping", "-n", "-D", "-i", fmt.Sprintf("%.3f", interval.Seconds()), dst)
@@ -146,7 +128,7 @@ func testCrashRecovery(t *testing.T, backend string) {
 	subnet := c.waitSubnetEnv(a).Subnet
 
 	const interval = 5 * time.Millisecond
-	p := startPing(t, b.pod, pods["a"], interval)
+	p := startPingLog(t, b.pod, pods["a"], interval)
 	// Traffic flows before the crash.
 	start := time.Now()
 	eventually(t, 10*time.Second, func() error {
