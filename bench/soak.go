@@ -160,7 +160,7 @@ func (s *soak) setup(ctx context.Context) error {
 func (s *soak) run(ctx context.Context) (*SoakReport, error) {
 	rep := s.report
 	for _, sh := range s.hosts {
-		sh.start = procUsage(sh.d)
+		sh.start = procUsage(ctx, sh.d)
 		sh.start.LogLines = countLines(sh.d.Log())
 	}
 	var streams []*pingStream
@@ -233,7 +233,7 @@ func (s *soak) run(ctx context.Context) (*SoakReport, error) {
 		attribute(rep, occ, o.Lost, p.interval)
 	}
 	for _, sh := range s.hosts {
-		u := procUsage(sh.d)
+		u := procUsage(ctx, sh.d)
 		u.LogLines = countLines(sh.d.Log())
 		rep.Daemons = append(rep.Daemons, DaemonScore{Host: sh.h.Name, Start: sh.start, End: u, Restarts: sh.restart})
 	}
@@ -454,6 +454,33 @@ func healthz(ctx context.Context, h *lab.Host) error {
 	return nil
 }
 
+// goroutines reads go_goroutines from weftd's /metrics on h; -1 when it cannot.
+func goroutines(ctx context.Context, h *lab.Host) int {
+	hc := &http.Client{Transport: &http.Transport{DialContext: h.NS.DialContext}, Timeout: 2 * time.Second}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+healthzPort+"/metrics", nil)
+	if err != nil {
+		return -1
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return -1
+	}
+	for _, l := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(l, "go_goroutines "); ok {
+			var n float64
+			if _, err := fmt.Sscan(v, &n); err == nil {
+				return int(n)
+			}
+		}
+	}
+	return -1
+}
+
 // countLines counts the non-empty lines of s.
 func countLines(s string) int {
 	n := 0
@@ -467,15 +494,18 @@ func countLines(s string) int {
 
 // ProcUsage is a daemon's resource use at one moment.
 type ProcUsage struct {
-	Threads  int   `json:"threads"`
-	FDs      int   `json:"fds"`
-	RSSKiB   int64 `json:"rss_kib"`
-	LogLines int   `json:"log_lines"` // lines in its log so far (over restarts)
+	Threads int `json:"threads"`
+	// Goroutines is weftd's go_goroutines from /metrics; -1 when it could not be read.
+	Goroutines int   `json:"goroutines"`
+	FDs        int   `json:"fds"`
+	RSSKiB     int64 `json:"rss_kib"`
+	LogLines   int   `json:"log_lines"` // lines in its log so far (over restarts)
 }
 
-// procUsage reads threads, RSS and open descriptors of the daemon from /proc.
-func procUsage(d *lab.Daemon) ProcUsage {
-	var u ProcUsage
+// procUsage reads threads, RSS and open descriptors of the daemon from /proc, and its
+// goroutines from its /metrics.
+func procUsage(ctx context.Context, d *lab.Daemon) ProcUsage {
+	u := ProcUsage{Goroutines: goroutines(ctx, d.Host)}
 	pid := d.Pid()
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {

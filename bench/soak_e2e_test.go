@@ -43,6 +43,11 @@ func TestSoakShort(t *testing.T) {
 	if len(rep.Errors) > 0 {
 		t.Errorf("events failed: %v", rep.Errors)
 	}
+	for _, d := range rep.Daemons {
+		if d.Start.Goroutines < 0 || d.End.Goroutines < 0 {
+			t.Errorf("weftd on %s: goroutines not read from /metrics (start %d, end %d)", d.Host, d.Start.Goroutines, d.End.Goroutines)
+		}
+	}
 	if rep.PingsSent == 0 {
 		t.Error("no pings sent")
 	}

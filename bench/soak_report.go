@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"time"
 )
 
@@ -65,14 +66,14 @@ func (r *SoakReport) WriteTable(w io.Writer) error {
 	p("leases lost: %d; subnet changes: %d; unreachable at the end: %d %v\n\n",
 		r.LeasesLost, r.SubnetChanges, len(r.Unreachable), r.Unreachable)
 	hours := r.Elapsed.Hours()
-	p("| weftd | restarts | threads start/end | fds start/end | RSS MiB start/end | log lines/hour |\n|---|---:|---:|---:|---:|---:|\n")
+	p("| weftd | restarts | goroutines start/end | threads start/end | fds start/end | RSS MiB start/end | log lines/hour |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, d := range r.Daemons {
 		rate := 0.0
 		if hours > 0 {
 			rate = float64(d.End.LogLines-d.Start.LogLines) / hours
 		}
-		p("| %s | %d | %d / %d | %d / %d | %.1f / %.1f | %.0f |\n", d.Host, d.Restarts,
-			d.Start.Threads, d.End.Threads, d.Start.FDs, d.End.FDs,
+		p("| %s | %d | %s / %s | %d / %d | %d / %d | %.1f / %.1f | %.0f |\n", d.Host, d.Restarts,
+			count(d.Start.Goroutines), count(d.End.Goroutines), d.Start.Threads, d.End.Threads, d.Start.FDs, d.End.FDs,
 			float64(d.Start.RSSKiB)/1024, float64(d.End.RSSKiB)/1024, rate)
 	}
 	if len(r.Errors) > 0 {
@@ -82,4 +83,12 @@ func (r *SoakReport) WriteTable(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// count shows a number that may be unknown (-1).
+func count(n int) string {
+	if n < 0 {
+		return "?"
+	}
+	return strconv.Itoa(n)
 }
