@@ -94,8 +94,17 @@ func (t *IPTables) Repair(ctx context.Context) (bool, error) {
 func (t *IPTables) Remove(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	_, err := t.removeSets(ctx, []*ruleSet{masqSet(), forwardSet()})
+	t.sets, t.seen = map[string]*ruleSet{}, map[string]chainState{}
+	return err
+}
+
+// removeSets deletes each set's chain and the jumps to it, where they exist (t.mu
+// held); it reports whether it removed anything.
+func (t *IPTables) removeSets(ctx context.Context, sets []*ruleSet) (bool, error) {
 	var errs []error
-	for _, s := range []*ruleSet{masqSet(), forwardSet()} {
+	removed := false
+	for _, s := range sets {
 		listing, err := t.list(ctx, s.table)
 		if err != nil {
 			errs = append(errs, err)
@@ -107,10 +116,11 @@ func (t *IPTables) Remove(ctx context.Context) error {
 		}
 		if err := t.apply(ctx, s.removeInput(st.hooks, st.exists)); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", s.chain, err))
+			continue
 		}
+		removed = true
 	}
-	t.sets, t.seen = map[string]*ruleSet{}, map[string]chainState{}
-	return errors.Join(errs...)
+	return removed, errors.Join(errs...)
 }
 
 // write replaces the set's chain and jump in one iptables-restore transaction and

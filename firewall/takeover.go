@@ -3,7 +3,6 @@ package firewall
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"go.uber.org/zap"
 )
@@ -24,25 +23,7 @@ var flanneldTables = []string{"flannel-ipv4"}
 func (t *IPTables) removeFlanneld(ctx context.Context) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var errs []error
-	removed := false
-	for _, s := range flanneldSets {
-		listing, err := t.list(ctx, s.table)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		st := s.state(listing)
-		if !st.exists && len(st.hooks) == 0 {
-			continue
-		}
-		if err := t.apply(ctx, s.removeInput(st.hooks, st.exists)); err != nil {
-			errs = append(errs, fmt.Errorf("remove flanneld's %s: %w", s.chain, err))
-			continue
-		}
-		removed = true
-	}
-	return removed, errors.Join(errs...)
+	return t.removeSets(ctx, flanneldSets)
 }
 
 // TakeOver removes the rules flanneld left on this host (its iptables chains
