@@ -181,24 +181,9 @@ func (r *Report) cells() ([]string, [][]string) {
 // WriteTable writes the medians as an aligned text table for the terminal.
 func (r *Report) WriteTable(w io.Writer) error {
 	head, rows := r.cells()
-	width := make([]int, len(head))
-	for _, c := range append([][]string{head}, rows...) {
-		for i, s := range c {
-			width[i] = max(width[i], len([]rune(s)))
-		}
-	}
+	width := columnWidths(append([][]string{head}, rows...))
 	var b strings.Builder
-	line := func(c []string) {
-		for i, s := range c {
-			pad := strings.Repeat(" ", width[i]-len([]rune(s)))
-			if i == 0 {
-				b.WriteString(s + pad)
-			} else {
-				b.WriteString("  " + pad + s)
-			}
-		}
-		b.WriteString("\n")
-	}
+	line := func(c []string) { writeAligned(&b, c, width) }
 	line(head)
 	total := len(head)*2 - 2
 	for _, n := range width {
@@ -277,4 +262,32 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// columnWidths is the widest cell of each column of rows, in runes.
+func columnWidths(rows [][]string) []int {
+	var width []int
+	for _, c := range rows {
+		for i, s := range c {
+			if i == len(width) {
+				width = append(width, 0)
+			}
+			width[i] = max(width[i], len([]rune(s)))
+		}
+	}
+	return width
+}
+
+// writeAligned writes one row of a text table: the first column left-aligned, the
+// others right-aligned, two spaces apart.
+func writeAligned(b *strings.Builder, row []string, width []int) {
+	for i, s := range row {
+		pad := strings.Repeat(" ", width[i]-len([]rune(s)))
+		if i == 0 {
+			b.WriteString(s + pad)
+		} else {
+			b.WriteString("  " + pad + s)
+		}
+	}
+	b.WriteString("\n")
 }

@@ -51,23 +51,10 @@ func (r *ScaleReport) WriteTable(w io.Writer) error {
 	for _, p := range r.Points {
 		rows = append(rows, p.cells(r.Rate))
 	}
-	width := make([]int, len(scaleHead))
-	for _, c := range rows {
-		for i, s := range c {
-			width[i] = max(width[i], len([]rune(s)))
-		}
-	}
+	width := columnWidths(rows)
 	var b strings.Builder
 	for _, c := range rows {
-		for i, s := range c {
-			pad := strings.Repeat(" ", width[i]-len([]rune(s)))
-			if i == 0 {
-				b.WriteString(s + pad)
-			} else {
-				b.WriteString("  " + pad + s)
-			}
-		}
-		b.WriteString("\n")
+		writeAligned(&b, c, width)
 	}
 	for _, p := range r.Points {
 		for _, e := range p.Errors {

@@ -219,18 +219,8 @@ func (c *cluster) ping(ns *netns.NS, dst string) {
 	})
 }
 
-// eventually retries f until it returns nil or the deadline passes.
+// eventually retries f until it returns nil or d passes (testenv.Eventually).
 func eventually(t *testing.T, d time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %v", d, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, d, f)
 }

@@ -69,15 +69,7 @@ func (p *plugin) add(args *skel.CmdArgs) error {
 // subnet.env is gone or has changed, and then removes the saved config. Without one
 // there is nothing of ours to remove, which is success by the spec.
 func (p *plugin) del(args *skel.CmdArgs) error {
-	n, err := parseNetConf(args.StdinData)
-	if err != nil {
-		return err
-	}
-	path, err := savedPath(n.DataDir, args.ContainerID)
-	if err != nil {
-		return err
-	}
-	conf, typ, err := loadSaved(path)
+	path, conf, typ, err := p.saved(args)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	} else if err != nil {
@@ -95,17 +87,11 @@ func (p *plugin) del(args *skel.CmdArgs) error {
 // check calls the delegate's CHECK with the config saved by ADD and the runtime's
 // prevResult (CHECK exists from spec 0.4.0 on; skel refuses it before).
 func (p *plugin) check(args *skel.CmdArgs) error {
-	n, err := parseNetConf(args.StdinData)
-	if err != nil {
-		return err
-	}
-	path, err := savedPath(n.DataDir, args.ContainerID)
-	if err != nil {
-		return err
-	}
-	conf, typ, err := loadSaved(path)
-	if err != nil {
+	path, conf, typ, err := p.saved(args)
+	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("CHECK: no config saved by ADD: %w", err)
+	} else if err != nil {
+		return err
 	}
 	var stdin struct {
 		CNIVersion string          `json:"cniVersion"`
@@ -130,6 +116,21 @@ func (p *plugin) check(args *skel.CmdArgs) error {
 		return fmt.Errorf("delegate %s CHECK: %w", typ, err)
 	}
 	return nil
+}
+
+// saved finds the delegate config ADD saved for the container of args (its netconf
+// names the data directory) and returns its path, contents and delegate type. A
+// missing file is an error that wraps fs.ErrNotExist.
+func (p *plugin) saved(args *skel.CmdArgs) (path string, conf []byte, typ string, err error) {
+	n, err := parseNetConf(args.StdinData)
+	if err != nil {
+		return "", nil, "", err
+	}
+	if path, err = savedPath(n.DataDir, args.ContainerID); err != nil {
+		return "", nil, "", err
+	}
+	conf, typ, err = loadSaved(path)
+	return path, conf, typ, err
 }
 
 // savedPath is where ADD keeps the delegate config of a container.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -24,25 +25,7 @@ import (
 // ref, holding one static binary as /entrypoint, its entrypoint. The config names
 // linux/amd64: ctr import skips images without a platform.
 func WriteImage(path, ref, binary string) error {
-	bin, err := os.ReadFile(binary)
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	epoch := time.Unix(0, 0).UTC()
-	if err := tw.WriteHeader(&tar.Header{Name: "entrypoint", Mode: 0o755, Size: int64(len(bin)), ModTime: epoch, Typeflag: tar.TypeReg}); err != nil {
-		return err
-	}
-	if _, err := tw.Write(bin); err != nil {
-		return err
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(buf.Bytes())), nil
-	}, tarball.WithMediaType(types.DockerLayer))
+	layer, err := fileLayer(map[string]string{"/entrypoint": binary})
 	if err != nil {
 		return err
 	}
@@ -56,16 +39,12 @@ func WriteImage(path, ref, binary string) error {
 	}
 	cfg = cfg.DeepCopy()
 	cfg.OS, cfg.Architecture = "linux", "amd64"
-	cfg.Created = v1.Time{Time: epoch}
+	cfg.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
 	cfg.Config.Entrypoint = []string{"/entrypoint"}
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return err
 	}
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		return fmt.Errorf("image %s: %w", ref, err)
-	}
-	return tarball.WriteToFile(path, tag, img)
+	return writeTagged(path, ref, img)
 }
 
 // WriteImageOver writes an image archive named ref: the image of the archive base (one
@@ -75,33 +54,50 @@ func WriteImageOver(path, base, ref string, files map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("image %s: %w", base, err)
 	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	epoch := time.Unix(0, 0).UTC()
-	for name, src := range files {
-		data, err := os.ReadFile(src)
-		if err != nil {
-			return err
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(name, "/"), Mode: 0o755, Size: int64(len(data)), ModTime: epoch, Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		if _, err := tw.Write(data); err != nil {
-			return err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(buf.Bytes())), nil
-	}, tarball.WithMediaType(types.DockerLayer))
+	layer, err := fileLayer(files)
 	if err != nil {
 		return err
 	}
 	if img, err = mutate.AppendLayers(img, layer); err != nil {
 		return err
 	}
+	return writeTagged(path, ref, img)
+}
+
+// fileLayer is a layer holding files (path in the image -> file here), each mode 0755
+// and dated at the epoch, so the same files give the same layer.
+func fileLayer(files map[string]string) (v1.Layer, error) {
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, n := range names {
+		data, err := os.ReadFile(files[n])
+		if err != nil {
+			return nil, err
+		}
+		hdr := &tar.Header{Name: strings.TrimPrefix(n, "/"), Mode: 0o755, Size: int64(len(data)),
+			ModTime: time.Unix(0, 0).UTC(), Typeflag: tar.TypeReg}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(buf.Bytes())), nil
+	}, tarball.WithMediaType(types.DockerLayer))
+}
+
+// writeTagged writes img as an archive named ref.
+func writeTagged(path, ref string, img v1.Image) error {
 	tag, err := name.NewTag(ref)
 	if err != nil {
 		return fmt.Errorf("image %s: %w", ref, err)

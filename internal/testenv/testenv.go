@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 )
 
 // E2E reports whether missing prerequisites must fail tests (make test sets WEFT_E2E=1).
@@ -49,4 +50,21 @@ func NeedTools(t testing.TB, names ...string) map[string]string {
 		paths[n] = p
 	}
 	return paths
+}
+
+// Eventually retries f every 100 ms until it returns nil, and fails t with f's last
+// error when d has passed first.
+func Eventually(t testing.TB, d time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %v", d, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

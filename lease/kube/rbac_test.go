@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/weftnet/weft/internal/kubetest"
+	"github.com/weftnet/weft/internal/testenv"
 	"github.com/weftnet/weft/lease"
 )
 
@@ -143,18 +144,8 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// waitFor retries f until it returns nil or d passes.
+// waitFor retries f until it returns nil or d passes (testenv.Eventually).
 func waitFor(t *testing.T, d time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %v", d, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, d, f)
 }
