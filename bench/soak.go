@@ -224,7 +224,8 @@ func (s *soak) run(ctx context.Context) (*SoakReport, error) {
 	}
 	rep.Elapsed = time.Since(began)
 	for _, p := range streams {
-		o, err := parsePingStream(p.out.String(), p.interval, 2*time.Second)
+		maxSent := int(rep.Elapsed/p.interval) + 1000
+		o, err := parsePingStream(p.out.String(), p.interval, 2*time.Second, maxSent)
 		if err != nil {
 			return nil, fmt.Errorf("ping %s -> %s: %w", p.from, p.to, err)
 		}

@@ -75,14 +75,18 @@ type pingOutcome struct {
 
 // parsePingStream reads the output of ping -D: the reply lines' sequence numbers and
 // times, and the summary's transmitted count. Pings of the last tail before the end
-// are not counted (their replies may still have been on the way).
-func parsePingStream(out string, interval, tail time.Duration) (pingOutcome, error) {
+// are not counted (their replies may still have been on the way). A summary above
+// maxSent (more pings than the run could send) is an error, not an allocation.
+// ping's icmp_seq is 16 bits and wraps after 65535 (22 minutes at 20 ms): the
+// replies, printed in order, are unwrapped.
+func parsePingStream(out string, interval, tail time.Duration, maxSent int) (pingOutcome, error) {
 	type reply struct {
 		seq int
 		at  time.Time
 	}
 	var replies []reply
 	sent := -1
+	wraps, prev := 0, -1
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		line := sc.Text()
@@ -90,6 +94,9 @@ func parsePingStream(out string, interval, tail time.Duration) (pingOutcome, err
 			v, err := strconv.Atoi(strings.TrimSpace(n))
 			if err != nil {
 				return pingOutcome{}, fmt.Errorf("ping summary %q: %w", line, err)
+			}
+			if v < 0 || v > maxSent {
+				return pingOutcome{}, fmt.Errorf("ping summary %q: %d transmitted, want 0..%d", line, v, maxSent)
 			}
 			sent = v
 			continue
@@ -105,10 +112,14 @@ func parsePingStream(out string, interval, tail time.Duration) (pingOutcome, err
 		seqText, _, _ = strings.Cut(seqText, " ")
 		f, err1 := strconv.ParseFloat(stamp, 64)
 		seq, err2 := strconv.Atoi(seqText)
-		if err1 != nil || err2 != nil {
+		if err1 != nil || err2 != nil || seq < 0 || seq > 0xffff {
 			continue
 		}
-		replies = append(replies, reply{seq, time.Unix(0, int64(f*1e9))})
+		if prev >= 0 && seq < prev-0x8000 { // 65535 -> 0
+			wraps++
+		}
+		prev = seq
+		replies = append(replies, reply{seq + wraps<<16, time.Unix(0, int64(f*1e9))})
 	}
 	if sent < 0 {
 		return pingOutcome{}, fmt.Errorf("no ping summary in %d bytes of output", len(out))

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -16,7 +18,7 @@ func TestParsePingStream(t *testing.T) {
 --- 198.18.1.2 ping statistics ---
 8 packets transmitted, 4 received, +1 duplicates, 50% packet loss, time 140ms
 `
-	o, err := parsePingStream(out, 20*time.Millisecond, 40*time.Millisecond)
+	o, err := parsePingStream(out, 20*time.Millisecond, 40*time.Millisecond, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,8 +31,34 @@ func TestParsePingStream(t *testing.T) {
 			t.Errorf("lost ping %d sent at %.3f, want %.3f", i, got, want)
 		}
 	}
-	if _, err := parsePingStream("PING x\n", time.Second, 0); err == nil {
-		t.Error("no summary: want an error")
+	for _, bad := range []string{"PING x\n", "99999999999 packets transmitted\n", "101 packets transmitted\n", "-1 packets transmitted\n"} {
+		if _, err := parsePingStream(bad, time.Second, 0, 100); err == nil {
+			t.Errorf("%q: want an error", bad)
+		}
+	}
+}
+
+// TestParsePingStreamWraps: icmp_seq is 16 bits; a run past 65535 pings goes on
+// counting, so a loss after the wrap is one loss, not 65536.
+func TestParsePingStreamWraps(t *testing.T) {
+	var b strings.Builder
+	const sent = 70000
+	for k := 1; k <= sent; k++ {
+		if k == 68000 {
+			continue // the one loss
+		}
+		fmt.Fprintf(&b, "[%.3f] 64 bytes from x: icmp_seq=%d ttl=62\n", 1000+float64(k)*0.02, k&0xffff)
+	}
+	fmt.Fprintf(&b, "%d packets transmitted, %d received\n", sent, sent-1)
+	o, err := parsePingStream(b.String(), 20*time.Millisecond, 0, sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Sent != sent || o.Received != sent-1 || len(o.Lost) != 1 {
+		t.Fatalf("sent %d, received %d, lost %d", o.Sent, o.Received, len(o.Lost))
+	}
+	if got := float64(o.Lost[0].UnixNano()) / 1e9; got < 2359.99 || got > 2360.01 {
+		t.Errorf("lost ping sent at %.3f, want 2360.000", got)
 	}
 }
 
@@ -68,7 +96,7 @@ func FuzzParsePingStream(f *testing.F) {
 	f.Add("[9e99] 64 bytes from x: icmp_seq=-4 \n-1 packets transmitted\n", int64(0))
 	f.Fuzz(func(t *testing.T, out string, intervalMS int64) {
 		interval := time.Duration(max(intervalMS, 1)%1000+1) * time.Millisecond
-		o, err := parsePingStream(out, interval, interval)
+		o, err := parsePingStream(out, interval, interval, 1<<16)
 		if err != nil {
 			return
 		}
