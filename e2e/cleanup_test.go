@@ -23,6 +23,17 @@ var counters = regexp.MustCompile(`\[\d+:\d+\]`)
 // changes without anyone changing the state (iptables-save's comments and counters).
 func snapshot(c *cluster, h *host) hostState {
 	c.t.Helper()
+	// The kernel adds a link-local address and its routes to a link once duplicate
+	// address detection ends: a snapshot taken before that would see them as a change.
+	if strings.TrimSpace(c.sh(h.ns, "cat /proc/sys/net/ipv6/conf/eth0/disable_ipv6")) == "0" {
+		eventually(c.t, 20*time.Second, func() error {
+			out := c.sh(h.ns, "ip -6 addr show dev eth0 scope link")
+			if !strings.Contains(out, "fe80::") || strings.Contains(out, "tentative") {
+				return fmt.Errorf("eth0 of %s has no settled link-local address yet:\n%s", h.name, out)
+			}
+			return nil
+		})
+	}
 	s := hostState{}
 	for name, cmd := range map[string]string{
 		"ip -d link":     "ip -d link",
