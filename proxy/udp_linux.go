@@ -17,6 +17,14 @@ import (
 
 // udpConn is a worker's UDP socket with sendmmsg/recvmmsg batches over vectors
 // allocated once. One goroutine sends and one receives; they share nothing.
+//
+// It calls sendmmsg/recvmmsg itself rather than golang.org/x/net/ipv4's
+// PacketConn.WriteBatch/ReadBatch: BenchmarkBatchIO (batchio_linux_test.go, loopback,
+// send a batch and receive it, medians of 6 in one run on the 2-core VM) measured
+// 32 x 64 B 117 us raw vs 149 us x/net, 32 x 1400 B 114 vs 141 us, 8 x 64 B 29 vs
+// 31 us, 8 x 1400 B 38 vs 32 us; and x/net allocates two objects (52 B) per datagram
+// per call, where the data path allocates nothing per packet. At the data path's
+// batch (64) the raw calls win.
 type udpConn struct {
 	c    *net.UDPConn
 	rc   syscall.RawConn
