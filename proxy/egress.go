@@ -46,7 +46,7 @@ func (w *worker) egressBatch(n int) {
 			if !w.conn.room(1) {
 				w.flush()
 			}
-			w.conn.stage(pkt, p.ip)
+			w.conn.stageRun(pkt, p.ip)
 			w.pendingDgrams++
 			w.pending += len(pkt)
 			continue

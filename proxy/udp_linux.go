@@ -45,6 +45,12 @@ type udpConn struct {
 	sfail  int // datagrams that failed
 	serr   error
 	sendFn func(uintptr) bool
+	// the last staged message as a run that stageRun may extend (UDP GSO)
+	runOpen  bool
+	runIP    uint32
+	runSeg   int // datagram size of the run
+	runSegs  int
+	runBytes int
 
 	gro    bool // UDP_GRO in use: a message may hold many datagrams of one size
 	rctrl  []byte
@@ -185,10 +191,31 @@ func (u *udpConn) stage(pkt []byte, ip uint32) {
 	u.end(1, 0)
 }
 
+// stageRun adds pkt, one datagram for the host at ip, to the last staged message
+// when that is a run it may join, else as a message of its own. A run is a UDP GSO
+// message: datagrams to one host, all of one size but the last, which may be
+// shorter; the kernel sends them as separate datagrams (one inner packet each, as
+// flannel does), but they cross the sending and receiving stacks as one.
+func (u *udpConn) stageRun(pkt []byte, ip uint32) {
+	if u.runOpen && u.gso && u.runIP == ip && len(pkt) <= u.runSeg && u.runSegs < udpMaxSegments &&
+		u.runBytes+len(pkt) <= maxUDPPayload && u.niov < len(u.siov) {
+		u.sn-- // reopen the last message
+		u.addIov(pkt)
+		u.runSegs++
+		u.runBytes += len(pkt)
+		u.runOpen = len(pkt) == u.runSeg
+		u.end(u.runSegs, u.runSeg)
+		return
+	}
+	u.stage(pkt, ip)
+	u.runOpen, u.runIP, u.runSeg, u.runSegs, u.runBytes = true, ip, len(pkt), 1, len(pkt)
+}
+
 // begin starts a message to ip; addIov appends to it; end ends it, with segs
 // datagrams of segSize bytes each (the last may be shorter) when segs > 1, which
 // needs UDP GSO.
 func (u *udpConn) begin(ip uint32) {
+	u.runOpen = false
 	m := &u.shdrs[u.sn]
 	m.Hdr.Iov = &u.siov[u.niov]
 	m.Hdr.Iovlen = 0
@@ -228,7 +255,7 @@ func (u *udpConn) send() (failed int, err error) {
 		}
 		u.serr = werr
 	}
-	u.sn, u.niov = 0, 0
+	u.sn, u.niov, u.runOpen = 0, 0, false
 	return u.sfail, u.serr
 }
 

@@ -28,6 +28,7 @@ func listenUDP(sockOpts, int, int, [][]byte, *zap.Logger) (*udpConn, error) {
 func (u *udpConn) bufSizes() (int, int) { return 0, 0 }
 func (u *udpConn) room(int) bool        { return true }
 func (u *udpConn) stage([]byte, uint32) {}
+func (u *udpConn) stageRun([]byte, uint32) {}
 func (u *udpConn) begin(uint32)         {}
 func (u *udpConn) addIov([]byte)        {}
 func (u *udpConn) end(int, int)         {}
