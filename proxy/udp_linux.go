@@ -23,8 +23,10 @@ import (
 // send a batch and receive it, medians of 6 in one run on the 2-core VM) measured
 // 32 x 64 B 117 us raw vs 149 us x/net, 32 x 1400 B 114 vs 141 us, 8 x 64 B 29 vs
 // 31 us, 8 x 1400 B 38 vs 32 us; and x/net allocates two objects (52 B) per datagram
-// per call, where the data path allocates nothing per packet. At the data path's
-// batch (64) the raw calls win.
+// per call, where the data path allocates nothing per packet. A later single run on
+// the loaded VM had them level (32 x 64 B 120 vs 118 us, 32 x 1400 B 125 vs 131 us):
+// the syscalls dominate and speed is within noise at best; the allocations per
+// datagram, which the design rules out, decide it for the raw calls.
 type udpConn struct {
 	c    *net.UDPConn
 	rc   syscall.RawConn
