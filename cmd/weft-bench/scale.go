@@ -54,6 +54,7 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rate := fs.Int("rate", 50, "lease changes per second during the churn")
 	idle := fs.Duration("idle", 10*time.Second, "window of the idle CPU measurements")
 	noRestart := fs.Bool("no-restart", false, "leave out the etcd restart")
+	noOvertake := fs.Bool("no-overtake", false, "leave out the compaction that overtakes the daemon's watch")
 	out := fs.String("out", "", "directory for scale.md, scale.json and scale.svg")
 	verbose := fs.Bool("v", false, "debug logging")
 	var extra daemonFlag
@@ -85,7 +86,7 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	rep, err := bench.RunScale(ctx, bench.ScaleOptions{
 		Sizes: ns, Backend: *backend, Subjects: subjects, Idle: *idle, Churn: *churn, Rate: *rate,
-		NoRestart: *noRestart, StateFile: filepath.Join(stateDir(), "run.json"), Progress: stderr,
+		NoRestart: *noRestart, NoOvertake: *noOvertake, StateFile: filepath.Join(stateDir(), "run.json"), Progress: stderr,
 	}, newLogger(stderr, *verbose))
 	if rep != nil {
 		fmt.Fprintln(stdout)
