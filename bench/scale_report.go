@@ -87,7 +87,8 @@ func (r *ScaleReport) WriteMarkdown(w io.Writer) error {
 		"latency from just before the etcd write to the route's netlink event; one physical compaction half way "+
 		"(it does not overtake the watch). Then etcd is stopped and started; CPU over the next %gs. "+
 		"Last, a compaction that overtakes the daemon's watch: the daemon is stopped (SIGSTOP), %d lease changes are written, "+
-		"etcd is compacted after them, the daemon's TCP connections to etcd are destroyed (`ss -K`) and it continues (SIGCONT); "+
+		"etcd is compacted after them, the daemon's TCP connections to etcd are destroyed (`ss -K`; etcd's answers were dropped "+
+		"on the way in meanwhile, so nothing queued for it survives) and it continues (SIGCONT); "+
 		"its watch must resume from a compacted revision and re-list (one re-list is right; weftd's are counted), "+
 		"caught up: SIGCONT to the kernel's routes equal to etcd (— if not within 30 s); CPU over the next %gs. "+
 		"Stale/missing compare the kernel routes with etcd.\n\n",
