@@ -60,6 +60,7 @@ func clientFor(t testing.TB, kubeconfig string) kubernetes.Interface {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.QPS, cfg.Burst = 500, 1000 // the test's own setup (thousands of Nodes in BenchmarkNodeCache)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
