@@ -3,6 +3,7 @@ package encap
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/netip"
 
@@ -45,28 +46,54 @@ func (h *hostGW) Register(_ context.Context, own lease.Lease) error {
 
 func (h *hostGW) HandleEvents(_ context.Context, events []lease.Event) { h.handle(events) }
 
-func (h *hostGW) Run(ctx context.Context) error { return h.run(ctx, h.reconcile) }
+func (h *hostGW) Run(ctx context.Context) error { return h.run(ctx, h.reconcile, h.apply) }
 
 func (h *hostGW) reconcile() error {
 	peers, synced, own := h.snapshot()
 	want := map[netip.Prefix]netlink.Route{}
+	applied := make(map[netip.Prefix]programmed, len(peers))
 	for _, p := range peers {
-		ok, why := h.directlyConnected(p.Attrs.PublicIP)
-		if !ok {
-			if h.once(p.Subnet, true, "host-gw cannot reach a peer: it is not on a directly connected subnet; use vxlan or udp for it",
-				zap.Stringer("peer", p.Attrs.PublicIP), zap.Stringer("peer-subnet", p.Subnet),
-				zap.Stringer("us", h.ext.PublicIP), zap.String("why", why)) {
-				h.count("unreachable_peers")
-			}
-			continue
-		}
-		h.once(p.Subnet, false, "host-gw route to peer", zap.Stringer("peer", p.Attrs.PublicIP),
-			zap.Stringer("peer-subnet", p.Subnet), zap.String("why", why))
-		want[p.Subnet] = netlink.Route{
-			Dst:       ipconv.IPNet(p.Subnet),
-			Gw:        net.IP(p.Attrs.PublicIP.AsSlice()),
-			LinkIndex: h.ext.Index,
+		if r, ok := h.want(p); ok {
+			want[p.Subnet], applied[p.Subnet] = r, programmed{link: r.LinkIndex}
 		}
 	}
+	h.resetApplied(applied)
 	return h.syncRoutes(want, []int{h.ext.Index}, own, synced)
+}
+
+// want returns peer p's route; ok is false for a peer not on a directly connected
+// subnet (reported once).
+func (h *hostGW) want(p lease.Lease) (netlink.Route, bool) {
+	ok, why := h.directlyConnected(p.Attrs.PublicIP)
+	if !ok {
+		if h.once(p.Subnet, true, "host-gw cannot reach a peer: it is not on a directly connected subnet; use vxlan or udp for it",
+			zap.Stringer("peer", p.Attrs.PublicIP), zap.Stringer("peer-subnet", p.Subnet),
+			zap.Stringer("us", h.ext.PublicIP), zap.String("why", why)) {
+			h.count("unreachable_peers")
+		}
+		return netlink.Route{}, false
+	}
+	h.once(p.Subnet, false, "host-gw route to peer", zap.Stringer("peer", p.Attrs.PublicIP),
+		zap.Stringer("peer-subnet", p.Subnet), zap.String("why", why))
+	return netlink.Route{Dst: ipconv.IPNet(p.Subnet), Gw: net.IP(p.Attrs.PublicIP.AsSlice()), LinkIndex: h.ext.Index}, true
+}
+
+// apply writes or removes the changed peers' routes alone, without listing.
+func (h *hostGW) apply(changed []netip.Prefix) error {
+	var errs []error
+	for _, c := range h.changes(changed) {
+		if c.ok {
+			var r netlink.Route
+			if r, c.ok = h.want(c.lease); c.ok {
+				errs = append(errs, h.replaceRoute(r))
+				h.setApplied(c.subnet, programmed{link: r.LinkIndex}, true)
+				continue
+			}
+		}
+		if c.had {
+			h.setApplied(c.subnet, programmed{}, false)
+			errs = append(errs, h.deleteRoute(c.subnet, c.old.link))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -16,8 +16,11 @@ import (
 )
 
 // kernelPeers is what the kernel backends share: the desired set of peers fed by
-// lease events, a reconcile loop that makes the kernel match it, and per-peer
-// decisions logged once.
+// lease events, a loop that makes the kernel match it, and per-peer decisions logged
+// once. The loop applies each batch of lease events to the changed peers' entries
+// alone (O(changes) netlink calls); the full list-and-compare reconcile runs only at
+// start, when our own subnet changes, every period, and when the kernel loses an
+// entry we put there (see watchKernel).
 type kernelPeers struct {
 	typ    string
 	cfg    *lease.Config
@@ -25,6 +28,8 @@ type kernelPeers struct {
 	log    *zap.Logger
 	nl     *netlink.Handle
 	period time.Duration
+	// device is the backend's own link ("" for none): losing it needs a full pass.
+	device string
 
 	mu       sync.Mutex
 	own      netip.Prefix
@@ -33,9 +38,25 @@ type kernelPeers struct {
 	said     map[netip.Prefix]string
 	kick     chan struct{}
 	counters map[string]uint64
+	// dirty holds the peers changed since the last pass; full asks for a full pass.
+	dirty map[netip.Prefix]struct{}
+	full  bool
+	// applied is what the last passes put in the kernel per peer, and macs how many
+	// applied peers share each VtepMAC (an fdb entry is removed with its last user).
+	// Only the run loop writes them; watchKernel reads them.
+	applied map[netip.Prefix]programmed
+	macs    map[string]int
 	// repairs and inPlace: see settle.
 	repairs map[string]uint64
 	inPlace map[string]map[string]bool
+}
+
+// programmed is what a kernel backend put in the kernel for one peer.
+type programmed struct {
+	link int        // the route's link
+	mac  string     // vxlan: the VtepMAC of its neighbour and fdb entries ("" for none)
+	gw   netip.Addr // vxlan: the neighbour entry's address
+	pub  netip.Addr // vxlan: the fdb entry's destination
 }
 
 func newKernelPeers(typ string, cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (*kernelPeers, error) {
@@ -47,6 +68,8 @@ func newKernelPeers(typ string, cfg *lease.Config, ext ExternalInterface, log *z
 		typ: typ, cfg: cfg, ext: ext, log: log, nl: nl, period: 10 * time.Second,
 		peers: map[netip.Prefix]lease.Lease{}, said: map[netip.Prefix]string{},
 		kick: make(chan struct{}, 1), counters: map[string]uint64{},
+		dirty: map[netip.Prefix]struct{}{}, full: true,
+		applied: map[netip.Prefix]programmed{}, macs: map[string]int{},
 		repairs: map[string]uint64{}, inPlace: map[string]map[string]bool{},
 	}, nil
 }
@@ -55,6 +78,7 @@ func (k *kernelPeers) setOwn(p netip.Prefix) {
 	k.mu.Lock()
 	k.own = p
 	delete(k.peers, p)
+	k.full = true
 	k.mu.Unlock()
 	k.poke()
 }
@@ -73,6 +97,10 @@ func (k *kernelPeers) handle(events []lease.Event) {
 			delete(k.peers, s)
 			delete(k.said, s)
 		}
+		k.dirty[s] = struct{}{}
+	}
+	if !k.synced {
+		k.full = true
 	}
 	k.synced = true
 	k.mu.Unlock()
@@ -133,15 +161,46 @@ func (k *kernelPeers) Stats() any {
 	return out
 }
 
-// run calls reconcile at once, on every kick (lease events; the kernel losing an
-// entry, see watchKernel) and every period until ctx ends.
-func (k *kernelPeers) run(ctx context.Context, reconcile func() error) error {
+// repair asks for a full reconcile pass soon.
+func (k *kernelPeers) repair() {
+	k.mu.Lock()
+	k.full = true
+	k.mu.Unlock()
+	k.poke()
+}
+
+// run makes the kernel match the peers until ctx ends: reconcile (the full pass) at
+// once, every period and whenever one is asked for (setOwn, repair); on other kicks,
+// apply with the peers changed since the last pass.
+func (k *kernelPeers) run(ctx context.Context, reconcile func() error, apply func(changed []netip.Prefix) error) error {
 	go k.watchKernel(ctx)
 	t := time.NewTicker(k.period)
 	defer t.Stop()
 	var last string
+	tick := false
 	for {
-		if err := reconcile(); err != nil {
+		k.mu.Lock()
+		full, changed := k.full || tick, []netip.Prefix(nil)
+		if !full {
+			changed = make([]netip.Prefix, 0, len(k.dirty))
+			for s := range k.dirty {
+				changed = append(changed, s)
+			}
+			sort.Slice(changed, func(i, j int) bool { return changed[i].Addr().Less(changed[j].Addr()) })
+		}
+		k.full, tick = false, false
+		clear(k.dirty)
+		k.mu.Unlock()
+		var err error
+		switch {
+		case full:
+			k.count("full_reconciles")
+			err = reconcile()
+		case len(changed) > 0:
+			k.count("applies")
+			err = apply(changed)
+		}
+		if err != nil {
 			if err.Error() != last {
 				k.log.Warn("reconciling the kernel data path", zap.Error(err))
 			}
@@ -154,6 +213,7 @@ func (k *kernelPeers) run(ctx context.Context, reconcile func() error) error {
 			return nil
 		case <-k.kick:
 		case <-t.C:
+			tick = true
 		}
 	}
 }
@@ -189,6 +249,7 @@ func routeKey(r netlink.Route) netip.Prefix {
 // different ones are replaced; when prune is set, overlay routes of ours that are not
 // wanted are deleted.
 func (k *kernelPeers) syncRoutes(want map[netip.Prefix]netlink.Route, links []int, own netip.Prefix, prune bool) error {
+	k.count("netlink_lists")
 	have, err := k.nl.RouteList(nil, netlink.FAMILY_V4)
 	if err != nil {
 		return fmt.Errorf("list routes: %w", err)

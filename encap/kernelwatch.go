@@ -10,12 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// watchKernel pokes the reconcile loop as soon as the kernel loses something the
-// backend may own: a route into the network, a neighbour entry for an address in it,
-// an fdb entry, or a link. A route or fdb entry deleted by hand (or by another
-// program) then comes back at once instead of at the next period, which stays as the
-// fallback (also when a subscription fails or overflows). Deletions weftd makes
-// itself cause one more, idle, reconcile.
+// watchKernel asks for a full reconcile pass as soon as the kernel loses something
+// the backend put there and still wants: a peer's route, neighbour or fdb entry, the
+// backend's device or the external interface. A route or fdb entry deleted by hand (or
+// by another program) then comes back at once instead of at the next period, which
+// stays as the fallback (also when a subscription fails or overflows). The entries
+// weftd removes itself (a peer's lease gone) are no longer wanted when their deletion
+// is seen, so they cost nothing.
 func (k *kernelPeers) watchKernel(ctx context.Context) {
 	done := make(chan struct{})
 	defer close(done)
@@ -35,11 +36,6 @@ func (k *kernelPeers) watchKernel(ctx context.Context) {
 		onErr(err)
 		links = nil
 	}
-	network := k.cfg.Network
-	inNetwork := func(ip net.IP) bool {
-		a, ok := netip.AddrFromSlice(ip.To4())
-		return ok && network.Contains(a)
-	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -49,25 +45,59 @@ func (k *kernelPeers) watchKernel(ctx context.Context) {
 				routes = nil
 				continue
 			}
-			if u.Type == unix.RTM_DELROUTE && u.Dst != nil && inNetwork(u.Dst.IP) {
-				k.poke()
+			if u.Type == unix.RTM_DELROUTE && u.Dst != nil && k.wantsRoute(u.Dst) {
+				k.repair()
 			}
 		case u, ok := <-neighs:
 			if !ok {
 				neighs = nil
 				continue
 			}
-			if u.Type == unix.RTM_DELNEIGH && (u.Family == unix.AF_BRIDGE || inNetwork(u.IP)) {
-				k.poke()
+			if u.Type == unix.RTM_DELNEIGH && k.wantsNeigh(u.Neigh) {
+				k.repair()
 			}
 		case u, ok := <-links:
 			if !ok {
 				links = nil
 				continue
 			}
-			if u.Header.Type == unix.RTM_DELLINK {
-				k.poke()
+			if u.Header.Type == unix.RTM_DELLINK && u.Attrs() != nil &&
+				(u.Attrs().Index == k.ext.Index || k.device != "" && u.Attrs().Name == k.device) {
+				k.repair()
 			}
 		}
 	}
+}
+
+// wantsRoute reports whether dst is the destination of a peer route we put in place.
+func (k *kernelPeers) wantsRoute(dst *net.IPNet) bool {
+	a, ok := netip.AddrFromSlice(dst.IP.To4())
+	if !ok {
+		return false
+	}
+	ones, _ := dst.Mask.Size()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok = k.applied[netip.PrefixFrom(a, ones)]
+	return ok
+}
+
+// wantsNeigh reports whether n is a neighbour entry (its address) or an fdb entry
+// (its MAC) we put in place.
+func (k *kernelPeers) wantsNeigh(n netlink.Neigh) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if n.Family == unix.AF_BRIDGE {
+		return n.HardwareAddr != nil && k.macs[n.HardwareAddr.String()] > 0
+	}
+	a, ok := netip.AddrFromSlice(n.IP.To4())
+	if !ok || !k.cfg.Network.Contains(a) {
+		return false
+	}
+	p, err := a.Prefix(k.cfg.SubnetLen)
+	if err != nil {
+		return false
+	}
+	pr, ok := k.applied[p]
+	return ok && pr.mac != "" && pr.gw == a
 }

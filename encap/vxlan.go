@@ -88,7 +88,8 @@ func NewVXLAN(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backen
 	if err != nil {
 		return nil, err
 	}
-	return &vxlan{kernelPeers: k, opts: o, name: "flannel." + strconv.Itoa(o.VNI)}, nil
+	k.device = "flannel." + strconv.Itoa(o.VNI)
+	return &vxlan{kernelPeers: k, opts: o, name: k.device}, nil
 }
 
 func (v *vxlan) Type() string { return "vxlan" }
@@ -121,7 +122,7 @@ func (v *vxlan) Register(_ context.Context, own lease.Lease) error {
 
 func (v *vxlan) HandleEvents(_ context.Context, events []lease.Event) { v.handle(events) }
 
-func (v *vxlan) Run(ctx context.Context) error { return v.run(ctx, v.reconcile) }
+func (v *vxlan) Run(ctx context.Context) error { return v.run(ctx, v.reconcile, v.apply) }
 
 // errIncompatible marks an existing device whose settings differ from ours.
 var errIncompatible = errors.New("incompatible device")
@@ -241,49 +242,153 @@ func (v *vxlan) reconcile() error {
 	if err := v.ensureDevice(); err != nil {
 		return err
 	}
-	v.devMu.Lock()
-	idx := v.index
-	v.devMu.Unlock()
+	idx := v.devIndex()
 	peers, synced, own := v.snapshot()
 	routes := map[netip.Prefix]netlink.Route{}
 	neighs := map[netip.Addr]net.HardwareAddr{}
 	fdb := map[string]netip.Addr{}
+	applied := make(map[netip.Prefix]programmed, len(peers))
 	for _, p := range peers {
-		if v.opts.DirectRouting {
-			direct, why := v.directlyConnected(p.Attrs.PublicIP)
-			if direct {
-				v.once(p.Subnet, false, "DirectRouting: direct route to peer", zap.Stringer("peer", p.Attrs.PublicIP),
-					zap.Stringer("peer-subnet", p.Subnet), zap.String("why", why))
-				routes[p.Subnet] = netlink.Route{Dst: ipconv.IPNet(p.Subnet), Gw: net.IP(p.Attrs.PublicIP.AsSlice()), LinkIndex: v.ext.Index}
-				continue
-			}
-			v.once(p.Subnet, false, "DirectRouting: vxlan to peer", zap.Stringer("peer", p.Attrs.PublicIP),
-				zap.Stringer("peer-subnet", p.Subnet), zap.String("why", why))
-		}
-		var d vxlanData
-		mac, err := net.HardwareAddr(nil), json.Unmarshal(orNull(p.Attrs.BackendData), &d)
-		if err == nil {
-			mac, err = net.ParseMAC(d.VtepMAC)
-		}
-		if err != nil {
-			if v.once(p.Subnet, true, "skipping a vxlan peer with bad BackendData", zap.Stringer("peer", p.Attrs.PublicIP),
-				zap.Stringer("peer-subnet", p.Subnet), zap.Error(err)) {
-				v.count("bad_peers")
-			}
+		r, pr, mac, ok := v.want(p, idx)
+		if !ok {
 			continue
 		}
-		gw := p.Subnet.Masked().Addr()
-		routes[p.Subnet] = netlink.Route{Dst: ipconv.IPNet(p.Subnet), Gw: net.IP(gw.AsSlice()), LinkIndex: idx, Flags: int(netlink.FLAG_ONLINK)}
-		neighs[gw] = mac
-		fdb[mac.String()] = p.Attrs.PublicIP
+		routes[p.Subnet], applied[p.Subnet] = r, pr
+		if mac != nil {
+			neighs[pr.gw] = mac
+			fdb[pr.mac] = pr.pub
+		}
 	}
+	// Recorded first, so that watchKernel takes the stale entries this pass removes
+	// for what they are.
+	v.resetApplied(applied)
 	var errs []error
 	errs = append(errs, v.syncNeighbours(idx, neighs, synced), v.syncFDB(idx, fdb, synced))
 	errs = append(errs, v.syncRoutes(routes, []int{idx, v.ext.Index}, own, synced))
 	return errors.Join(errs...)
 }
 
+func (v *vxlan) devIndex() int {
+	v.devMu.Lock()
+	defer v.devMu.Unlock()
+	return v.index
+}
+
+// want returns peer p's route and what else it needs in the kernel: with a VtepMAC
+// (mac non-nil) a neighbour entry for its gateway and an fdb entry, without one
+// (DirectRouting to a directly connected peer) the route alone. ok is false for a peer
+// that gets nothing (bad BackendData, logged once).
+func (v *vxlan) want(p lease.Lease, idx int) (netlink.Route, programmed, net.HardwareAddr, bool) {
+	if v.opts.DirectRouting {
+		direct, why := v.directlyConnected(p.Attrs.PublicIP)
+		if direct {
+			v.once(p.Subnet, false, "DirectRouting: direct route to peer", zap.Stringer("peer", p.Attrs.PublicIP),
+				zap.Stringer("peer-subnet", p.Subnet), zap.String("why", why))
+			r := netlink.Route{Dst: ipconv.IPNet(p.Subnet), Gw: net.IP(p.Attrs.PublicIP.AsSlice()), LinkIndex: v.ext.Index}
+			return r, programmed{link: v.ext.Index}, nil, true
+		}
+		v.once(p.Subnet, false, "DirectRouting: vxlan to peer", zap.Stringer("peer", p.Attrs.PublicIP),
+			zap.Stringer("peer-subnet", p.Subnet), zap.String("why", why))
+	}
+	var d vxlanData
+	mac, err := net.HardwareAddr(nil), json.Unmarshal(orNull(p.Attrs.BackendData), &d)
+	if err == nil {
+		mac, err = net.ParseMAC(d.VtepMAC)
+	}
+	if err != nil {
+		if v.once(p.Subnet, true, "skipping a vxlan peer with bad BackendData", zap.Stringer("peer", p.Attrs.PublicIP),
+			zap.Stringer("peer-subnet", p.Subnet), zap.Error(err)) {
+			v.count("bad_peers")
+		}
+		return netlink.Route{}, programmed{}, nil, false
+	}
+	gw := p.Subnet.Masked().Addr()
+	r := netlink.Route{Dst: ipconv.IPNet(p.Subnet), Gw: net.IP(gw.AsSlice()), LinkIndex: idx, Flags: int(netlink.FLAG_ONLINK)}
+	return r, programmed{link: idx, mac: mac.String(), gw: gw, pub: p.Attrs.PublicIP}, mac, true
+}
+
+// apply writes the changed peers' entries alone: first what the present peers need
+// (route, neighbour, fdb: replaced in place), then what the gone ones (or a peer's
+// old VtepMAC) leave behind. No listing: its cost does not grow with the peers.
+func (v *vxlan) apply(changed []netip.Prefix) error {
+	idx := v.devIndex()
+	var errs []error
+	var gone []change
+	for _, c := range v.changes(changed) {
+		var r netlink.Route
+		var pr programmed
+		var mac net.HardwareAddr
+		if c.ok {
+			r, pr, mac, c.ok = v.want(c.lease, idx)
+		}
+		if !c.ok {
+			if c.had {
+				gone = append(gone, c)
+			}
+			continue
+		}
+		if mac != nil {
+			n := netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+				IP: net.IP(pr.gw.AsSlice()), HardwareAddr: mac}
+			if err := v.nl.NeighSet(&n); err != nil {
+				errs = append(errs, fmt.Errorf("neighbour %v: %w", pr.gw, err))
+			} else {
+				v.placed("neigh", pr.gw.String(), true)
+			}
+			f := netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
+				Flags: netlink.NTF_SELF, IP: net.IP(pr.pub.AsSlice()), HardwareAddr: mac}
+			if err := v.nl.NeighSet(&f); err != nil {
+				errs = append(errs, fmt.Errorf("fdb %s: %w", pr.mac, err))
+			} else {
+				v.placed("fdb", pr.mac, true)
+			}
+		}
+		// The route takes the old one's place whatever its link (same destination).
+		if err := v.replaceRoute(r); err != nil {
+			errs = append(errs, err)
+		}
+		macFree := v.setApplied(c.subnet, pr, true)
+		if c.had && c.old.mac != "" {
+			errs = append(errs, v.removeNeighbours(idx, c.old, mac == nil, macFree))
+		}
+	}
+	for _, c := range gone {
+		macFree := v.setApplied(c.subnet, programmed{}, false)
+		errs = append(errs, v.deleteRoute(c.subnet, c.old.link))
+		if c.old.mac != "" {
+			errs = append(errs, v.removeNeighbours(idx, c.old, true, macFree))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeNeighbours removes what old put in the kernel beside its route: the neighbour
+// entry (neigh) and the fdb entry (fdb, when no other peer uses its MAC). Entries
+// already gone are fine.
+func (v *vxlan) removeNeighbours(idx int, old programmed, neigh, fdb bool) error {
+	var errs []error
+	gone := func(err error) bool { return err == nil || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) }
+	if neigh {
+		v.placed("neigh", old.gw.String(), false)
+		n := netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V4, IP: net.IP(old.gw.AsSlice())}
+		if err := v.nl.NeighDel(&n); !gone(err) {
+			errs = append(errs, fmt.Errorf("remove neighbour %v: %w", old.gw, err))
+		}
+	}
+	if fdb {
+		v.placed("fdb", old.mac, false)
+		hw, _ := net.ParseMAC(old.mac)
+		f := netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF,
+			IP: net.IP(old.pub.AsSlice()), HardwareAddr: hw}
+		if err := v.nl.NeighDel(&f); !gone(err) {
+			errs = append(errs, fmt.Errorf("remove fdb %s: %w", old.mac, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func (v *vxlan) syncNeighbours(idx int, want map[netip.Addr]net.HardwareAddr, prune bool) error {
+	v.count("netlink_lists")
 	have, err := v.nl.NeighList(idx, netlink.FAMILY_V4)
 	if err != nil {
 		return fmt.Errorf("list neighbours of %s: %w", v.name, err)
@@ -322,6 +427,7 @@ func (v *vxlan) syncNeighbours(idx int, want map[netip.Addr]net.HardwareAddr, pr
 }
 
 func (v *vxlan) syncFDB(idx int, want map[string]netip.Addr, prune bool) error {
+	v.count("netlink_lists")
 	have, err := v.nl.NeighList(idx, unix.AF_BRIDGE)
 	if err != nil {
 		return fmt.Errorf("list fdb of %s: %w", v.name, err)

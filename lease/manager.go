@@ -227,16 +227,44 @@ func (m *EtcdManager) tryAcquire(ctx context.Context, cfg *Config, attrs Attrs) 
 		}
 	}
 	// 3. A random free one.
-	var free []netip.Prefix
-	for i := cfg.Index(cfg.SubnetMin); i <= cfg.Index(cfg.SubnetMax); i++ {
-		if s := cfg.Subnet(i); !taken[s] {
-			free = append(free, s)
-		}
-	}
-	if len(free) == 0 {
+	s, ok := pickFree(cfg, taken)
+	if !ok {
 		return Lease{}, fmt.Errorf("%w in %v between %v and %v", ErrNoFreeSubnet, cfg.Network, cfg.SubnetMin, cfg.SubnetMax)
 	}
-	return m.create(ctx, free[rand.IntN(len(free))], attrs, "free subnet")
+	return m.create(ctx, s, attrs, "free subnet")
+}
+
+// pickFree returns a random subnet between SubnetMin and SubnetMax that taken does
+// not hold. Up to 2^16 subnets, every free one is listed and one drawn evenly. A
+// larger range (flanneld accepts up to 2^30 subnets) is probed at random, then
+// scanned from a random start: the work is bounded by the leases, not the range.
+func pickFree(cfg *Config, taken map[netip.Prefix]bool) (netip.Prefix, bool) {
+	lo, hi := cfg.Index(cfg.SubnetMin), cfg.Index(cfg.SubnetMax)
+	n := hi - lo + 1
+	if n <= 1<<16 {
+		var free []netip.Prefix
+		for i := lo; i <= hi; i++ {
+			if s := cfg.Subnet(i); !taken[s] {
+				free = append(free, s)
+			}
+		}
+		if len(free) == 0 {
+			return netip.Prefix{}, false
+		}
+		return free[rand.IntN(len(free))], true
+	}
+	for range 64 {
+		if s := cfg.Subnet(lo + rand.IntN(n)); !taken[s] {
+			return s, true
+		}
+	}
+	start := rand.IntN(n)
+	for k := range min(n, len(taken)+1) {
+		if s := cfg.Subnet(lo + (start+k)%n); !taken[s] {
+			return s, true
+		}
+	}
+	return netip.Prefix{}, false
 }
 
 func (m *EtcdManager) create(ctx context.Context, s netip.Prefix, attrs Attrs, why string) (Lease, error) {
