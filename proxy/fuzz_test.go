@@ -99,3 +99,49 @@ func FuzzIngressCoalesce(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIngressCheck6 feeds arbitrary IPv6 payloads and destinations to the IPv6 side:
+// CheckIngress must never panic and what it accepts must satisfy every check;
+// RouteEgress and Lookup6 must agree with netip's view of the table.
+func FuzzIngressCheck6(f *testing.F) {
+	s := testSnapshot6(f)
+	src := ipconv.U32(tPeerIP)
+	f.Add(ipv6Packet(t6PeerPod, t6LocalIP, 64, layers.IPProtocolUDP, make([]byte, 30)), src)
+	f.Add(ipv6Packet(t6PeerPod, t6LocalIP, 1, layers.IPProtocolICMPv6, nil), src)
+	f.Add(ipv6Packet(t6Pod3, t6LocalIP, 64, layers.IPProtocolTCP, nil), src)
+	f.Add([]byte{0x60}, src)
+	f.Fuzz(func(t *testing.T, pkt []byte, src uint32) {
+		in := append([]byte(nil), pkt...)
+		r := s.CheckIngress(pkt, src)
+		if r >= numDropReasons {
+			t.Fatalf("reason %d out of range", r)
+		}
+		if len(pkt) >= ipv6HeaderLen && pkt[0]>>4 == 6 {
+			from, _ := netip.AddrFromSlice(pkt[8:24])
+			to, _ := netip.AddrFromSlice(pkt[24:40])
+			// Egress must route exactly what the table holds.
+			p, er := s.RouteEgress(in)
+			want := lookup6(s, to)
+			if (p != nil) != (want != nil && pkt[7] > 1) || (p == nil && er == DropNone) {
+				t.Fatalf("RouteEgress(%v) = %v, %v; Lookup6 %v", to, p, er, want)
+			}
+			if want != nil && !want.Subnet.Contains(to) {
+				t.Fatalf("Lookup6(%v) = %v", to, want.Subnet)
+			}
+			if r == DropNone {
+				switch {
+				case !s.HoldsLease(src):
+					t.Fatal("accepted a sender without a lease")
+				case ipv6HeaderLen+int(binary.BigEndian.Uint16(pkt[4:6])) != len(pkt):
+					t.Fatal("accepted a length mismatch")
+				case !t6Peer.Contains(from):
+					t.Fatal("accepted a source outside the sender's subnet")
+				case !t6Local.Contains(to):
+					t.Fatal("accepted a destination outside our subnet")
+				case pkt[7] <= 1:
+					t.Fatal("accepted a hop limit that expires")
+				}
+			}
+		}
+	})
+}

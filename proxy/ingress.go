@@ -56,7 +56,7 @@ func (w *worker) ingressProcess(n int) {
 				c.drops[r].Add(1)
 				continue
 			}
-			decTTL(pkt)
+			decHop(pkt)
 			accepted++
 			bytes += len(pkt)
 			// In place, the packet has the zeroed headroom in front; after the

@@ -98,7 +98,7 @@ func finishChecksum(pkt []byte, h vnetHdr) bool {
 // tsoLayout checks a TCPv4 super packet and returns its header lengths.
 func tsoLayout(pkt []byte) (ihl, hl int, ok bool) {
 	ihl = int(pkt[0]&0x0f) * 4
-	if pkt[9] != protoTCP || len(pkt) < ihl+20 {
+	if pkt[0]>>4 != 4 || ihl < ipv4HeaderLen || pkt[9] != protoTCP || len(pkt) < ihl+20 {
 		return 0, 0, false
 	}
 	thl := int(pkt[ihl+12]>>4) * 4
@@ -137,10 +137,17 @@ func segmentHeaders(h, pkt []byte, ihl, hl, i, off int, seg []byte, last bool) {
 	be.PutUint16(t[16:], ^fold(ac))
 }
 
-// usoLayout checks a UDPv4 super packet and returns its header lengths.
+// usoLayout checks a UDP super packet (IPv4, or IPv6 without extension headers: the
+// kernel's USO6 gives those) and returns its header lengths.
 func usoLayout(pkt []byte) (ihl, hl int, ok bool) {
+	if pkt[0]>>4 == 6 {
+		if len(pkt) < ipv6HeaderLen+udpHeaderLen || pkt[6] != protoUDP {
+			return 0, 0, false
+		}
+		return ipv6HeaderLen, ipv6HeaderLen + udpHeaderLen, true
+	}
 	ihl = int(pkt[0]&0x0f) * 4
-	if pkt[9] != protoUDP || len(pkt) < ihl+udpHeaderLen {
+	if pkt[0]>>4 != 4 || ihl < ipv4HeaderLen || pkt[9] != protoUDP || len(pkt) < ihl+udpHeaderLen {
 		return 0, 0, false
 	}
 	return ihl, ihl + udpHeaderLen, true
@@ -152,6 +159,10 @@ func usoLayout(pkt []byte) (ihl, hl int, ok bool) {
 func segmentUDPHeaders(h, pkt []byte, ihl, hl, i int, seg []byte) {
 	copy(h, pkt[:hl])
 	be := binary.BigEndian
+	if pkt[0]>>4 == 6 {
+		segmentUDP6Headers(h, seg)
+		return
+	}
 	be.PutUint16(h[2:], uint16(hl+len(seg)))
 	be.PutUint16(h[4:], be.Uint16(pkt[4:])+uint16(i))
 	be.PutUint16(h[10:], 0)
@@ -166,6 +177,26 @@ func segmentUDPHeaders(h, pkt []byte, ihl, hl, i int, seg []byte) {
 	c := ^fold(ac)
 	if c == 0 {
 		c = 0xffff // 0 means "no checksum" in UDP
+	}
+	be.PutUint16(u[6:], c)
+}
+
+// segmentUDP6Headers completes in h (a copy of an IPv6 UDP super packet's 48 bytes of
+// headers) the headers of one datagram of payload seg: payload length, UDP length,
+// UDP checksum (mandatory in IPv6) over the pseudo-header, h's UDP header and seg.
+func segmentUDP6Headers(h, seg []byte) {
+	be := binary.BigEndian
+	ulen := udpHeaderLen + len(seg)
+	be.PutUint16(h[4:], uint16(ulen))
+	u := h[ipv6HeaderLen : ipv6HeaderLen+udpHeaderLen]
+	be.PutUint16(u[4:], uint16(ulen))
+	be.PutUint16(u[6:], 0)
+	ac := sum(h[8:40], uint64(protoUDP)+uint64(ulen))
+	ac = sum(u, ac)
+	ac = sum(seg, ac)
+	c := ^fold(ac)
+	if c == 0 {
+		c = 0xffff
 	}
 	be.PutUint16(u[6:], c)
 }

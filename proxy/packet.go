@@ -12,9 +12,13 @@ const (
 )
 
 // RouteEgress checks a packet read from the TUN device, finds the peer for its
-// destination and decrements its TTL. On a drop it returns nil and the reason.
+// destination and decrements its TTL (IPv6: hop limit). On a drop it returns nil and
+// the reason.
 func (s *Snapshot) RouteEgress(pkt []byte) (*Peer, DropReason) {
 	if len(pkt) < ipv4HeaderLen || pkt[0]>>4 != 4 || pkt[0]&0x0f < 5 || int(pkt[0]&0x0f)*4 > len(pkt) {
+		if len(pkt) >= ipv6HeaderLen && pkt[0]>>4 == 6 {
+			return s.routeEgress6(pkt)
+		}
 		return nil, DropMalformed
 	}
 	dst := binary.BigEndian.Uint32(pkt[16:20])
@@ -33,7 +37,7 @@ func (s *Snapshot) RouteEgress(pkt []byte) (*Peer, DropReason) {
 }
 
 // CheckIngress checks the payload of a datagram that came from the public address src
-// (big-endian): src holds a lease, the payload is an IPv4 packet with a valid header
+// (big-endian); an IPv6 payload goes to checkIngress6. For IPv4: src holds a lease, the payload is an IPv4 packet with a valid header
 // checksum (coalescing rewrites headers, so it must not launder bad ones) whose total
 // length is the datagram's, its source lies in a subnet src holds, its destination in
 // ours and is unicast, and its TTL survives a decrement. A datagram from an address
@@ -45,6 +49,9 @@ func (s *Snapshot) RouteEgress(pkt []byte) (*Peer, DropReason) {
 // is flannel0's own address, which peers may reach).
 func (s *Snapshot) CheckIngress(pkt []byte, src uint32) DropReason {
 	if r := checkIPv4(pkt); r != DropNone {
+		if r == DropMalformed && pkt[0]>>4 == 6 {
+			return s.checkIngress6(pkt, src)
+		}
 		if !s.HoldsLease(src) {
 			return DropUnknownSource
 		}
@@ -114,6 +121,9 @@ func checksum(b []byte) uint16 { return ^fold(sum(b, 0)) }
 // 3.2.2): not about an ICMP error, not a non-first fragment, not from a
 // non-unicast source.
 func wantsICMPError(pkt []byte) bool {
+	if pkt[0]>>4 != 4 { // no ICMPv6 errors yet: an IPv6 packet without a route is only counted
+		return false
+	}
 	ihl := int(pkt[0]&0x0f) * 4
 	if binary.BigEndian.Uint16(pkt[6:8])&0x1fff != 0 {
 		return false

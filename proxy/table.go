@@ -16,7 +16,9 @@ var ErrBadRoute = errors.New("bad route")
 // maxIndexBits bounds the table's index: 2^20 subnets per network.
 const maxIndexBits = 20
 
-// Route says that Subnet is reached through the host at PublicIP.
+// Route says that Subnet is reached through the host at PublicIP. Either may be
+// IPv4 or IPv6: an IPv6 Subnet needs Table.EnableIPv6, an IPv6 PublicIP is sent to
+// over the IPv6 underlay.
 type Route struct {
 	Subnet   netip.Prefix
 	PublicIP netip.Addr
@@ -26,7 +28,9 @@ type Route struct {
 type Peer struct {
 	Subnet   netip.Prefix
 	PublicIP netip.Addr
-	ip       uint32 // PublicIP
+	ip       uint32   // PublicIP, when IPv4
+	ip6      [16]byte // PublicIP, when IPv6
+	under6   bool     // PublicIP is IPv6: sent over the IPv6 underlay
 }
 
 // Snapshot is an immutable view of the table. Lookups on it never block or allocate.
@@ -39,8 +43,10 @@ type Snapshot struct {
 	hasLocal  bool
 	bySubnet  []*Peer        // index (dst-network)>>shift
 	byIP      map[uint32]int // public address -> number of subnets it holds
+	byIP6     map[[16]byte]int
 	routes    int
 	localPref netip.Prefix
+	v6        *table6 // the IPv6 side, nil without an IPv6 network
 }
 
 // Table maps overlay subnets to the public addresses of their hosts. Readers load a
@@ -68,6 +74,7 @@ func NewTable(network netip.Prefix, subnetLen int) (*Table, error) {
 		shift:    uint(32 - subnetLen),
 		bySubnet: make([]*Peer, 1<<bits),
 		byIP:     map[uint32]int{},
+		byIP6:    map[[16]byte]int{},
 	}
 	t := &Table{}
 	t.snap.Store(s)
@@ -91,6 +98,13 @@ func (s *Snapshot) clone() *Snapshot {
 	for k, v := range s.byIP {
 		n.byIP[k] = v
 	}
+	n.byIP6 = make(map[[16]byte]int, len(s.byIP6))
+	for k, v := range s.byIP6 {
+		n.byIP6[k] = v
+	}
+	if s.v6 != nil {
+		n.v6 = s.v6.clone()
+	}
 	return &n
 }
 
@@ -107,12 +121,36 @@ func (s *Snapshot) index(p netip.Prefix) (int, error) {
 	return int((a - s.network) >> s.shift), nil
 }
 
-// SetLocal sets our own subnet: ingress must be addressed to it, egress to it is
-// dropped, and ICMP errors come from its first address.
+// slots returns the slot array and index of subnet p, of either family.
+func (s *Snapshot) slots(p netip.Prefix) ([]*Peer, int, error) {
+	if p.Addr().Is6() {
+		if s.v6 == nil {
+			return nil, -1, fmt.Errorf("%w: subnet %v: the table has no IPv6 network", ErrBadRoute, p)
+		}
+		i, err := s.v6.index(p)
+		return s.v6.bySubnet, i, err
+	}
+	i, err := s.index(p)
+	return s.bySubnet, i, err
+}
+
+// SetLocal sets our own subnet (IPv4, or IPv6 once EnableIPv6 gave the table an IPv6
+// side): ingress must be addressed to it, egress to it is dropped, and ICMP errors
+// come from its first address.
 func (t *Table) SetLocal(subnet netip.Prefix) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.snap.Load()
+	if subnet.Addr().Is6() {
+		if _, _, err := s.slots(subnet); err != nil {
+			return err
+		}
+		n := s.clone()
+		n.v6.local = subnet
+		n.v6.locHi, n.v6.locLo = halves(subnet.Addr())
+		t.snap.Store(n)
+		return nil
+	}
 	if _, err := s.index(subnet); err != nil {
 		return err
 	}
@@ -130,43 +168,59 @@ func (t *Table) Apply(set []Route, remove []netip.Prefix) error {
 	n := t.snap.Load().clone()
 	var errs []error
 	for _, p := range remove {
-		i, err := n.index(p)
+		slots, i, err := n.slots(p)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		n.drop(i)
+		n.drop(slots, i)
 	}
 	for _, r := range set {
-		i, err := n.index(r.Subnet)
+		slots, i, err := n.slots(r.Subnet)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if !r.PublicIP.Is4() {
-			errs = append(errs, fmt.Errorf("%w: subnet %v: public IP %v is not IPv4", ErrBadRoute, r.Subnet, r.PublicIP))
+		pub := r.PublicIP
+		if pub.Is4In6() {
+			pub = pub.Unmap()
+		}
+		if !pub.Is4() && (pub.Zone() != "" || !pub.IsGlobalUnicast()) {
+			errs = append(errs, fmt.Errorf("%w: subnet %v: public IP %v is not a unicast address", ErrBadRoute, r.Subnet, r.PublicIP))
 			continue
 		}
-		if n.hasLocal && r.Subnet == n.localPref {
+		if r.Subnet == n.localPref && n.hasLocal || n.v6 != nil && r.Subnet == n.v6.local {
 			continue
 		}
-		n.drop(i)
-		p := &Peer{Subnet: r.Subnet, PublicIP: r.PublicIP, ip: ipconv.U32(r.PublicIP)}
-		n.bySubnet[i] = p
-		n.byIP[p.ip]++
+		n.drop(slots, i)
+		p := &Peer{Subnet: r.Subnet, PublicIP: pub}
+		if pub.Is4() {
+			p.ip = ipconv.U32(pub)
+			n.byIP[p.ip]++
+		} else {
+			p.ip6, p.under6 = pub.As16(), true
+			n.byIP6[p.ip6]++
+		}
+		slots[i] = p
 		n.routes++
 	}
 	t.snap.Store(n)
 	return errors.Join(errs...)
 }
 
-func (s *Snapshot) drop(i int) {
-	old := s.bySubnet[i]
+func (s *Snapshot) drop(slots []*Peer, i int) {
+	old := slots[i]
 	if old == nil {
 		return
 	}
-	s.bySubnet[i] = nil
+	slots[i] = nil
 	s.routes--
+	if old.under6 {
+		if s.byIP6[old.ip6]--; s.byIP6[old.ip6] <= 0 {
+			delete(s.byIP6, old.ip6)
+		}
+		return
+	}
 	if s.byIP[old.ip]--; s.byIP[old.ip] <= 0 {
 		delete(s.byIP, old.ip)
 	}
@@ -178,7 +232,11 @@ func (s *Snapshot) Len() int { return s.routes }
 // Routes lists the peers (for diagnostics; allocates).
 func (s *Snapshot) Routes() []Route {
 	var rs []Route
-	for _, p := range s.bySubnet {
+	all := s.bySubnet
+	if s.v6 != nil {
+		all = append(all[:len(all):len(all)], s.v6.bySubnet...)
+	}
+	for _, p := range all {
 		if p != nil {
 			rs = append(rs, Route{Subnet: p.Subnet, PublicIP: p.PublicIP})
 		}

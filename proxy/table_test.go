@@ -101,11 +101,12 @@ func TestTableErrors(t *testing.T) {
 	tb, _ := NewTable(netip.MustParsePrefix("198.18.0.0/16"), 24)
 	pub := netip.MustParseAddr("192.0.2.2")
 	for _, r := range []Route{
-		{netip.MustParsePrefix("198.18.2.0/25"), pub}, // wrong length
-		{netip.MustParsePrefix("198.19.2.0/24"), pub}, // outside
-		{netip.MustParsePrefix("198.18.2.1/24"), pub}, // not on a boundary
-		{netip.MustParsePrefix("2001:db8::/24"), pub}, // not IPv4
-		{netip.MustParsePrefix("198.18.2.0/24"), netip.MustParseAddr("2001:db8::1")},
+		{netip.MustParsePrefix("198.18.2.0/25"), pub},                            // wrong length
+		{netip.MustParsePrefix("198.19.2.0/24"), pub},                            // outside
+		{netip.MustParsePrefix("198.18.2.1/24"), pub},                            // not on a boundary
+		{netip.MustParsePrefix("2001:db8::/24"), pub},                            // not IPv4
+		{netip.MustParsePrefix("198.18.2.0/24"), netip.MustParseAddr("fe80::1")}, // IPv6, not global unicast
+		{netip.MustParsePrefix("198.18.2.0/24"), netip.Addr{}},
 	} {
 		if err := tb.Apply([]Route{r}, nil); !errors.Is(err, ErrBadRoute) {
 			t.Errorf("Apply(%v) = %v, want ErrBadRoute", r, err)
