@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/binary"
+	"errors"
 	"time"
 
 	"go.uber.org/zap"
@@ -42,11 +43,19 @@ func (w *worker) egressBatch(n int) {
 			}
 			continue
 		}
+		u := w.conn
+		if p.under6 {
+			if u = w.conn6; u == nil { // no IPv6 underlay socket
+				w.cnt.drops[DropSendError].Add(1)
+				continue
+			}
+			u.dst6 = p.ip6
+		}
 		if vh.gsoType == vnetGSONone {
-			if !w.conn.room(1) {
+			if !u.room(1) {
 				w.flush()
 			}
-			w.conn.stageRun(pkt, p.ip)
+			u.stageRun(pkt, p.ip)
 			w.pendingDgrams++
 			w.pending += len(pkt)
 			continue
@@ -54,9 +63,9 @@ func (w *worker) egressBatch(n int) {
 		ok := false
 		switch vh.gsoType &^ vnetGSOECN {
 		case vnetGSOTCPv4:
-			ok = w.stageTSO(pkt, p, int(vh.gsoSize))
+			ok = w.stageTSO(u, pkt, p, int(vh.gsoSize))
 		case vnetGSOUDPL4:
-			ok = w.stageUSO(pkt, p, int(vh.gsoSize))
+			ok = w.stageUSO(u, pkt, p, int(vh.gsoSize))
 		}
 		if !ok {
 			w.cnt.drops[DropMalformed].Add(1)
@@ -70,7 +79,7 @@ func (w *worker) egressBatch(n int) {
 // stageTSO cuts a TCPv4 super packet into segments of gsoSize payload bytes, each a
 // datagram of its own headers (in seghdr) and a slice of pkt's payload. With UDP GSO
 // a run of them goes in one message and the kernel cuts the datagrams apart.
-func (w *worker) stageTSO(pkt []byte, p *Peer, gsoSize int) bool {
+func (w *worker) stageTSO(u *udpConn, pkt []byte, p *Peer, gsoSize int) bool {
 	ihl, hl, ok := tsoLayout(pkt)
 	payload := pkt[hl:]
 	if !ok || gsoSize == 0 || len(payload) == 0 {
@@ -78,28 +87,28 @@ func (w *worker) stageTSO(pkt []byte, p *Peer, gsoSize int) bool {
 	}
 	segLen := hl + gsoSize
 	per := 1
-	if w.conn.gso {
+	if u.gso {
 		per = max(1, min(udpMaxSegments, maxUDPPayload/segLen))
 	}
 	nsegs := (len(payload) + gsoSize - 1) / gsoSize
 	for i := 0; i < nsegs; {
 		k := min(per, nsegs-i)
-		if !w.conn.room(2*k) || w.nhdr+k > len(w.seghdr) {
+		if !u.room(2*k) || w.nhdr+k > len(w.seghdr) {
 			w.flush()
 		}
-		w.conn.begin(p.ip)
+		u.begin(p.ip)
 		for range k {
 			off := i * gsoSize
 			seg := payload[off:min(off+gsoSize, len(payload))]
 			h := w.seghdr[w.nhdr][:hl]
 			w.nhdr++
 			segmentHeaders(h, pkt, ihl, hl, i, off, seg, i == nsegs-1)
-			w.conn.addIov(h)
-			w.conn.addIov(seg)
+			u.addIov(h)
+			u.addIov(seg)
 			w.pending += hl + len(seg)
 			i++
 		}
-		w.conn.end(k, segLen)
+		u.end(k, segLen)
 		w.pendingDgrams += k
 	}
 	return true
@@ -109,7 +118,7 @@ func (w *worker) stageTSO(pkt []byte, p *Peer, gsoSize int) bool {
 // at once with UDP_SEGMENT) into its datagrams of gsoSize payload bytes, each one
 // UDP datagram on the wire as flannel sends it; with UDP GSO a run of them goes in
 // one message.
-func (w *worker) stageUSO(pkt []byte, p *Peer, gsoSize int) bool {
+func (w *worker) stageUSO(u *udpConn, pkt []byte, p *Peer, gsoSize int) bool {
 	ihl, hl, ok := usoLayout(pkt)
 	payload := pkt[hl:]
 	if !ok || gsoSize == 0 || len(payload) == 0 {
@@ -117,28 +126,28 @@ func (w *worker) stageUSO(pkt []byte, p *Peer, gsoSize int) bool {
 	}
 	segLen := hl + gsoSize
 	per := 1
-	if w.conn.gso {
+	if u.gso {
 		per = max(1, min(udpMaxSegments, maxUDPPayload/segLen))
 	}
 	nsegs := (len(payload) + gsoSize - 1) / gsoSize
 	for i := 0; i < nsegs; {
 		k := min(per, nsegs-i)
-		if !w.conn.room(2*k) || w.nhdr+k > len(w.seghdr) {
+		if !u.room(2*k) || w.nhdr+k > len(w.seghdr) {
 			w.flush()
 		}
-		w.conn.begin(p.ip)
+		u.begin(p.ip)
 		for range k {
 			off := i * gsoSize
 			seg := payload[off:min(off+gsoSize, len(payload))]
 			h := w.seghdr[w.nhdr][:hl]
 			w.nhdr++
 			segmentUDPHeaders(h, pkt, ihl, hl, i, seg)
-			w.conn.addIov(h)
-			w.conn.addIov(seg)
+			u.addIov(h)
+			u.addIov(seg)
 			w.pending += hl + len(seg)
 			i++
 		}
-		w.conn.end(k, segLen)
+		u.end(k, segLen)
 		w.pendingDgrams += k
 	}
 	return true
@@ -161,6 +170,11 @@ func (w *worker) flush() {
 	failed, err := w.conn.send()
 	if gso && !w.conn.gso {
 		w.log.Warn("UDP GSO switched off", zap.Error(err))
+	}
+	if w.conn6 != nil && w.conn6.sn > 0 {
+		f6, err6 := w.conn6.send()
+		failed += f6
+		err = errors.Join(err, err6)
 	}
 	if failed > 0 {
 		c.drops[DropSendError].Add(uint64(failed))

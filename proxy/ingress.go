@@ -24,6 +24,11 @@ func (w *worker) ingressBatch(n int) {
 	for i := range n {
 		w.isizes[i], w.isrc[i], w.isegs[i] = w.conn.size(i), w.conn.src(i), w.conn.segSize(i)
 	}
+	if w.under6 {
+		for i := range n {
+			w.isrc6[i] = w.conn.src6(i)
+		}
+	}
 	w.ingressProcess(n)
 }
 
@@ -40,7 +45,7 @@ func (w *worker) ingressProcess(n int) {
 	for i := range n {
 		buf, size, step := w.ibufs[i], w.isizes[i], w.isegs[i]
 		if size > len(buf)-Headroom { // cut short by the buffer (MSG_TRUNC)
-			c.drops[oversized(s, w.isrc[i])].Add(1)
+			c.drops[w.oversized(s, i)].Add(1)
 			continue
 		}
 		if step <= 0 || step >= size {
@@ -49,10 +54,16 @@ func (w *worker) ingressProcess(n int) {
 		for off := 0; off < size; off += step {
 			pkt := buf[Headroom+off : Headroom+min(off+step, size)]
 			if len(pkt) > w.maxDgram {
-				c.drops[oversized(s, w.isrc[i])].Add(1)
+				c.drops[w.oversized(s, i)].Add(1)
 				continue
 			}
-			if r := s.CheckIngress(pkt, w.isrc[i]); r != DropNone {
+			var r DropReason
+			if w.under6 {
+				r = s.CheckIngressFrom6(pkt, w.isrc6[i])
+			} else {
+				r = s.CheckIngress(pkt, w.isrc[i])
+			}
+			if r != DropNone {
 				c.drops[r].Add(1)
 				continue
 			}
@@ -76,10 +87,11 @@ func (w *worker) ingressProcess(n int) {
 	c.rxBytes.Add(uint64(bytes))
 }
 
-// oversized is the reason to count for a datagram too large to take from src: as
-// for every datagram, one from an address without a lease counts as that.
-func oversized(s *Snapshot, src uint32) DropReason {
-	if !s.HoldsLease(src) {
+// oversized is the reason to count for a datagram too large to take from the source
+// of message i: as for every datagram, one from an address without a lease counts
+// as that.
+func (w *worker) oversized(s *Snapshot, i int) DropReason {
+	if w.under6 && !s.HoldsLease6(w.isrc6[i]) || !w.under6 && !s.HoldsLease(w.isrc[i]) {
 		return DropUnknownSource
 	}
 	return DropOversized

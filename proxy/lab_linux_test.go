@@ -29,14 +29,28 @@ var (
 	labPod     = [2]netip.Addr{netip.MustParseAddr("198.18.1.1"), netip.MustParseAddr("198.18.2.1")}
 )
 
-const labMTU = 1500 - 28
+// With labOpts.v6 the hosts are dual-stack inside: fd00:10::/48 in /64 subnets, a
+// pod address (::1 of the subnet) on lo; with labOpts.under6 the underlay is IPv6 too:
+// eth0s get 2001:db8::10 and ::11/64 and each table sends the other host's subnets there.
+var (
+	lab6Network = netip.MustParsePrefix("fd00:10::/48")
+	lab6Subnet  = [2]netip.Prefix{netip.MustParsePrefix("fd00:10:0:1::/64"), netip.MustParsePrefix("fd00:10:0:2::/64")}
+	lab6Pod     = [2]netip.Addr{netip.MustParseAddr("fd00:10:0:1::1"), netip.MustParseAddr("fd00:10:0:2::1")}
+	lab6Under   = [2]netip.Addr{netip.MustParseAddr("2001:db8::10"), netip.MustParseAddr("2001:db8::11")}
+)
+
+const (
+	labMTU  = 1500 - 28
+	labMTU6 = 1500 - 48 // over the IPv6 underlay: 40 bytes of IPv6 header, 8 of UDP
+)
 
 type labHost struct {
-	ns    *netns.NS
-	under netip.Addr // eth0's address
-	dev   *tun.Device
-	px    *Proxy
-	table *Table
+	ns     *netns.NS
+	under  netip.Addr // eth0's address
+	under6 netip.Addr // eth0's IPv6 address (labOpts.under6)
+	dev    *tun.Device
+	px     *Proxy
+	table  *Table
 }
 
 type lab struct {
@@ -47,6 +61,8 @@ type labOpts struct {
 	queues  int
 	offload bool
 	noUSO   bool // with offload: without UDP segmentation offload
+	v6      bool // IPv6 inside too
+	under6  bool // and over an IPv6 underlay (implies v6)
 	cfg     Config
 }
 
@@ -56,6 +72,11 @@ func newLab(t testing.TB, o labOpts) *lab {
 	l := &lab{}
 	for i, h := range ll.Hosts() {
 		l.hosts[i] = &labHost{ns: h.NS, under: h.Addr}
+		if o.under6 {
+			o.v6 = true
+			l.hosts[i].under6 = lab6Under[i]
+			mustRun(t, h.NS, "ip", "-6", "addr", "add", lab6Under[i].String()+"/64", "dev", "eth0", "nodad")
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -84,7 +105,30 @@ func newLab(t testing.TB, o labOpts) *lab {
 			t.Fatal(err)
 		}
 		peer := 1 - i
-		if err := table.Apply([]Route{{Subnet: labSubnet[peer], PublicIP: l.hosts[peer].under}}, nil); err != nil {
+		routes := []Route{{Subnet: labSubnet[peer], PublicIP: l.hosts[peer].under}}
+		mtu := labMTU
+		if o.under6 {
+			mtu = labMTU6
+		}
+		setup := tun.Setup{Addr: labSubnet[i].Addr(), MTU: mtu, Routes: []netip.Prefix{labNetwork}}
+		if o.v6 {
+			mustRun(t, h.ns, "ip", "-6", "addr", "add", lab6Pod[i].String()+"/128", "dev", "lo", "nodad")
+			if err := table.EnableIPv6(lab6Network, 64); err != nil {
+				t.Fatal(err)
+			}
+			if err := table.SetLocal(lab6Subnet[i]); err != nil {
+				t.Fatal(err)
+			}
+			pub := l.hosts[peer].under
+			if o.under6 {
+				pub = l.hosts[peer].under6
+				routes[0].PublicIP = pub // the IPv4 overlay too: an IPv6-only underlay
+			}
+			routes = append(routes, Route{Subnet: lab6Subnet[peer], PublicIP: pub})
+			setup.Addr6 = lab6Subnet[i].Addr()
+			setup.Routes = append(setup.Routes, lab6Network)
+		}
+		if err := table.Apply(routes, nil); err != nil {
 			t.Fatal(err)
 		}
 		h.table = table
@@ -94,7 +138,7 @@ func newLab(t testing.TB, o labOpts) *lab {
 				return err
 			}
 			h.dev = d
-			if err := d.Configure(tun.Setup{Addr: labSubnet[i].Addr(), MTU: labMTU, Routes: []netip.Prefix{labNetwork}}); err != nil {
+			if err := d.Configure(setup); err != nil {
 				return err
 			}
 			var qs []TUN
@@ -102,7 +146,8 @@ func newLab(t testing.TB, o labOpts) *lab {
 				qs = append(qs, q)
 			}
 			cfg := o.cfg
-			cfg.MTU = labMTU
+			cfg.MTU = mtu
+			cfg.IPv6 = o.under6
 			h.px, err = New(cfg, table, qs, log)
 			return err
 		})

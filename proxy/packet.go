@@ -64,6 +64,12 @@ func (s *Snapshot) CheckIngress(pkt []byte, src uint32) DropReason {
 		}
 		return DropSpoofedSource
 	}
+	return s.checkDst4(pkt, from, to)
+}
+
+// checkDst4 is the rest of the IPv4 ingress checks once the sender and the inner
+// source agree: destination in our subnet and unicast, TTL.
+func (s *Snapshot) checkDst4(pkt []byte, from, to uint32) DropReason {
 	if !s.IsLocal(to) {
 		if to>>28 == 0xe || to == 0xffffffff {
 			return DropNotUnicast

@@ -80,3 +80,23 @@ func decHop(pkt []byte) {
 	}
 	decTTL(pkt)
 }
+
+// CheckIngressFrom6 is CheckIngress for a datagram that came over the IPv6 underlay
+// from src: src holds a lease, and the inner packet (IPv4 or IPv6) passes the same
+// checks, its source in a subnet that src holds.
+func (s *Snapshot) CheckIngressFrom6(pkt []byte, src [16]byte) DropReason {
+	if !s.HoldsLease6(src) {
+		return DropUnknownSource
+	}
+	if len(pkt) > 0 && pkt[0]>>4 == 6 {
+		return s.checkInner6(pkt, true, 0, src)
+	}
+	if r := checkIPv4(pkt); r != DropNone {
+		return r
+	}
+	from, to := binary.BigEndian.Uint32(pkt[12:16]), binary.BigEndian.Uint32(pkt[16:20])
+	if p := s.Lookup(from); p == nil || !p.under6 || p.ip6 != src {
+		return DropSpoofedSource
+	}
+	return s.checkDst4(pkt, from, to)
+}

@@ -48,6 +48,10 @@ type Config struct {
 	// interface's address: datagrams leave from it whatever the routes say); the zero
 	// Addr binds every address.
 	Addr netip.Addr
+	// IPv6 also opens, per worker, an IPv6 socket on Port (bound to Addr6, or every
+	// IPv6 address): the IPv6 underlay, for peers whose public address is IPv6.
+	IPv6  bool
+	Addr6 netip.Addr
 	// MTU is the TUN device's MTU: the largest packet read from it. Required.
 	MTU int
 	// Batch is the most packets moved per system call (default 64).
@@ -126,6 +130,7 @@ func (c Config) withDefaults() (Config, error) {
 // It owns the queues it is given: Close closes them.
 type Proxy struct {
 	workers []*worker
+	recv6   []*worker // IPv6 underlay receivers, one per worker (Config.IPv6)
 	cnts    []counters
 	log     *zap.Logger
 	closeMu sync.Mutex
@@ -167,6 +172,15 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 			return nil, err
 		}
 		p.workers = append(p.workers, w)
+		if cfg.IPv6 {
+			w6, err := p.open6(cfg, opts, table, q, i)
+			if err != nil {
+				p.Close()
+				return nil, err
+			}
+			w.conn6 = w6.conn
+			p.recv6 = append(p.recv6, w6)
+		}
 		if cfg.BusyPoll > 0 {
 			bp, ok, err := newBusyPoller(q, cfg.BusyPoll)
 			if err != nil {
@@ -188,6 +202,25 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 	return p, nil
 }
 
+// open6 opens the IPv6 underlay socket of worker i and its receiving worker, which
+// shares the worker's TUN queue and counters.
+func (p *Proxy) open6(cfg Config, opts sockOpts, table *Table, q TUN, i int) (*worker, error) {
+	w6 := newWorker(q, table, cfg.Batch, cfg.MTU, max(cfg.MTU, minIngressLen), !cfg.NoGRO, &p.cnts[i], p.log)
+	w6.under6 = true
+	w6.isrc6 = make([][16]byte, len(w6.ibufs))
+	opts.v6, opts.addr, opts.gro = true, cfg.Addr6, w6.udpGRO
+	rb := make([][]byte, len(w6.ibufs))
+	for j, b := range w6.ibufs {
+		rb[j] = b[Headroom:]
+	}
+	var err error
+	w6.conn, err = listenUDP(opts, w6.slots, 2*w6.slots, rb, p.log)
+	if err != nil {
+		return nil, fmt.Errorf("IPv6 underlay: %w", err)
+	}
+	return w6, nil
+}
+
 // Run runs the workers until ctx ends or one of them fails, then closes the sockets
 // and queues, waits for every worker and returns the failure (nil when ctx ended).
 func (p *Proxy) Run(ctx context.Context) error {
@@ -198,7 +231,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 	}
 	p.started = true
 	p.closeMu.Unlock()
-	errc := make(chan error, 2*len(p.workers))
+	errc := make(chan error, 2*len(p.workers)+len(p.recv6))
 	running := 0
 	for _, w := range p.workers {
 		if w.busy != nil {
@@ -209,6 +242,10 @@ func (p *Proxy) Run(ctx context.Context) error {
 		go func() { errc <- w.egress() }()
 		go func() { errc <- w.ingress() }()
 		running += 2
+	}
+	for _, w := range p.recv6 {
+		go func() { errc <- w.ingress() }()
+		running++
 	}
 	var first error
 	select {
@@ -248,6 +285,9 @@ func (p *Proxy) Close() error {
 	}
 	p.closed = true
 	var errs []error
+	for _, w := range p.recv6 {
+		errs = append(errs, w.conn.close())
+	}
 	for _, w := range p.workers {
 		if w.conn != nil {
 			errs = append(errs, w.conn.close())

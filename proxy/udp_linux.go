@@ -32,6 +32,14 @@ type udpConn struct {
 	rc   syscall.RawConn
 	port uint16
 	mmsg bool // sendmmsg/recvmmsg in use (else one sendto/recvfrom per packet)
+	// v6: an IPv6 socket (the IPv6 underlay): messages are addressed with snames6,
+	// to dst6 as begin finds it, and sources come in rnames6.
+	v6      bool
+	dst6    [16]byte
+	runIP6  [16]byte
+	nameLen uint32
+	snames6 []unix.RawSockaddrInet6
+	rnames6 []unix.RawSockaddrInet6
 
 	// send side: messages, each with its iovecs taken from one pool and, for UDP
 	// GSO, a control message giving the segment size.
@@ -75,6 +83,7 @@ type sockOpts struct {
 	mmsg      bool
 	gso       bool // try UDP_SEGMENT
 	gro       bool // try UDP_GRO
+	v6        bool // an IPv6 socket (IPV6_V6ONLY) instead of an IPv4 one
 }
 
 // ctrlLen is the room for one UDP_SEGMENT control message, rctrlLen for a UDP_GRO
@@ -104,11 +113,14 @@ func listenUDP(o sockOpts, msgs, iovs int, rbufs [][]byte, log *zap.Logger) (*ud
 		}
 		return serr
 	}}
-	laddr := fmt.Sprintf(":%d", o.port)
+	laddr, network := fmt.Sprintf(":%d", o.port), "udp4"
+	if o.v6 {
+		laddr, network = fmt.Sprintf("[::]:%d", o.port), "udp6" // Go sets IPV6_V6ONLY for udp6
+	}
 	if o.addr.IsValid() {
 		laddr = netip.AddrPortFrom(o.addr, uint16(o.port)).String()
 	}
-	pc, err := lc.ListenPacket(context.Background(), "udp4", laddr)
+	pc, err := lc.ListenPacket(context.Background(), network, laddr)
 	if err != nil {
 		return nil, fmt.Errorf("udp %s: listen: %w", laddr, err)
 	}
@@ -124,12 +136,22 @@ func listenUDP(o sockOpts, msgs, iovs int, rbufs [][]byte, log *zap.Logger) (*ud
 		snames: make([]unix.RawSockaddrInet4, msgs), sctrl: make([]byte, msgs*ctrlLen), ssegs: make([]int, msgs),
 		rhdrs: make([]unix.Mmsghdr, len(rbufs)), riov: make([]unix.Iovec, len(rbufs)),
 		rnames: make([]unix.RawSockaddrInet4, len(rbufs)), rbufs: rbufs,
-		rctrl: make([]byte, len(rbufs)*rctrlLen),
+		rctrl: make([]byte, len(rbufs)*rctrlLen), nameLen: unix.SizeofSockaddrInet4, v6: o.v6,
+	}
+	if o.v6 {
+		u.nameLen = unix.SizeofSockaddrInet6
+		u.snames6, u.rnames6 = make([]unix.RawSockaddrInet6, msgs), make([]unix.RawSockaddrInet6, len(rbufs))
 	}
 	for i := range u.shdrs {
 		u.shdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.snames[i]))
 		u.shdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet4
 		u.snames[i].Family = unix.AF_INET
+		if o.v6 {
+			u.shdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.snames6[i]))
+			u.shdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
+			u.snames6[i].Family = unix.AF_INET6
+			binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&u.snames6[i].Port))[:], u.port)
+		}
 		c := u.sctrl[i*ctrlLen : (i+1)*ctrlLen]
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
 		h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
@@ -140,6 +162,9 @@ func listenUDP(o sockOpts, msgs, iovs int, rbufs [][]byte, log *zap.Logger) (*ud
 		u.riov[i].Base = &rbufs[i][0]
 		u.riov[i].SetLen(len(rbufs[i]))
 		u.rhdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.rnames[i]))
+		if o.v6 {
+			u.rhdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.rnames6[i]))
+		}
 		u.rhdrs[i].Hdr.Iov = &u.riov[i]
 		u.rhdrs[i].Hdr.SetIovlen(1)
 	}
@@ -199,7 +224,7 @@ func (u *udpConn) stage(pkt []byte, ip uint32) {
 // shorter; the kernel sends them as separate datagrams (one inner packet each, as
 // flannel does), but they cross the sending and receiving stacks as one.
 func (u *udpConn) stageRun(pkt []byte, ip uint32) {
-	if u.runOpen && u.gso && u.runIP == ip && len(pkt) <= u.runSeg && u.runSegs < udpMaxSegments &&
+	if u.runOpen && u.gso && u.runIP == ip && (!u.v6 || u.runIP6 == u.dst6) && len(pkt) <= u.runSeg && u.runSegs < udpMaxSegments &&
 		u.runBytes+len(pkt) <= maxUDPPayload && u.niov < len(u.siov) {
 		u.sn-- // reopen the last message
 		u.addIov(pkt)
@@ -211,9 +236,10 @@ func (u *udpConn) stageRun(pkt []byte, ip uint32) {
 	}
 	u.stage(pkt, ip)
 	u.runOpen, u.runIP, u.runSeg, u.runSegs, u.runBytes = true, ip, len(pkt), 1, len(pkt)
+	u.runIP6 = u.dst6
 }
 
-// begin starts a message to ip; addIov appends to it; end ends it, with segs
+// begin starts a message to ip (on an IPv6 socket: to dst6); addIov appends to it; end ends it, with segs
 // datagrams of segSize bytes each (the last may be shorter) when segs > 1, which
 // needs UDP GSO.
 func (u *udpConn) begin(ip uint32) {
@@ -221,6 +247,10 @@ func (u *udpConn) begin(ip uint32) {
 	m := &u.shdrs[u.sn]
 	m.Hdr.Iov = &u.siov[u.niov]
 	m.Hdr.Iovlen = 0
+	if u.v6 {
+		u.snames6[u.sn].Addr = u.dst6
+		return
+	}
 	binary.BigEndian.PutUint32(u.snames[u.sn].Addr[:], ip)
 }
 
@@ -297,7 +327,11 @@ func (u *udpConn) doSend(fd uintptr) bool {
 				u.serr = fmt.Errorf("UDP GSO send refused, switched off: %w", e)
 			}
 			if u.serr == nil {
-				u.serr = fmt.Errorf("send to %v: %w", net.IP(u.snames[u.sdone].Addr[:]), e)
+				to := net.IP(u.snames[u.sdone].Addr[:])
+				if u.v6 {
+					to = net.IP(u.snames6[u.sdone].Addr[:])
+				}
+				u.serr = fmt.Errorf("send to %v: %w", to, e)
 			}
 			u.sfail += u.ssegs[u.sdone]
 			u.sdone++
@@ -331,7 +365,7 @@ func (u *udpConn) doRecv(fd uintptr) bool {
 		var e syscall.Errno
 		if u.mmsg {
 			for i := range u.rhdrs {
-				u.rhdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet4
+				u.rhdrs[i].Hdr.Namelen = u.nameLen
 				u.rhdrs[i].Hdr.Flags = 0
 				if u.gro {
 					u.rhdrs[i].Hdr.Control = &u.rctrl[i*rctrlLen]
@@ -368,7 +402,7 @@ func (u *udpConn) recvEach(fd uintptr) (uintptr, syscall.Errno) {
 	n := 0
 	for n < len(u.rhdrs) {
 		h := &u.rhdrs[n]
-		h.Hdr.Namelen = unix.SizeofSockaddrInet4
+		h.Hdr.Namelen = u.nameLen
 		h.Hdr.Flags = 0
 		if u.gro {
 			h.Hdr.Control = &u.rctrl[n*rctrlLen]
@@ -408,6 +442,9 @@ func (u *udpConn) segSize(i int) int {
 }
 
 func (u *udpConn) src(i int) uint32 { return binary.BigEndian.Uint32(u.rnames[i].Addr[:]) }
+
+// src6 is the source of message i on an IPv6 socket.
+func (u *udpConn) src6(i int) [16]byte { return u.rnames6[i].Addr }
 
 func (u *udpConn) close() error {
 	if err := u.c.Close(); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrClosed) {

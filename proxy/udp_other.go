@@ -10,7 +10,11 @@ import (
 )
 
 // udpConn is not implemented on this platform.
-type udpConn struct{ gso, gro bool }
+type udpConn struct {
+	gso, gro bool
+	dst6     [16]byte
+	sn       int
+}
 
 type sockOpts struct {
 	addr      netip.Addr // zero: every address
@@ -20,6 +24,7 @@ type sockOpts struct {
 	mmsg      bool
 	gso       bool
 	gro       bool
+	v6        bool
 }
 
 func listenUDP(sockOpts, int, int, [][]byte, *zap.Logger) (*udpConn, error) {
@@ -37,4 +42,5 @@ func (u *udpConn) recv() (int, error)      { return 0, errors.ErrUnsupported }
 func (u *udpConn) size(int) int            { return 0 }
 func (u *udpConn) segSize(int) int         { return 0 }
 func (u *udpConn) src(int) uint32          { return 0 }
+func (u *udpConn) src6(int) [16]byte       { return [16]byte{} }
 func (u *udpConn) close() error            { return nil }

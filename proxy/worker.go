@@ -18,12 +18,17 @@ const icmpBufLen = ipv4HeaderLen + 8 + 60 + icmpQuoteLen
 
 // worker moves packets between one TUN queue and one UDP socket.
 type worker struct {
-	tun   TUN
-	conn  *udpConn
-	table *Table
-	cnt   *counters
-	log   *zap.Logger
-	busy  *busyPoller // nil: one goroutine per direction, each waiting in the netpoller
+	tun  TUN
+	conn *udpConn
+	// conn6 is the IPv6 underlay socket (nil without one): egress stages datagrams
+	// for peers with an IPv6 public address on it; its own ingress worker receives.
+	conn6 *udpConn
+	// under6: this worker only receives, from conn (an IPv6 socket)
+	under6 bool
+	table  *Table
+	cnt    *counters
+	log    *zap.Logger
+	busy   *busyPoller // nil: one goroutine per direction, each waiting in the netpoller
 
 	// egress (TUN -> UDP), owned by the egress goroutine
 	vnet    bool // the queue has TUN offloads: virtio-net headers, super packets
@@ -44,6 +49,7 @@ type worker struct {
 	ibufs  [][]byte
 	isizes []int
 	isrc   []uint32
+	isrc6  [][16]byte // sources on the IPv6 socket (under6)
 	iout   [][]byte
 	isegs  []int
 	udpGRO bool // receive buffers sized for UDP GRO

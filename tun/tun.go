@@ -42,8 +42,12 @@ type Config struct {
 type Setup struct {
 	// Addr is given to the device as a /32 (flannel: the subnet's network address).
 	Addr netip.Addr
+	// Addr6, when valid, is given to the device as a /128 (weft's IPv6 overlay: the
+	// IPv6 subnet's first address).
+	Addr6 netip.Addr
 	// MTU of the device.
 	MTU int
-	// Routes are routed to the device (flannel: the whole overlay Network).
+	// Routes are routed to the device (flannel: the whole overlay Network; weft
+	// adds the IPv6Network).
 	Routes []netip.Prefix
 }

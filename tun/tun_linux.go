@@ -152,6 +152,17 @@ func (d *Device) Configure(s Setup) error {
 	if err := d.h.AddrReplace(link, addr); err != nil {
 		return fmt.Errorf("tun %s: add address %v/32: %w", d.name, s.Addr, err)
 	}
+	if s.Addr6.IsValid() {
+		if !s.Addr6.Is6() || s.Addr6.Is4In6() {
+			return fmt.Errorf("tun %s: address %v is not IPv6", d.name, s.Addr6)
+		}
+		// No duplicate address detection: a point-to-point device has no neighbours,
+		// and a tentative address could not be used for the first second.
+		a6 := &netlink.Addr{IPNet: ipconv.IPNet(netip.PrefixFrom(s.Addr6, 128)), Flags: unix.IFA_F_NODAD}
+		if err := d.h.AddrReplace(link, a6); err != nil {
+			return fmt.Errorf("tun %s: add address %v/128: %w", d.name, s.Addr6, err)
+		}
+	}
 	if err := d.h.LinkSetUp(link); err != nil {
 		return fmt.Errorf("tun %s: set up: %w", d.name, err)
 	}
