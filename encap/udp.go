@@ -19,8 +19,12 @@ import (
 // UDPDevice is the name of the udp backend's TUN device, as flanneld names it.
 const UDPDevice = "flannel0"
 
-// udpOverhead is what the outer IPv4 and UDP headers take from the underlay MTU.
-const udpOverhead = 28
+// udpOverhead is what the outer IPv4 and UDP headers take from the underlay MTU;
+// over the IPv6 underlay the outer header is 20 bytes longer.
+const (
+	udpOverhead     = 28
+	udp6ExtraHeader = 20
+)
 
 const maxUDPWorkers = 8
 
@@ -103,8 +107,17 @@ type udpBackend struct {
 // NewUDP returns the udp backend. It opens nothing: Register opens flannel0 and the
 // sockets in the network namespace of the calling thread. flannel0 is opened with TUN
 // offloads (TSO and USO in, coalesced TCP and UDP out) unless tuning.NoTUNOffload.
+//
+// With cfg.EnableIPv6 (weft only: flannel's udp backend is IPv4-only) the table gets
+// the IPv6 network, flannel0 an IPv6 address and route, and each worker an IPv6
+// socket on the same port, for peers whose lease has only a PublicIPv6; the default
+// MTU leaves room for the IPv6 underlay's longer header.
 func NewUDP(cfg *lease.Config, ext ExternalInterface, tuning UDPTuning, log *zap.Logger) (Backend, error) {
-	opts, pcfg, err := parseUDPOptions(cfg.Backend, ext.MTU, tuning)
+	extMTU := ext.MTU
+	if cfg.EnableIPv6 {
+		extMTU -= udp6ExtraHeader
+	}
+	opts, pcfg, err := parseUDPOptions(cfg.Backend, extMTU, tuning)
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +129,12 @@ func NewUDP(cfg *lease.Config, ext ExternalInterface, tuning UDPTuning, log *zap
 	table, err := proxy.NewTable(cfg.Network, cfg.SubnetLen)
 	if err != nil {
 		return nil, fmt.Errorf("udp backend: %w", err)
+	}
+	if cfg.EnableIPv6 {
+		if err := table.EnableIPv6(cfg.IPv6Network, cfg.IPv6SubnetLen); err != nil {
+			return nil, fmt.Errorf("udp backend: %w", err)
+		}
+		pcfg.IPv6 = true
 	}
 	return &udpBackend{cfg: cfg, opts: opts, pcfg: pcfg, tunOffload: !tuning.NoTUNOffload, tunNoUSO: tuning.NoTUNUSO, log: log, table: table,
 		ready: make(chan struct{})}, nil
@@ -135,6 +154,12 @@ func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 	if err := b.table.SetLocal(own.Subnet); err != nil {
 		return fmt.Errorf("udp backend: own subnet: %w", err)
 	}
+	v6 := b.cfg.EnableIPv6 && own.IPv6Subnet.IsValid()
+	if v6 {
+		if err := b.table.SetLocal(own.IPv6Subnet); err != nil {
+			return fmt.Errorf("udp backend: own IPv6 subnet: %w", err)
+		}
+	}
 	if b.dev == nil {
 		dev, err := tun.Open(tun.Config{Name: UDPDevice, Queues: b.opts.Workers, Offload: b.tunOffload, NoUSO: b.tunNoUSO}, b.log)
 		if err != nil {
@@ -143,6 +168,10 @@ func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 		b.dev = dev
 	}
 	setup := tun.Setup{Addr: own.Subnet.Masked().Addr(), MTU: b.opts.MTU, Routes: []netip.Prefix{b.cfg.Network}}
+	if v6 {
+		setup.Addr6 = own.IPv6Subnet.Masked().Addr()
+		setup.Routes = append(setup.Routes, b.cfg.IPv6Network)
+	}
 	if err := b.dev.Configure(setup); err != nil {
 		return fmt.Errorf("udp backend: %w", err)
 	}
@@ -156,6 +185,12 @@ func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 		queues[i] = q
 	}
 	px, err := proxy.New(b.pcfg, b.table, queues, b.log)
+	if err != nil && b.pcfg.IPv6 {
+		// A host without IPv6 sockets still carries everything over IPv4.
+		b.log.Warn("udp backend: no IPv6 underlay", zap.Error(err))
+		b.pcfg.IPv6 = false
+		px, err = proxy.New(b.pcfg, b.table, queues, b.log)
+	}
 	if err != nil {
 		return fmt.Errorf("udp backend: %w", err)
 	}
@@ -167,7 +202,7 @@ func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 // HandleEvents updates the subnet table in one copy-on-write step per batch.
 func (b *udpBackend) HandleEvents(_ context.Context, events []lease.Event) {
 	b.mu.Lock()
-	own := b.own.Subnet
+	own, ownPub := b.own.Subnet, b.own.Attrs.PublicIP
 	b.mu.Unlock()
 	var set []proxy.Route
 	var remove []netip.Prefix
@@ -176,12 +211,28 @@ func (b *udpBackend) HandleEvents(_ context.Context, events []lease.Event) {
 		if l.Subnet == own {
 			continue
 		}
+		subnets := []netip.Prefix{l.Subnet}
+		if !l.Subnet.IsValid() || l.Subnet.Bits() == 0 { // an IPv6-only lease
+			subnets = subnets[:0]
+		}
+		if b.cfg.EnableIPv6 && l.IPv6Subnet.IsValid() {
+			subnets = append(subnets, l.IPv6Subnet)
+		}
 		if e.Type == lease.Added && lease.CompatibleWith("udp", l) {
-			set = append(set, proxy.Route{Subnet: l.Subnet, PublicIP: l.Attrs.PublicIP})
+			// A host with only an IPv6 address is reached over the IPv6 underlay, and
+			// so is every host from one (its datagrams must come from the address
+			// its peers know it by).
+			pub := l.Attrs.PublicIP
+			if l.Attrs.PublicIPv6.IsValid() && (!usableIP(pub) || !usableIP(ownPub)) {
+				pub = l.Attrs.PublicIPv6
+			}
+			for _, sn := range subnets {
+				set = append(set, proxy.Route{Subnet: sn, PublicIP: pub})
+			}
 			continue
 		}
 		// Removed, or now of another backend type: no longer reachable over udp.
-		remove = append(remove, l.Subnet)
+		remove = append(remove, subnets...)
 	}
 	if err := b.table.Apply(set, remove); err != nil {
 		b.log.Warn("udp backend: some leases ignored", zap.Error(err))
@@ -189,6 +240,10 @@ func (b *udpBackend) HandleEvents(_ context.Context, events []lease.Event) {
 	b.log.Debug("udp routes updated", zap.Int("set", len(set)), zap.Int("removed", len(remove)),
 		zap.Int("peers", b.table.Load().Len()))
 }
+
+// usableIP reports whether a lease's PublicIP is one to send to (flanneld writes
+// 0.0.0.0 or nothing for a host without an IPv4 address).
+func usableIP(a netip.Addr) bool { return a.IsValid() && !a.IsUnspecified() }
 
 // Run forwards until ctx ends; it waits for Register first.
 func (b *udpBackend) Run(ctx context.Context) error {

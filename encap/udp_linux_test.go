@@ -121,3 +121,94 @@ func TestUDPBackendTwoHosts(t *testing.T) {
 		}
 	}
 }
+
+// TestUDPBackendIPv6 runs the udp backend with EnableIPv6 on two lab hosts whose
+// eth0s also have 2001:db8::/64 addresses: flannel0 gets the IPv6 address and route,
+// host b's lease has only a PublicIPv6, so both directions go over the IPv6 underlay;
+// ping -6 and ping cross between the overlay addresses.
+func TestUDPBackendIPv6(t *testing.T) {
+	l := labtest.New(t, lab.Spec{Prefix: "wud6", NoRouter: true, Hosts: []lab.HostSpec{{Name: "a"}, {Name: "b"}}})
+	testenv.NeedTools(t, "ping")
+	hosts := l.Hosts()
+	nss := [2]*netns.NS{hosts[0].NS, hosts[1].NS}
+	under := [2]netip.Addr{hosts[0].Addr, hosts[1].Addr}
+	under6 := [2]netip.Addr{netip.MustParseAddr("2001:db8::a"), netip.MustParseAddr("2001:db8::b")}
+	for i, n := range nss {
+		if out, err := n.Run(context.Background(), "ip", "-6", "addr", "add", under6[i].String()+"/64", "dev", "eth0", "nodad"); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+	}
+	leases := [2]lease.Lease{
+		{Subnet: netip.MustParsePrefix("198.18.21.0/24"), IPv6Subnet: netip.MustParsePrefix("fd00:20:0:21::/64"),
+			Attrs: lease.Attrs{PublicIP: under[0], PublicIPv6: under6[0], BackendType: "udp"}},
+		{Subnet: netip.MustParsePrefix("198.18.22.0/24"), IPv6Subnet: netip.MustParsePrefix("fd00:20:0:22::/64"),
+			Attrs: lease.Attrs{PublicIP: netip.IPv4Unspecified(), PublicIPv6: under6[1], BackendType: "udp"}},
+	}
+	cfg := &lease.Config{EnableIPv4: true, EnableIPv6: true, Network: netip.MustParsePrefix("198.18.0.0/16"), SubnetLen: 24,
+		IPv6Network: netip.MustParsePrefix("fd00:20::/48"), IPv6SubnetLen: 64, BackendType: "udp",
+		Backend: []byte(`{"Type":"udp","Workers":1}`)}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var bes [2]Backend
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		for _, be := range bes {
+			if be != nil {
+				if err := be.Close(); err != nil {
+					t.Errorf("close: %v", err)
+				}
+			}
+		}
+	})
+	for i, n := range nss {
+		ext := ExternalInterface{Name: "eth0", MTU: 1500, IfaceIP: under[i], PublicIP: under[i]}
+		be, err := NewUDP(cfg, ext, UDPTuning{}, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bes[i] = be
+		if be.MTU() != 1452 {
+			t.Fatalf("MTU %d, want 1452 (room for the IPv6 underlay)", be.MTU())
+		}
+		if err := n.Do(func() error { return be.Register(ctx, leases[i]) }); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := be.Run(ctx); err != nil {
+				t.Errorf("run: %v", err)
+			}
+		}()
+		be.HandleEvents(ctx, []lease.Event{{Type: lease.Added, Lease: leases[1-i]}, {Type: lease.Added, Lease: leases[i]}})
+		routes := be.(*udpBackend).table.Load().Routes()
+		if len(routes) != 2 || routes[0].PublicIP != under6[1-i] || routes[1].PublicIP != under6[1-i] {
+			t.Fatalf("host %d routes %v, want both subnets of the other host over %v", i, routes, under6[1-i])
+		}
+		out, err := n.Run(ctx, "ip", "-6", "route", "show", "dev", UDPDevice)
+		if err != nil || !strings.Contains(out, "fd00:20::/48") {
+			t.Fatalf("no IPv6 network route on flannel0: %v %s", err, out)
+		}
+	}
+	for i := range 2 {
+		for _, dst := range []netip.Addr{leases[1-i].IPv6Subnet.Addr(), leases[1-i].Subnet.Addr()} {
+			src := leases[i].IPv6Subnet.Addr()
+			if dst.Is4() {
+				src = leases[i].Subnet.Addr()
+			}
+			out, err := nss[i].Run(ctx, "ping", "-c", "2", "-i", "0.2", "-W", "2", "-I", src.String(), dst.String())
+			if err != nil {
+				t.Fatalf("ping %v from host %d: %v\n%s", dst, i, err, out)
+			}
+		}
+	}
+	s := bes[0].(StatsReporter).Stats().(proxy.Stats)
+	if s.TxPackets < 4 || s.RxPackets < 4 || s.Dropped(proxy.DropSendError) != 0 || s.Dropped(proxy.DropUnknownSource) != 0 {
+		t.Fatalf("stats: %+v", s)
+	}
+	bes[0].HandleEvents(ctx, []lease.Event{{Type: lease.Removed, Lease: leases[1]}})
+	if n := bes[0].(*udpBackend).table.Load().Len(); n != 0 {
+		t.Fatalf("%d routes after the lease's removal", n)
+	}
+}
