@@ -109,12 +109,26 @@ func FuzzIngressCheck6(f *testing.F) {
 	f.Add(ipv6Packet(t6PeerPod, t6LocalIP, 64, layers.IPProtocolUDP, make([]byte, 30)), src)
 	f.Add(ipv6Packet(t6PeerPod, t6LocalIP, 1, layers.IPProtocolICMPv6, nil), src)
 	f.Add(ipv6Packet(t6Pod3, t6LocalIP, 64, layers.IPProtocolTCP, nil), src)
+	f.Add(ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, nil), src)
 	f.Add([]byte{0x60}, src)
 	f.Fuzz(func(t *testing.T, pkt []byte, src uint32) {
 		in := append([]byte(nil), pkt...)
 		r := s.CheckIngress(pkt, src)
 		if r >= numDropReasons {
 			t.Fatalf("reason %d out of range", r)
+		}
+		// The same payload from the IPv6 underlay host (fd00:10:0:3::/64 only).
+		if r6 := s.CheckIngressFrom6(pkt, tPeer6IP.As16()); r6 == DropNone {
+			if len(pkt) < ipv6HeaderLen || pkt[0]>>4 != 6 || !t6Peer3.Contains(netip.AddrFrom16([16]byte(pkt[8:24]))) ||
+				!t6Local.Contains(netip.AddrFrom16([16]byte(pkt[24:40]))) || pkt[7] <= 1 ||
+				ipv6HeaderLen+int(binary.BigEndian.Uint16(pkt[4:6])) != len(pkt) {
+				t.Fatalf("accepted from the IPv6 underlay: % x", pkt)
+			}
+		} else if r6 >= numDropReasons {
+			t.Fatalf("reason %d out of range", r6)
+		}
+		if r6 := s.CheckIngressFrom6(pkt, tPeer6IP.Next().As16()); r6 != DropUnknownSource {
+			t.Fatalf("from an IPv6 address without a lease: %v", r6)
 		}
 		if len(pkt) >= ipv6HeaderLen && pkt[0]>>4 == 6 {
 			from, _ := netip.AddrFromSlice(pkt[8:24])
