@@ -1,6 +1,7 @@
 // Package proxy is the userspace data path of weft's udp backend: a lock-free subnet
-// table and workers that move IPv4 packets between TUN queues and UDP sockets in
-// batches (recvmmsg/sendmmsg), checking and counting what they drop.
+// table and workers that move IPv4 and IPv6 packets between TUN queues and UDP sockets
+// (IPv4, and with Config.IPv6 also IPv6 ones) in batches (recvmmsg/sendmmsg), checking
+// and counting what they drop.
 package proxy
 
 import (

@@ -10,8 +10,9 @@ type DropReason uint8
 
 const (
 	DropNone DropReason = iota
-	// DropMalformed: not IPv4 (ingress), or (egress) not IPv4, IHL < 5, header longer
-	// than the packet, or an offload header that does not fit the packet.
+	// DropMalformed: neither IPv4 nor IPv6 (IPv6 without an IPv6 network: ingress), or
+	// (egress) not IPv4 or IPv6, IHL < 5, header longer than the packet, or an offload
+	// header that does not fit the packet.
 	DropMalformed
 	// DropUnknownSource: a datagram from an address that holds no lease.
 	DropUnknownSource
@@ -26,11 +27,14 @@ const (
 	DropNoRoute
 	// DropNotOverlay: egress to an address outside the network or in our own subnet.
 	DropNotOverlay
-	// DropSendError: the UDP send failed.
+	// DropSendError: the UDP send failed (or the peer is on the IPv6 underlay and
+	// there is no IPv6 socket).
 	DropSendError
 	// DropTUNError: a write to the TUN device failed (a coalesced run counts once).
 	DropTUNError
-	// DropTruncated (ingress): shorter than an IPv4 header or than its total length.
+	// DropTruncated (ingress): shorter than an IPv4 (IPv6) header or than its total
+	// (payload) length. IPv6 packets count the same reasons as IPv4 ones: bad_length
+	// for bytes after the payload length, ttl for the hop limit.
 	DropTruncated
 	// DropBadHeaderLen (ingress): IHL below 5 or beyond the total length.
 	DropBadHeaderLen
