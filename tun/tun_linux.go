@@ -158,6 +158,17 @@ func (d *Device) Configure(s Setup) error {
 		}
 		// No duplicate address detection: a point-to-point device has no neighbours,
 		// and a tentative address could not be used for the first second.
+		addrs6, err := d.h.AddrList(link, unix.AF_INET6)
+		if err != nil {
+			return fmt.Errorf("tun %s: list IPv6 addresses: %w", d.name, err)
+		}
+		for _, a := range addrs6 { // an earlier lease's address (the kernel's link-local ones stay)
+			if ip, ok := netip.AddrFromSlice(a.IP); ok && ip != s.Addr6 && !ip.IsLinkLocalUnicast() {
+				if err := d.h.AddrDel(link, &a); err != nil {
+					return fmt.Errorf("tun %s: remove old address %v: %w", d.name, ip, err)
+				}
+			}
+		}
 		a6 := &netlink.Addr{IPNet: ipconv.IPNet(netip.PrefixFrom(s.Addr6, 128)), Flags: unix.IFA_F_NODAD}
 		if err := d.h.AddrReplace(link, a6); err != nil {
 			return fmt.Errorf("tun %s: add address %v/128: %w", d.name, s.Addr6, err)

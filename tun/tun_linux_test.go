@@ -42,13 +42,13 @@ func TestOpenConfigureClose(t *testing.T) {
 				t.Fatalf("%d queues (offload %v), want %d (%v)", len(d.Queues()), d.Queues()[0].VnetHdr(), c.queues, c.offload)
 			}
 			// Configure runs outside the namespace: the handle made at Open keeps it.
-			s := Setup{Addr: netip.MustParseAddr("198.18.7.0"), MTU: 1400,
-				Routes: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}}
+			s := Setup{Addr: netip.MustParseAddr("198.18.7.0"), Addr6: netip.MustParseAddr("fd00:7::"), MTU: 1400,
+				Routes: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16"), netip.MustParsePrefix("fd00::/32")}}
 			if err := d.Configure(s); err != nil {
 				t.Fatal(err)
 			}
 			// Moving to a new lease replaces the address.
-			s.Addr = netip.MustParseAddr("198.18.8.0")
+			s.Addr, s.Addr6 = netip.MustParseAddr("198.18.8.0"), netip.MustParseAddr("fd00:8::")
 			if err := d.Configure(s); err != nil {
 				t.Fatal(err)
 			}
@@ -56,12 +56,12 @@ func TestOpenConfigureClose(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, want := range []string{"198.18.8.0/32", "mtu 1400", "UP", "tun"} {
+			for _, want := range []string{"198.18.8.0/32", "fd00:8::/128", "mtu 1400", "UP", "tun"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("flannel0 lacks %q:\n%s", want, out)
 				}
 			}
-			if strings.Contains(out, "198.18.7.0") {
+			if strings.Contains(out, "198.18.7.0") || strings.Contains(out, "fd00:7::") {
 				t.Errorf("old address left:\n%s", out)
 			}
 			if c.cfg.Offload && !strings.Contains(out, "qlen 2000") {
@@ -71,6 +71,9 @@ func TestOpenConfigureClose(t *testing.T) {
 			// flanneld's route: scope universe (ip prints no scope for it).
 			if !strings.Contains(routes, "198.18.0.0/16") || strings.Contains(routes, "scope") {
 				t.Errorf("no overlay route of scope universe: %s", routes)
+			}
+			if routes6, _ := ns.Run(ctx, "ip", "-6", "route", "show", "dev", "flannel0"); !strings.Contains(routes6, "fd00::/32") {
+				t.Errorf("no IPv6 overlay route: %s", routes6)
 			}
 			if err := d.Close(); err != nil {
 				t.Fatal(err)
