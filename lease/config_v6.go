@@ -98,6 +98,12 @@ func (c *Config) InRangeV6(p netip.Prefix) bool {
 		!a.Less(c.IPv6SubnetMin) && !c.IPv6SubnetMax.Less(a)
 }
 
+// Usable reports whether a lease named k has a subnet of a family c enables: what a
+// backend of this network can route to.
+func (c *Config) Usable(k Key) bool {
+	return c.EnableIPv4 && k.Subnet.IsValid() || c.EnableIPv6 && k.IPv6Subnet.IsValid()
+}
+
 // lastAddr is the highest address of p.
 func lastAddr(p netip.Prefix) netip.Addr {
 	b := p.Masked().Addr().AsSlice()

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -190,10 +189,10 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 		events := make(chan []lease.Event, 16)
 		wctx, stopWatch := context.WithCancel(ctx)
 		wdone := make(chan struct{})
-		go func(subnet netip.Prefix) {
+		go func(k lease.Key) {
 			defer close(wdone)
-			_ = mgr.Watch(wctx, subnet, events)
-		}(own.Subnet)
+			_ = mgr.Watch(wctx, k, events)
+		}(own.Key())
 		d.ready.Store(true)
 		d.notify.ready(readyStatus(own.Subnet, be.Type()))
 		next, err := d.feed(ctx, be, events, changed, errc)
