@@ -24,6 +24,11 @@ func (d *daemon) setupFirewall(ctx context.Context, cfg *lease.Config, subnet ne
 	}
 	d.log.Info("firewall rules", zap.String("firewall", fw.Name()), zap.Bool("forward", d.opts.iptablesForwardRules), zap.Bool("ip-masq", d.opts.ipMasq))
 	d.fw = fw
+	// The IPv4 rules; an IPv6-only network has none (IPv6 rules: issue 14's firewall work).
+	if !cfg.EnableIPv4 {
+		d.log.Warn("IPv6-only network: no IPv4 forward or masquerade rules to write")
+		return nil
+	}
 	if d.opts.iptablesForwardRules {
 		if err := fw.SetForward(ctx, cfg.Network); err != nil {
 			return fmt.Errorf("--iptables-forward-rules: %w", err)
