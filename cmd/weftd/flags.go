@@ -16,7 +16,6 @@ import (
 // flagHelp is returned when -h or --help was asked for (usage is already printed).
 var flagHelp = flag.ErrHelp
 
-
 // options are weftd's settings: flanneld's flags with flanneld's defaults, plus weft's own.
 type options struct {
 	etcdEndpoints string
