@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -191,4 +192,70 @@ func mapKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestCleanupFamilies: `weftd cleanup --release-lease` after weftd was killed on a
+// dual-stack and on an IPv6-only network removes the IPv6 overlay routes via peers
+// (as host-gw and DirectRouting write them) and the flannel-v6.<VNI> device beside
+// the IPv4 ones, deletes the lease by its whole key, and keeps routes outside the
+// networks of subnet.env.
+func TestCleanupFamilies(t *testing.T) {
+	for _, tc := range []struct {
+		name, config string
+		v4           bool
+	}{
+		{"dual-stack", `{"Network":"198.18.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:db8::/48","Backend":{"Type":"host-gw"}}`, true},
+		{"IPv6-only", `{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:db8::/48","Backend":{"Type":"host-gw"}}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testenv.SkipShort(t, "a namespace lab with etcd")
+			c := newCluster(t, "v3")
+			c.putConfig(tc.config)
+			a := c.addHost("a", "lan1")
+			c.sh(a.ns, "ip -6 addr add 2001:db8:1::11/64 dev eth0 nodad")
+			c.start(a)
+			env := c.waitSubnetEnv(a)
+			key := lease.Key{Subnet: env.Subnet, IPv6Subnet: env.IPv6Subnet}.String()
+			if _, ok := rawLeases(t, c)[key]; !ok {
+				t.Fatalf("no lease %s in etcd", key)
+			}
+			if err := syscall.Kill(a.daemon.Pid(), syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, 10*time.Second, func() error {
+				if exited, _ := a.daemon.Exited(); !exited {
+					return fmt.Errorf("weftd still runs after SIGKILL")
+				}
+				return nil
+			})
+			// What the IPv6 backends leave: routes to peers' subnets, the v6 vxlan device.
+			c.sh(a.ns, "ip -6 route add fd00:db8:0:77::/64 via 2001:db8:1::12 dev eth0 && "+
+				"ip -6 route add 2001:db8:99::/64 via 2001:db8:1::1 dev eth0 && "+
+				"ip link add flannel-v6.1 type vxlan id 1 local 2001:db8:1::11 dstport 8472 dev eth0")
+			if tc.v4 {
+				c.sh(a.ns, "ip route add 198.18.77.0/24 via 192.0.2.99 dev eth0")
+			}
+			out, err := a.ns.Run(context.Background(), c.bin, "cleanup", "--release-lease", "--subnet-file="+a.subnetFile(),
+				"--etcd-endpoints="+lab.EtcdEndpoint, "--etcd-prefix="+prefix)
+			if err != nil {
+				t.Fatalf("weftd cleanup: %v\n%s", err, out)
+			}
+			routes6 := c.sh(a.ns, "ip -6 route show")
+			if strings.Contains(routes6, "fd00:db8:0:77::/64") || !strings.Contains(routes6, "2001:db8:99::/64") {
+				t.Errorf("IPv6 routes after cleanup (want the overlay route gone, 2001:db8:99::/64 kept):\n%s", routes6)
+			}
+			if routes := c.sh(a.ns, "ip route show"); strings.Contains(routes, "198.18.77.0/24") {
+				t.Errorf("IPv4 overlay route left:\n%s", routes)
+			}
+			if links := c.sh(a.ns, "ip -o link show"); strings.Contains(links, "flannel-v6.1") {
+				t.Errorf("flannel-v6.1 left:\n%s", links)
+			}
+			if _, ok := rawLeases(t, c)[key]; ok {
+				t.Errorf("lease %s still in etcd after --release-lease", key)
+			}
+			if _, err := os.Stat(a.subnetFile()); !os.IsNotExist(err) {
+				t.Errorf("subnet.env still there (%v)", err)
+			}
+		})
+	}
 }
