@@ -48,9 +48,9 @@ func TestFamiliesWithFlanneld(t *testing.T) {
 			for h, a := range v6addr {
 				c.sh(h.ns, "ip -6 addr add "+a+"/64 dev eth0 nodad")
 			}
-			// flanneld first: on an IPv6-only network in etcd mode it can lease only
-			// when it is the first host (its IPv4 pick finds no room beside a lease
-			// with the IPv4 part 0.0.0.0-0; see docs/compatibility.md).
+			// flanneld first: on an IPv6-only network in etcd mode it finds its lease
+			// by PublicIP alone, 0.0.0.0 on every IPv6-only lease, so it would take
+			// weftd's as its own (see docs/compatibility.md).
 			c.run(f, lab.DaemonSpec{Binary: flanneld})
 			envF := c.waitSubnetEnv(f)
 			c.start(w)
