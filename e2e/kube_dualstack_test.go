@@ -3,8 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
