@@ -25,6 +25,10 @@ type ExternalInterface struct {
 	MTU      int
 	IfaceIP  netip.Addr // address of the interface
 	PublicIP netip.Addr // address peers send to (--public-ip, else IfaceIP)
+	// IfaceIPv6 and PublicIPv6 are the IPv6 counterparts (--public-ipv6), for a
+	// network with EnableIPv6; zero otherwise.
+	IfaceIPv6  netip.Addr
+	PublicIPv6 netip.Addr
 }
 
 // Backend carries traffic to the subnets of other hosts. The daemon calls, in order:
@@ -48,6 +52,13 @@ type Backend interface {
 	// Close releases what the backend holds. Kernel data paths are left in place so a
 	// restart does not interrupt traffic.
 	Close() error
+}
+
+// V6Backend is implemented by backends that publish data for the IPv6 overlay: the
+// daemon puts BackendV6Data into the lease's BackendV6Data (flanneld's vxlan publishes
+// the VtepMAC of flannel-v6.<VNI> there). Call it after BackendData.
+type V6Backend interface {
+	BackendV6Data(ctx context.Context) (json.RawMessage, error)
 }
 
 // StatsReporter is implemented by backends that keep counters; weftd serves them as

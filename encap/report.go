@@ -39,15 +39,21 @@ func (k *kernelPeers) Repairs() map[string]uint64 {
 // was in place after the previous pass was removed or changed behind our back: a
 // repair. A first write (a new peer) is not one.
 func (k *kernelPeers) settle(kind string, inPlace, written map[string]bool) {
+	k.settleIn(kind, kind, inPlace, written)
+}
+
+// settleIn is settle for passes that cover part of a kind's entries (one address
+// family): slot names the part, repairs count under kind.
+func (k *kernelPeers) settleIn(slot, kind string, inPlace, written map[string]bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	prev := k.inPlace[kind]
+	prev := k.inPlace[slot]
 	for key := range written {
 		if prev[key] {
 			k.repairs[kind]++
 		}
 	}
-	k.inPlace[kind] = inPlace
+	k.inPlace[slot] = inPlace
 }
 
 // deviceRepaired counts a device recreated after someone deleted it.
