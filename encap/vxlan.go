@@ -38,6 +38,9 @@ type vxlanOptions struct {
 // inner Ethernet headers.
 const vxlanOverhead = 50
 
+// vxlan6Overhead is the same over IPv6 (its header is 20 bytes longer).
+const vxlan6Overhead = 70
+
 // minVXLANMTU is the least MTU option: it leaves the device IPv4's minimum of 68.
 const minVXLANMTU = 68 + vxlanOverhead
 
@@ -99,12 +102,27 @@ func NewVXLAN(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backen
 }
 
 func (v *vxlan) Type() string { return "vxlan" }
-func (v *vxlan) MTU() int     { return v.devMTU() }
+
+// MTU is flannel.<VNI>'s MTU, as flanneld's FLANNEL_MTU; on an IPv6-only network
+// flannel-v6.<VNI>'s, which is 20 less when the underlay's MTU bounds it.
+func (v *vxlan) MTU() int {
+	if v.dev4 == nil {
+		return v.devMTU(v.dev6)
+	}
+	return v.devMTU(v.dev4)
+}
 func (v *vxlan) Close() error { v.nl.Close(); return nil }
 
-// devMTU is the devices' MTU: the underlay's less the VXLAN overhead over IPv4. As
-// flanneld does, flannel-v6.<VNI> gets the same, though VXLAN over IPv6 adds 20 more.
-func (v *vxlan) devMTU() int { return v.opts.MTU - vxlanOverhead }
+// devMTU is d's MTU: the underlay's less the VXLAN overhead over IPv4. flanneld asks
+// the same for flannel-v6.<VNI>, and the kernel lowers it to what the external
+// interface's MTU leaves after VXLAN over IPv6 (20 more); so does weft.
+func (v *vxlan) devMTU(d *vtepDev) int {
+	mtu := v.opts.MTU - vxlanOverhead
+	if d != nil && d.fam.is6() && v.ext.MTU > 0 {
+		mtu = min(mtu, v.ext.MTU-vxlan6Overhead)
+	}
+	return mtu
+}
 
 // BackendData makes (or adopts) flannel.<VNI> and publishes its MAC; nothing on an
 // IPv6-only network.

@@ -48,7 +48,7 @@ func (v *vxlan) ensureDevice(d *vtepDev) error {
 	}
 	if link == nil {
 		dev := &netlink.Vxlan{
-			LinkAttrs:    netlink.LinkAttrs{Name: d.name, MTU: v.devMTU(), HardwareAddr: d.mac},
+			LinkAttrs:    netlink.LinkAttrs{Name: d.name, MTU: v.devMTU(d), HardwareAddr: d.mac},
 			VxlanId:      v.opts.VNI,
 			VtepDevIndex: v.ext.Index,
 			SrcAddr:      srcAddr(d.local),
@@ -68,8 +68,8 @@ func (v *vxlan) ensureDevice(d *vtepDev) error {
 		_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+d.name+"/accept_ra", []byte("0"), 0o644)
 	}
 	d.mac, d.index = link.Attrs().HardwareAddr, link.Attrs().Index
-	if link.Attrs().MTU != v.devMTU() {
-		if err := v.nl.LinkSetMTU(link, v.devMTU()); err != nil {
+	if link.Attrs().MTU != v.devMTU(d) {
+		if err := v.nl.LinkSetMTU(link, v.devMTU(d)); err != nil {
 			return fmt.Errorf("set MTU of %s: %w", d.name, err)
 		}
 	}
