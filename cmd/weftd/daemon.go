@@ -102,11 +102,11 @@ func (d *daemon) run(ctx context.Context) error {
 	d.be.Store(&be)
 	defer be.Close()
 
-	data, err := be.BackendData(ctx)
+	attrs, err := leaseAttrs(ctx, be, ext)
 	if err != nil {
-		return fmt.Errorf("%s backend: %w", be.Type(), err)
+		return err
 	}
-	own, err := mgr.Acquire(ctx, lease.Attrs{PublicIP: ext.PublicIP, BackendType: be.Type(), BackendData: data})
+	own, err := mgr.Acquire(ctx, attrs)
 	if err != nil {
 		if ctx.Err() != nil {
 			d.log.Info("stopped while acquiring a lease")
@@ -126,7 +126,7 @@ func (d *daemon) run(ctx context.Context) error {
 	// The rules outlive weftd, as flanneld's do: the kernel keeps forwarding for vxlan
 	// and host-gw while weftd restarts, which a FORWARD DROP policy would otherwise cut
 	// off. `weftd cleanup` removes them.
-	if err := d.setupFirewall(ctx, cfg, own.Subnet); err != nil {
+	if err := d.setupFirewall(ctx, cfg, own); err != nil {
 		return err
 	}
 	if d.fw != nil {
@@ -214,10 +214,10 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 			if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
 				return err
 			}
-			if d.opts.ipMasq {
-				if err := d.fw.SetMasq(ctx, env.Network, next.Subnet); err != nil {
-					return fmt.Errorf("--ip-masq: %w", err)
-				}
+		}
+		if d.opts.ipMasq && (next.Subnet != own.Subnet || next.IPv6Subnet != own.IPv6Subnet) {
+			if err := d.setMasq(ctx, env.Network, env.IPv6Network, next); err != nil {
+				return err
 			}
 		}
 		own = next
