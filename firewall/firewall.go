@@ -91,7 +91,7 @@ func newKind(ctx context.Context, nft, six bool, opts Options) (Firewall, error)
 				opts.Log.Warn("could not remove weft's iptables rules", zap.String("firewall", old.Name()), zap.Error(err))
 			}
 			if old.forwardDrops(ctx) {
-				opts.Log.Warn(old.Name()+"' FORWARD policy is DROP: weft's nftables accept rules do not override it, "+
+				opts.Log.Warn(old.Name() + "' FORWARD policy is DROP: weft's nftables accept rules do not override it, " +
 					"so forwarded overlay traffic is dropped unless something accepts it there (or use iptables mode)")
 			}
 		}
