@@ -34,7 +34,7 @@ type kernelPeers struct {
 	said     map[netip.Prefix]string
 	kick     chan struct{}
 	counters map[string]uint64
-	// repairs and inPlace: see settle.
+	// repairs and inPlace: see settleIn.
 	repairs map[string]uint64
 	inPlace map[string]map[string]bool
 }

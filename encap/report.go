@@ -34,16 +34,11 @@ func (k *kernelPeers) Repairs() map[string]uint64 {
 	return out
 }
 
-// settle records one reconcile pass over the entries of kind: inPlace holds the keys
-// that are now as wanted, written those the pass had to write. A key written again that
-// was in place after the previous pass was removed or changed behind our back: a
-// repair. A first write (a new peer) is not one.
-func (k *kernelPeers) settle(kind string, inPlace, written map[string]bool) {
-	k.settleIn(kind, kind, inPlace, written)
-}
-
-// settleIn is settle for passes that cover part of a kind's entries (one address
-// family): slot names the part, repairs count under kind.
+// settleIn records one reconcile pass over the entries of kind in slot (kind, or one
+// address family's part of it: "route6"): inPlace holds the keys that are now as
+// wanted, written those the pass had to write. A key written again that was in place
+// after the previous pass of the slot was removed or changed behind our back: a repair,
+// counted under kind. A first write (a new peer) is not one.
 func (k *kernelPeers) settleIn(slot, kind string, inPlace, written map[string]bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
