@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zaptest"
 
@@ -102,6 +103,56 @@ func TestFirewallV6(t *testing.T) {
 			left := sh(t, ns, "ip6tables-save") + sh(t, ns, "iptables-save") + sh(t, ns, "nft", "list", "ruleset")
 			if strings.Contains(left, "WEFT") || strings.Contains(left, "weft") {
 				t.Fatalf("RemoveAll left weft's rules:\n%s", left)
+			}
+		})
+	}
+}
+
+// TestMasqV6Traffic: a pod's IPv6 packets to a host outside the network leave with the
+// host's address once the IPv6 masquerade rules are in (the outside host has no route
+// back to the pod network, so only a masqueraded ping is answered), and no longer
+// after Remove; with each kind.
+func TestMasqV6Traffic(t *testing.T) {
+	needFirewallTools(t)
+	testenv.NeedTools(t, "ping")
+	ctx := context.Background()
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			host, pod, out := netnstest.New(t, "fw6h"), netnstest.New(t, "fw6p"), netnstest.New(t, "fw6o")
+			if err := netns.Veth(host, "vpod", pod, "eth0"); err != nil {
+				t.Fatal(err)
+			}
+			if err := netns.Veth(host, "eth0", out, "eth0"); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []struct {
+				ns   *netns.NS
+				args []string
+			}{
+				{host, []string{"sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"}},
+				{host, []string{"ip", "-6", "addr", "add", "fd00:1:0:7::1/64", "dev", "vpod", "nodad"}},
+				{host, []string{"ip", "-6", "addr", "add", "2001:db8::10/64", "dev", "eth0", "nodad"}},
+				{pod, []string{"ip", "-6", "addr", "add", "fd00:1:0:7::2/64", "dev", "eth0", "nodad"}},
+				{pod, []string{"ip", "-6", "route", "add", "default", "via", "fd00:1:0:7::1"}},
+				{out, []string{"ip", "-6", "addr", "add", "2001:db8::99/64", "dev", "eth0", "nodad"}},
+			} {
+				sh(t, c.ns, c.args[0], c.args[1:]...)
+			}
+			ping := func() error {
+				_, err := pod.Run(ctx, "ping", "-c", "1", "-W", "1", "2001:db8::99")
+				return err
+			}
+			if ping() == nil {
+				t.Fatal("the outside host answered an unmasqueraded pod: the test cannot tell")
+			}
+			fw := newFW(t, host, k.nft, true)
+			inNS(t, host, func() error { return fw.SetMasq(ctx, testNetwork6, testSubnet6) })
+			testenv.Eventually(t, 5*time.Second, ping)
+			inNS(t, host, func() error { return fw.Remove(ctx) })
+			// A new ping is a new ICMP flow (another ID): no conntrack entry of the
+			// masqueraded one applies.
+			if ping() == nil {
+				t.Fatal("the pod's pings are still masqueraded after Remove")
 			}
 		})
 	}
