@@ -25,15 +25,16 @@ import (
 	"github.com/weftnet/weft/lease"
 )
 
-// TestVXLANV6WithFlanneld runs the upstream flanneld on host f and weft's vxlan
-// backend on host w of one LAN, on a dual-stack and on an IPv6-only network (IPv6
-// underlay 2001:db8::/64). w's lease is written to etcd in flannel's layout
-// (dual-stack key, BackendV6Data) and flanneld's lease is fed to w's backend, as the
-// daemon will once its lease manager speaks IPv6. Pods behind each host ping each
-// other both ways in each family the network has, and flannel-v6.1 on w matches
-// flanneld's on f: VXLAN attributes, MTU, the address it holds, accept_ra, the
-// shape of BackendV6Data, and the route/neighbour/fdb entries each has for the other.
-func TestVXLANV6WithFlanneld(t *testing.T) {
+// TestKernelV6WithFlanneld runs the upstream flanneld on host f and weft's kernel
+// backend on host w of one LAN with an IPv6 underlay (2001:db8::/64): vxlan on a
+// dual-stack and on an IPv6-only network, host-gw on a dual-stack one. w's lease is
+// written to etcd in flannel's layout (dual-stack key, BackendV6Data) and flanneld's
+// lease is fed to w's backend, as weftd will once its lease manager speaks IPv6.
+// Pods behind each host ping each other both ways in each family the network has;
+// flannel-v6.<VNI> on w matches flanneld's on f (VXLAN attributes, MTU, the address
+// it holds, accept_ra, the shape of BackendV6Data), and so do the route/neighbour/fdb
+// entries (host-gw: the route) each host has for the other.
+func TestKernelV6WithFlanneld(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		config string
@@ -41,12 +42,13 @@ func TestVXLANV6WithFlanneld(t *testing.T) {
 	}{
 		{"dual-stack", `{"Network":"198.18.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:5::/48","IPv6SubnetLen":64,"Backend":{"Type":"vxlan"}}`, true},
 		{"ipv6-only", `{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:6::/48","IPv6SubnetLen":64,"Backend":{"Type":"vxlan","VNI":3}}`, false},
+		{"host-gw dual-stack", `{"Network":"198.18.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:7::/48","IPv6SubnetLen":64,"Backend":{"Type":"host-gw"}}`, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { vxlanV6WithFlanneld(t, tc.config, tc.v4) })
+		t.Run(tc.name, func(t *testing.T) { kernelV6WithFlanneld(t, tc.config, tc.v4) })
 	}
 }
 
-func vxlanV6WithFlanneld(t *testing.T, config string, v4on bool) {
+func kernelV6WithFlanneld(t *testing.T, config string, v4on bool) {
 	l := labtest.New(t, lab.Spec{Prefix: "wf6", Hosts: []lab.HostSpec{{Name: "f"}, {Name: "w"}}})
 	testenv.NeedTools(t, "ping", "bridge")
 	bin := flanneldBin(t)
@@ -106,7 +108,7 @@ func vxlanV6WithFlanneld(t *testing.T, config string, v4on bool) {
 
 	// w's lease: subnets next to flanneld's.
 	wl := lease.Lease{IPv6Subnet: sibling(fl.IPv6Subnet, cfg.IPv6Network),
-		Attrs: lease.Attrs{PublicIP: netip.IPv4Unspecified(), PublicIPv6: under6[w], BackendType: "vxlan"}}
+		Attrs: lease.Attrs{PublicIP: netip.IPv4Unspecified(), PublicIPv6: under6[w]}}
 	ext := encap.ExternalInterface{Name: "eth0", MTU: 1500, IfaceIPv6: under6[w], PublicIPv6: under6[w]}
 	if v4on {
 		wl.Subnet, wl.Attrs.PublicIP = sibling(fl.Subnet, cfg.Network), w.Addr
@@ -122,11 +124,14 @@ func vxlanV6WithFlanneld(t *testing.T, config string, v4on bool) {
 		if be, err = encap.New(cfg, ext, encap.Tuning{}, zaptest.NewLogger(t)); err != nil {
 			return err
 		}
+		wl.Attrs.BackendType = be.Type()
 		if wl.Attrs.BackendData, err = be.BackendData(ctx); err != nil {
 			return err
 		}
-		if wl.Attrs.BackendV6Data, err = be.(encap.V6Backend).BackendV6Data(ctx); err != nil {
-			return err
+		if v6b, ok := be.(encap.V6Backend); ok {
+			if wl.Attrs.BackendV6Data, err = v6b.BackendV6Data(ctx); err != nil {
+				return err
+			}
 		}
 		return be.Register(ctx, wl)
 	})
@@ -211,6 +216,18 @@ func vxlanV6WithFlanneld(t *testing.T, config string, v4on bool) {
 		}
 	}
 
+	if strings.EqualFold(cfg.BackendType, "host-gw") {
+		// The route each host has to the other's IPv6 subnet.
+		route := func(h *lab.Host, peer lease.Lease, peerUnder netip.Addr) string {
+			r := strings.NewReplacer(peer.IPv6Subnet.String(), "SUBNET", peerUnder.String(), "UNDER")
+			return strings.TrimSpace(r.Replace(sh6(t, h.NS, "ip", "-6", "route", "show", peer.IPv6Subnet.String())))
+		}
+		fr, wr := route(f, wl, under6[w]), route(w, fl, under6[f])
+		if fr != wr || fr != "SUBNET via UNDER dev eth0 metric 1024 pref medium" {
+			t.Errorf("IPv6 routes to the peer: flanneld %q, weft %q", fr, wr)
+		}
+		return
+	}
 	// flannel-v6.<VNI> as flanneld makes it.
 	fdev, wdev := linkView(t, f.NS, dev6), linkView(t, w.NS, dev6)
 	if fdev["local6"] != under6[f].String() || wdev["local6"] != under6[w].String() {
