@@ -81,13 +81,16 @@ func (f family) hostBits() int {
 }
 
 // peerKey is the key of a lease among the peers: its IPv4 subnet, or its IPv6 subnet
-// on an IPv6-only network.
+// on an IPv6-only network (flannel's key names no IPv4 subnet as 0.0.0.0/0).
 func peerKey(l lease.Lease) netip.Prefix {
-	if l.Subnet.IsValid() {
+	if hasV4(l) {
 		return l.Subnet
 	}
 	return l.IPv6Subnet
 }
+
+// hasV4 reports whether l has an IPv4 subnet.
+func hasV4(l lease.Lease) bool { return l.Subnet.IsValid() && l.Subnet.Bits() > 0 }
 
 // inScope reports whether a peer's lease belongs to the network in a family the
 // config enables.

@@ -8,7 +8,7 @@ import (
 
 // isOwn reports whether l is our own lease (k.mu held).
 func (k *kernelPeers) isOwn(l lease.Lease) bool {
-	if l.Subnet.IsValid() {
+	if hasV4(l) {
 		return l.Subnet == k.own
 	}
 	return l.IPv6Subnet.IsValid() && l.IPv6Subnet == k.own6
