@@ -34,6 +34,10 @@ type vxlanOptions struct {
 	MacPrefix     string
 }
 
+// ErrNoIPv6Address is returned for a network with EnableIPv6 when the external
+// interface has no IPv6 address (flanneld refuses to start then too).
+var ErrNoIPv6Address = errors.New("no IPv6 address")
+
 // vxlanOverhead is what VXLAN over IPv4 adds to a frame: outer IPv4, UDP, VXLAN and
 // inner Ethernet headers.
 const vxlanOverhead = 50
@@ -93,6 +97,10 @@ func NewVXLAN(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backen
 	}
 	v := &vxlan{kernelPeers: k, opts: o}
 	if f := v6(cfg); f.on() {
+		if !ext.IfaceIPv6.IsValid() {
+			k.nl.Close()
+			return nil, fmt.Errorf("%w: vxlan with EnableIPv6 needs an IPv6 address on %s for flannel-v6.%d", ErrNoIPv6Address, ext.Name, o.VNI)
+		}
 		v.dev6 = &vtepDev{fam: f, name: "flannel-v6." + strconv.Itoa(o.VNI), local: ext.IfaceIPv6}
 	}
 	if f := v4(cfg); f.on() || v.dev6 == nil {
