@@ -312,3 +312,16 @@ func TestHostGWDualStack(t *testing.T) {
 	}
 	p.remove(1, map[string][]string{"fd00:0:0:11::/64": {"ip", "-6", "route", "show"}})
 }
+
+// TestHostGWIPv6Only runs host-gw with EnableIPv4 false: IPv6 routes only, ping6
+// between pods.
+func TestHostGWIPv6Only(t *testing.T) {
+	cfg := vxlanConfig(`{"Type":"host-gw"}`, false)
+	cfg.BackendType = "host-gw"
+	p := newV6Pair(t, cfg, false)
+	p.pingBoth(true)
+	if routes := p.show(0, "ip", "route", "show", "dev", "eth0"); strings.Contains(routes, "198.18.") {
+		t.Fatalf("IPv4 overlay routes on an IPv6-only host:\n%s", routes)
+	}
+	p.remove(0, map[string][]string{"fd00:0:0:12::/64": {"ip", "-6", "route", "show"}})
+}
