@@ -47,7 +47,10 @@ type Options struct {
 	// FullyRandom asks for masquerading with fully random source ports; it is used
 	// only when the probe finds the kernel and the tools support it.
 	FullyRandom bool
-	Log         *zap.Logger
+	// IPv6 says the network has IPv6 (EnableIPv6): only then does New warn about
+	// ip6tables' FORWARD policy.
+	IPv6 bool
+	Log  *zap.Logger
 }
 
 // ErrNoTool is wrapped when the command an implementation drives is not installed.
@@ -90,7 +93,7 @@ func newKind(ctx context.Context, nft, six bool, opts Options) (Firewall, error)
 			if err := old.Remove(ctx); err != nil {
 				opts.Log.Warn("could not remove weft's iptables rules", zap.String("firewall", old.Name()), zap.Error(err))
 			}
-			if old.forwardDrops(ctx) {
+			if (!six || opts.IPv6) && old.forwardDrops(ctx) {
 				opts.Log.Warn(old.Name() + "' FORWARD policy is DROP: weft's nftables accept rules do not override it, " +
 					"so forwarded overlay traffic is dropped unless something accepts it there (or use iptables mode)")
 			}

@@ -18,7 +18,7 @@ func (d *daemon) setupFirewall(ctx context.Context, cfg *lease.Config, own lease
 	if !d.opts.ipMasq && !d.opts.iptablesForwardRules {
 		return nil
 	}
-	fw, err := firewall.New(ctx, cfg.EnableNFTables, firewall.Options{FullyRandom: !d.opts.ipMasqNotRandom, Log: d.log})
+	fw, err := firewall.New(ctx, cfg.EnableNFTables, firewall.Options{FullyRandom: !d.opts.ipMasqNotRandom, IPv6: cfg.EnableIPv6, Log: d.log})
 	if err != nil {
 		return fmt.Errorf("--ip-masq/--iptables-forward-rules: %w (install it or pass --iptables-forward-rules=false)", err)
 	}
