@@ -53,6 +53,13 @@ type Backend interface {
 	Close() error
 }
 
+// V6Backend is implemented by backends that publish data for the IPv6 overlay: the
+// daemon puts BackendV6Data into the lease's BackendV6Data (flanneld's vxlan publishes
+// the VtepMAC of flannel-v6.<VNI> there). Call it after BackendData.
+type V6Backend interface {
+	BackendV6Data(ctx context.Context) (json.RawMessage, error)
+}
+
 // StatsReporter is implemented by backends that keep counters; weftd serves them as
 // JSON on its health endpoint (/stats).
 type StatsReporter interface {

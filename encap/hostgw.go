@@ -3,6 +3,7 @@ package encap
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/netip"
 
@@ -39,7 +40,7 @@ func (h *hostGW) MTU() int                                             { return 
 func (h *hostGW) Close() error                                         { h.nl.Close(); return nil }
 
 func (h *hostGW) Register(_ context.Context, own lease.Lease) error {
-	h.setOwn(own.Subnet)
+	h.setOwn(own)
 	return nil
 }
 
@@ -47,26 +48,50 @@ func (h *hostGW) HandleEvents(_ context.Context, events []lease.Event) { h.handl
 
 func (h *hostGW) Run(ctx context.Context) error { return h.run(ctx, h.reconcile) }
 
+// reconcile routes each family the config enables.
 func (h *hostGW) reconcile() error {
-	peers, synced, own := h.snapshot()
+	var errs []error
+	for _, f := range []family{v4(h.cfg), v6(h.cfg)} {
+		if f.on() {
+			errs = append(errs, h.reconcileIn(f))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reconcileIn routes each peer's subnet of family f via its public address of f.
+func (h *hostGW) reconcileIn(f family) error {
+	peers, synced, _ := h.snapshot()
+	own := h.ownSubnet(f)
 	want := map[netip.Prefix]netlink.Route{}
 	for _, p := range peers {
-		ok, why := h.directlyConnected(p.Attrs.PublicIP)
-		if !ok {
-			if h.once(p.Subnet, true, "host-gw cannot reach a peer: it is not on a directly connected subnet; use vxlan or udp for it",
-				zap.Stringer("peer", p.Attrs.PublicIP), zap.Stringer("peer-subnet", p.Subnet),
-				zap.Stringer("us", h.ext.PublicIP), zap.String("why", why)) {
+		sn, pub := f.subnet(p), f.publicIP(p)
+		if !f.fits(sn) {
+			continue
+		}
+		if !pub.IsValid() {
+			if h.once(sn, true, "host-gw cannot reach a peer: its lease has no public address of the subnet's family",
+				zap.Stringer("peer-subnet", sn), zap.Stringer("peer", p.Attrs.PublicIP)) {
 				h.count("unreachable_peers")
 			}
 			continue
 		}
-		h.once(p.Subnet, false, "host-gw route to peer", zap.Stringer("peer", p.Attrs.PublicIP),
-			zap.Stringer("peer-subnet", p.Subnet), zap.String("why", why))
-		want[p.Subnet] = netlink.Route{
-			Dst:       ipconv.IPNet(p.Subnet),
-			Gw:        net.IP(p.Attrs.PublicIP.AsSlice()),
+		ok, why := h.directlyConnected(pub)
+		if !ok {
+			if h.once(sn, true, "host-gw cannot reach a peer: it is not on a directly connected subnet; use vxlan or udp for it",
+				zap.Stringer("peer", pub), zap.Stringer("peer-subnet", sn),
+				zap.Stringer("us", f.extPublicIP(h.ext)), zap.String("why", why)) {
+				h.count("unreachable_peers")
+			}
+			continue
+		}
+		h.once(sn, false, "host-gw route to peer", zap.Stringer("peer", pub),
+			zap.Stringer("peer-subnet", sn), zap.String("why", why))
+		want[sn] = netlink.Route{
+			Dst:       ipconv.IPNet(sn),
+			Gw:        net.IP(pub.AsSlice()),
 			LinkIndex: h.ext.Index,
 		}
 	}
-	return h.syncRoutes(want, []int{h.ext.Index}, own, synced)
+	return h.syncRoutes(f, want, []int{h.ext.Index}, own, synced)
 }

@@ -27,13 +27,14 @@ type kernelPeers struct {
 	period time.Duration
 
 	mu       sync.Mutex
-	own      netip.Prefix
+	own      netip.Prefix // our IPv4 subnet
+	own6     netip.Prefix // our IPv6 subnet
 	peers    map[netip.Prefix]lease.Lease
 	synced   bool // the first snapshot has arrived: stale entries may be removed
 	said     map[netip.Prefix]string
 	kick     chan struct{}
 	counters map[string]uint64
-	// repairs and inPlace: see settle.
+	// repairs and inPlace: see settleIn.
 	repairs map[string]uint64
 	inPlace map[string]map[string]bool
 }
@@ -51,10 +52,10 @@ func newKernelPeers(typ string, cfg *lease.Config, ext ExternalInterface, log *z
 	}, nil
 }
 
-func (k *kernelPeers) setOwn(p netip.Prefix) {
+func (k *kernelPeers) setOwn(own lease.Lease) {
 	k.mu.Lock()
-	k.own = p
-	delete(k.peers, p)
+	k.own, k.own6 = own.Subnet, own.IPv6Subnet
+	delete(k.peers, peerKey(own))
 	k.mu.Unlock()
 	k.poke()
 }
@@ -63,15 +64,16 @@ func (k *kernelPeers) setOwn(p netip.Prefix) {
 func (k *kernelPeers) handle(events []lease.Event) {
 	k.mu.Lock()
 	for _, e := range events {
-		s := e.Lease.Subnet
-		if s == k.own || !k.cfg.Network.Contains(s.Addr()) || s.Bits() != k.cfg.SubnetLen {
+		s := peerKey(e.Lease)
+		if k.isOwn(e.Lease) || !inScope(k.cfg, e.Lease) {
 			continue
 		}
 		if e.Type == lease.Added && lease.CompatibleWith(k.typ, e.Lease) {
 			k.peers[s] = e.Lease
 		} else {
 			delete(k.peers, s)
-			delete(k.said, s)
+			delete(k.said, e.Lease.Subnet)
+			delete(k.said, e.Lease.IPv6Subnet)
 		}
 	}
 	k.synced = true
@@ -175,21 +177,21 @@ func (k *kernelPeers) directlyConnected(ip netip.Addr) (bool, string) {
 	return true, fmt.Sprintf("%v is on a subnet connected to %s", ip, k.ext.Name)
 }
 
-// routeKey identifies a route by destination.
+// routeKey identifies a route by destination (either family).
 func routeKey(r netlink.Route) netip.Prefix {
 	if r.Dst == nil {
 		return netip.Prefix{}
 	}
-	ip, _ := netip.AddrFromSlice(r.Dst.IP.To4())
+	ip, _ := netip.AddrFromSlice(r.Dst.IP)
 	ones, _ := r.Dst.Mask.Size()
-	return netip.PrefixFrom(ip, ones)
+	return netip.PrefixFrom(ip.Unmap(), ones)
 }
 
-// syncRoutes makes the overlay routes on the given links match want: missing or
-// different ones are replaced; when prune is set, overlay routes of ours that are not
-// wanted are deleted.
-func (k *kernelPeers) syncRoutes(want map[netip.Prefix]netlink.Route, links []int, own netip.Prefix, prune bool) error {
-	have, err := k.nl.RouteList(nil, netlink.FAMILY_V4)
+// syncRoutes makes the overlay routes of family f on the given links match want:
+// missing or different ones are replaced; when prune is set, overlay routes of ours
+// that are not wanted are deleted.
+func (k *kernelPeers) syncRoutes(f family, want map[netip.Prefix]netlink.Route, links []int, own netip.Prefix, prune bool) error {
+	have, err := k.nl.RouteList(nil, f.nl)
 	if err != nil {
 		return fmt.Errorf("list routes: %w", err)
 	}
@@ -215,12 +217,12 @@ func (k *kernelPeers) syncRoutes(want map[netip.Prefix]netlink.Route, links []in
 		}
 		inPlace[dst.String()], written[dst.String()] = true, true
 	}
-	k.settle("route", inPlace, written)
+	k.settleIn(f.slot("route"), "route", inPlace, written)
 	if !prune {
 		return firstErr
 	}
 	for dst, h := range byDst {
-		if _, ok := want[dst]; ok || dst == own || dst.Bits() != k.cfg.SubnetLen || !k.cfg.Network.Contains(dst.Addr()) {
+		if _, ok := want[dst]; ok || dst == own || !f.fits(dst) {
 			continue
 		}
 		for _, l := range links {

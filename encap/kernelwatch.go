@@ -3,7 +3,6 @@ package encap
 import (
 	"context"
 	"net"
-	"net/netip"
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
@@ -35,11 +34,8 @@ func (k *kernelPeers) watchKernel(ctx context.Context) {
 		onErr(err)
 		links = nil
 	}
-	network := k.cfg.Network
-	inNetwork := func(ip net.IP) bool {
-		a, ok := netip.AddrFromSlice(ip.To4())
-		return ok && network.Contains(a)
-	}
+	fam4, fam6 := v4(k.cfg), v6(k.cfg)
+	inNetwork := func(ip net.IP) bool { return fam4.contains(ip) || fam6.contains(ip) }
 	for {
 		select {
 		case <-ctx.Done():

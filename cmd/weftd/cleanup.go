@@ -24,9 +24,9 @@ const cleanupUsage = `usage: weftd cleanup [flags]
 Removes what weftd made on this host, for a host leaving the overlay or after weftd was
 killed: the devices flannel0, flannel.<VNI> and flannel-v6.<VNI> (and with them their
 addresses, routes, fdb and neighbour entries), host-gw and DirectRouting routes to the
-overlay (IPv4 and IPv6, from the networks subnet.env names), weft's
-firewall rules (iptables chains WEFT-POSTRTG and WEFT-FWD and the jumps to them, the
-forward rules in FORWARD, nftables table ip weft) and subnet.env. The lease stays in
+overlay (IPv4 and IPv6), weft's firewall rules (iptables and ip6tables chains
+WEFT-POSTRTG and WEFT-FWD and the jumps to them, the forward rules in FORWARD, nftables
+tables ip weft and ip6 weft) and subnet.env. The lease stays in
 etcd for the next start unless --release-lease is given. Run it while weftd is stopped.
 `
 
@@ -99,12 +99,10 @@ func cleanup(ctx context.Context, co cleanupOptions, log *zap.Logger) error {
 	}
 	defer nl.Close()
 	if envErr == nil {
-		// An IPv6-only subnet.env has no FLANNEL_NETWORK, a v4 one no FLANNEL_IPV6_NETWORK.
-		if env.Network.IsValid() {
-			errs = append(errs, removeOverlayRoutes(nl, env.Network, log))
-		}
-		if env.IPv6Network.IsValid() {
-			errs = append(errs, removeOverlayRoutes(nl, env.IPv6Network, log))
+		for _, n := range []netip.Prefix{env.Network, env.IPv6Network} {
+			if n.IsValid() {
+				errs = append(errs, removeOverlayRoutes(nl, n, log))
+			}
 		}
 	}
 	errs = append(errs, removeDevices(nl, log))
@@ -121,7 +119,8 @@ func cleanup(ctx context.Context, co cleanupOptions, log *zap.Logger) error {
 }
 
 // removeDevices deletes flannel0 (udp) and every vxlan device flannel.<VNI> and
-// flannel-v6.<VNI> (flanneld's name for the IPv6 one); the kernel takes their addresses, routes, neighbours and fdb entries with them.
+// flannel-v6.<VNI> (flanneld's name for the IPv6 one); the kernel takes their
+// addresses, routes, neighbours and fdb entries with them.
 func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
 	links, err := nl.LinkList()
 	if err != nil {
@@ -148,11 +147,11 @@ func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
 // of network (IPv4 or IPv6) via a peer's address (host-gw, vxlan DirectRouting).
 // Routes without a gateway (the CNI bridge's, the kernel's) are not weft's.
 func removeOverlayRoutes(nl *netlink.Handle, network netip.Prefix, log *zap.Logger) error {
-	family := netlink.FAMILY_V4
+	fam := netlink.FAMILY_V4
 	if network.Addr().Is6() {
-		family = netlink.FAMILY_V6
+		fam = netlink.FAMILY_V6
 	}
-	routes, err := nl.RouteList(nil, family)
+	routes, err := nl.RouteList(nil, fam)
 	if err != nil {
 		return fmt.Errorf("list routes: %w", err)
 	}
@@ -179,9 +178,8 @@ func routeKey(r netlink.Route) netip.Prefix {
 	if !ok {
 		return netip.Prefix{}
 	}
-	ip = ip.Unmap()
 	ones, _ := r.Dst.Mask.Size()
-	return netip.PrefixFrom(ip, ones)
+	return netip.PrefixFrom(ip.Unmap(), ones)
 }
 
 // releaseLease deletes our lease (named by the subnets in subnet.env: IPv4, IPv6 or

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -104,18 +103,9 @@ func (d *daemon) run(ctx context.Context) error {
 	d.be.Store(&be)
 	defer be.Close()
 
-	data, err := be.BackendData(ctx)
+	attrs, err := leaseAttrs(ctx, be, ext)
 	if err != nil {
-		return fmt.Errorf("%s backend: %w", be.Type(), err)
-	}
-	attrs := lease.Attrs{PublicIP: ext.PublicIP, BackendType: be.Type(), BackendData: data}
-	if cfg.EnableIPv6 {
-		attrs.PublicIPv6 = ext.PublicIPv6
-		if b, ok := be.(v6DataBackend); ok {
-			if attrs.BackendV6Data, err = b.BackendV6Data(ctx); err != nil {
-				return fmt.Errorf("%s backend: %w", be.Type(), err)
-			}
-		}
+		return err
 	}
 	own, err := mgr.Acquire(ctx, attrs)
 	if err != nil {
@@ -139,7 +129,7 @@ func (d *daemon) run(ctx context.Context) error {
 	// The rules outlive weftd, as flanneld's do: the kernel keeps forwarding for vxlan
 	// and host-gw while weftd restarts, which a FORWARD DROP policy would otherwise cut
 	// off. `weftd cleanup` removes them.
-	if err := d.setupFirewall(ctx, cfg, own.Subnet); err != nil {
+	if err := d.setupFirewall(ctx, cfg, own); err != nil {
 		return err
 	}
 	if d.fw != nil {
@@ -157,12 +147,6 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 	}
 	return d.serve(ctx, mgr, be, own, env)
-}
-
-// v6DataBackend is implemented by backends that publish data for their IPv6 overlay
-// (vxlan: the VtepMAC of flannel-v6.<VNI>), stored as the lease's BackendV6Data.
-type v6DataBackend interface {
-	BackendV6Data(ctx context.Context) (json.RawMessage, error)
 }
 
 // refuseIPv6 stops a dual-stack or IPv6-only network on a backend whose data path
@@ -251,10 +235,10 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 			if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
 				return err
 			}
-			if d.opts.ipMasq && next.Subnet.IsValid() && next.Subnet != own.Subnet {
-				if err := d.fw.SetMasq(ctx, env.Network, next.Subnet); err != nil {
-					return fmt.Errorf("--ip-masq: %w", err)
-				}
+		}
+		if d.opts.ipMasq && (next.Subnet != own.Subnet || next.IPv6Subnet != own.IPv6Subnet) {
+			if err := d.setMasq(ctx, env.Network, env.IPv6Network, next); err != nil {
+				return err
 			}
 		}
 		own = next
