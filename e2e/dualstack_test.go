@@ -27,8 +27,7 @@ import (
 // write lease keys of one form (<v4>-<len>&<v6>-<len>, 0.0.0.0-0&<v6>-<len>) with
 // values of the same fields, and each takes the other's lease: flanneld routes to
 // weftd's subnets, weftd reports flanneld's lease with its IPv6 subnet and routes to
-// its IPv4 one (flanneld's routes are checked on the dual-stack network only, see
-// below).
+// both (flanneld's routes are checked on the dual-stack network only, see below).
 func TestFamiliesWithFlanneld(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -121,6 +120,10 @@ func TestFamiliesWithFlanneld(t *testing.T) {
 					if want := envF.Subnet.String() + " via " + f.ip; !strings.Contains(routes, want) {
 						return fmt.Errorf("weftd has no route %q:\n%s", want, routes)
 					}
+				}
+				routes := c.sh(w.ns, "ip -6 route show")
+				if want := envF.IPv6Subnet.Masked().String() + " via " + v6addr[f]; !strings.Contains(routes, want) {
+					return fmt.Errorf("weftd has no route %q:\n%s", want, routes)
 				}
 				if logs := w.logs(); !strings.Contains(logs, `"ipv6-subnet":"`+envF.IPv6Subnet.String()+`","public-ip"`) {
 					return fmt.Errorf("weftd did not report flanneld's lease with %v", envF.IPv6Subnet)

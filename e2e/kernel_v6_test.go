@@ -7,16 +7,12 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 
-	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/internal/netns"
 	"github.com/weftnet/weft/internal/netnstest"
 	"github.com/weftnet/weft/internal/testenv"
@@ -25,11 +21,10 @@ import (
 	"github.com/weftnet/weft/lease"
 )
 
-// TestKernelV6WithFlanneld runs the upstream flanneld on host f and weft's kernel
-// backend on host w of one LAN with an IPv6 underlay (2001:db8::/64): vxlan on a
-// dual-stack and on an IPv6-only network, host-gw on a dual-stack one. w's lease is
-// written to etcd in flannel's layout (dual-stack key, BackendV6Data) and flanneld's
-// lease is fed to w's backend, as weftd will once its lease manager speaks IPv6.
+// TestKernelV6WithFlanneld runs the upstream flanneld on host f and weftd on host w of
+// one LAN with an IPv6 underlay (2001:db8::/64), one etcd: vxlan on a dual-stack and on
+// an IPv6-only network, host-gw on a dual-stack one. weftd's lease carries PublicIPv6
+// (and, on vxlan, BackendV6Data).
 // Pods behind each host ping each other both ways in each family the network has;
 // flannel-v6.<VNI> on w matches flanneld's on f (VXLAN attributes, MTU, the address
 // it holds, accept_ra, the shape of BackendV6Data), and so do the route/neighbour/fdb
@@ -106,57 +101,28 @@ func kernelV6WithFlanneld(t *testing.T, config string, v4on bool) {
 		t.Fatal(err)
 	}
 
-	// w's lease: subnets next to flanneld's.
-	wl := lease.Lease{IPv6Subnet: sibling(fl.IPv6Subnet, cfg.IPv6Network),
-		Attrs: lease.Attrs{PublicIP: netip.IPv4Unspecified(), PublicIPv6: under6[w]}}
-	ext := encap.ExternalInterface{Name: "eth0", MTU: 1500, IfaceIPv6: under6[w], PublicIPv6: under6[w]}
-	if v4on {
-		wl.Subnet, wl.Attrs.PublicIP = sibling(fl.Subnet, cfg.Network), w.Addr
-		ext.IfaceIP, ext.PublicIP = w.Addr, w.Addr
-	}
-	var be encap.Backend
-	err = w.NS.Do(func() error {
-		link, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		ext.Index = link.Attrs().Index
-		if be, err = encap.New(cfg, ext, encap.Tuning{}, zaptest.NewLogger(t)); err != nil {
-			return err
-		}
-		wl.Attrs.BackendType = be.Type()
-		if wl.Attrs.BackendData, err = be.BackendData(ctx); err != nil {
-			return err
-		}
-		if v6b, ok := be.(encap.V6Backend); ok {
-			if wl.Attrs.BackendV6Data, err = v6b.BackendV6Data(ctx); err != nil {
-				return err
-			}
-		}
-		return be.Register(ctx, wl)
-	})
+	// weftd on w, with the same lab flags (--iface=eth0, etcd) as flanneld.
+	wd, err := l.Start(ctx, w, lab.DaemonSpec{Binary: weftd(t), Weft: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = w.NS.Do(func() error { return be.Run(runCtx) })
-	}()
-	t.Cleanup(func() { stop(); wg.Wait(); be.Close() })
-	be.HandleEvents(ctx, []lease.Event{{Type: lease.Added, Lease: fl}})
-	val, err := lease.EncodeAttrs(wl.Attrs)
+	wenv, err := wd.WaitSubnetEnv(ctx, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	grant, err := cli.Grant(ctx, 3600)
-	if err != nil {
+	if !wenv.IPv6Subnet.IsValid() || wenv.Subnet.IsValid() != v4on {
+		t.Fatalf("weftd's subnet.env: %+v", wenv)
+	}
+	wl := lease.Lease{Subnet: wenv.Subnet.Masked(), IPv6Subnet: wenv.IPv6Subnet.Masked()}
+	resp, err = cli.Get(ctx, lease.DefaultPrefix+"/subnets/"+lease.LeaseKey(wl.Subnet, wl.IPv6Subnet))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("weftd's lease %s: %v %v", lease.LeaseKey(wl.Subnet, wl.IPv6Subnet), resp, err)
+	}
+	if wl.Attrs, err = lease.DecodeAttrs(resp.Kvs[0].Value); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Put(ctx, lease.DefaultPrefix+"/subnets/"+lease.LeaseKey(wl.Subnet, wl.IPv6Subnet), string(val), clientv3.WithLease(grant.ID)); err != nil {
-		t.Fatal(err)
+	if wl.Attrs.PublicIPv6 != under6[w] || (len(wl.Attrs.BackendV6Data) == 0) != strings.EqualFold(cfg.BackendType, "host-gw") {
+		t.Fatalf("weftd's lease: PublicIPv6 %v (want %v), BackendV6Data %s", wl.Attrs.PublicIPv6, under6[w], wl.Attrs.BackendV6Data)
 	}
 
 	// A pod behind each host, in each family the network has.
@@ -264,44 +230,23 @@ func kernelV6WithFlanneld(t *testing.T, config string, v4on bool) {
 			r.Replace(sh6(t, h.NS, "bridge", "fdb", "show", "dev", dev6, "dst", peerUnder.String())),
 		}
 	}
-	we := entries(w, fl, fmac, under6[f])
 	fe := []string{"SUBNET via GW dev " + dev6 + " metric 1024 onlink pref medium", "GW lladdr MAC PERMANENT", "MAC dst UNDER self permanent"}
 	if v4on {
 		fe = entries(f, wl, wmac, under6[w])
 	}
-	for i := range fe {
-		if strings.TrimSpace(fe[i]) != strings.TrimSpace(we[i]) {
-			t.Errorf("entries for the peer differ:\nflanneld %q\nweft     %q", fe[i], we[i])
+	// On IPv6-only no ping has waited for weftd to take flanneld's lease: wait here.
+	testenv.Eventually(t, 20*time.Second, func() error {
+		we := entries(w, fl, fmac, under6[f])
+		for i := range fe {
+			if strings.TrimSpace(fe[i]) != strings.TrimSpace(we[i]) {
+				return fmt.Errorf("entries for the peer differ:\nflanneld %q\nweft     %q", fe[i], we[i])
+			}
 		}
-	}
+		return nil
+	})
 	if t.Failed() {
 		t.Logf("flanneld log:\n%s", fd.LogTail(30))
 	}
-}
-
-// sibling is a prefix of p's length in network next to p: the one after it, or the
-// one before when p is the last.
-func sibling(p, network netip.Prefix) netip.Prefix {
-	for _, up := range []bool{true, false} {
-		b := p.Masked().Addr().AsSlice()
-		bit := p.Bits() - 1
-		step := byte(1 << (7 - bit%8))
-		for i := bit / 8; i >= 0 && step != 0; i-- {
-			old := b[i]
-			if up {
-				b[i] += step
-				step = map[bool]byte{true: 1, false: 0}[b[i] < old]
-			} else {
-				b[i] -= step
-				step = map[bool]byte{true: 1, false: 0}[b[i] > old]
-			}
-		}
-		a, _ := netip.AddrFromSlice(b)
-		if s := netip.PrefixFrom(a, p.Bits()); network.Contains(a) {
-			return s
-		}
-	}
-	return netip.Prefix{}
 }
 
 func sh6(t *testing.T, ns *netns.NS, name string, args ...string) string {
