@@ -91,8 +91,8 @@ var compatCases = []compatCase{
 	{name: "iface-by-ip", config: `{` + n16 + `,"Backend":{"Type":"udp"}}`, noIface: true, ext1: true,
 		args: []string{"--iface=198.51.100.200"}},
 	{name: "public-ip", config: `{` + n16 + `,"Backend":{"Type":"vxlan"}}`, args: []string{"--public-ip=192.0.2.200"}},
-	{name: "vxlan-dual-stack", config: `{` + n16 + `,` + v6net + `,"Backend":{"Type":"vxlan"}}`},
-	{name: "vxlan-ipv6-only", config: `{"EnableIPv4":false,` + v6net + `,"Backend":{"Type":"vxlan"}}`},
+	{name: "vxlan-dual-stack", config: `{` + n16 + `,` + v6net + `,"Backend":{"Type":"vxlan"}}`, restart: true},
+	{name: "vxlan-ipv6-only", config: `{"EnableIPv4":false,` + v6net + `,"Backend":{"Type":"vxlan"}}`, restart: true},
 	{name: "vxlan-directrouting-dual-stack", config: `{` + n16 + `,` + v6net + `,"Backend":{"Type":"vxlan","DirectRouting":true}}`},
 	{name: "host-gw-dual-stack", config: `{` + n16 + `,` + v6net + `,"Backend":{"Type":"host-gw"}}`},
 	{name: "ip-masq-dual-stack", config: `{` + n16 + `,` + v6net + `,"Backend":{"Type":"vxlan"}}`, args: []string{"--ip-masq"}},
@@ -467,7 +467,7 @@ func (s *side) run(t *testing.T, i int, c compatCase) (compatView, error) {
 	if err != nil {
 		return nil, err
 	}
-	snap["restart keeps the subnet"] = fmt.Sprint(env2.Subnet == firstEnv.Subnet)
+	snap["restart keeps the subnet"] = fmt.Sprint(env2.Subnet == firstEnv.Subnet && env2.IPv6Subnet == firstEnv.IPv6Subnet)
 	return snap, nil
 }
 
@@ -592,18 +592,21 @@ func (s *side) settle(ctx context.Context, d *lab.Daemon, prefix string, peer ne
 	}
 }
 
-// vxlanMAC is the MAC of the host's flannel.N device ("" without one).
+// vxlanMAC names the MACs of the host's flannel.N and flannel-v6.N devices ("" without
+// either).
 func vxlanMAC(ctx context.Context, h *lab.Host) (string, error) {
 	links, err := linkList(ctx, h.NS)
 	if err != nil {
 		return "", err
 	}
+	var macs []string
 	for _, l := range links {
-		if l.Kind == "vxlan" && strings.HasPrefix(l.Name, "flannel.") {
-			return l.Address, nil
+		if l.Kind == "vxlan" && strings.HasPrefix(l.Name, "flannel") {
+			macs = append(macs, l.Name+"="+l.Address)
 		}
 	}
-	return "", nil
+	sort.Strings(macs)
+	return strings.Join(macs, " "), nil
 }
 
 func equalSnap(a, b compatView) bool { return len(diff(a, b)) == 0 }
