@@ -20,7 +20,8 @@ import (
 // TestKubeDualStack: weftd --kube-subnet-mgr on a dual-stack network (host-gw), as the
 // flannel ServiceAccount, takes both podCIDRs of its node into subnet.env, publishes
 // flanneld's IPv6 annotations (public-ipv6 from the interface, or from the node's
-// node-public-ipv6), is ready, and reports the other node's lease with its IPv6 subnet.
+// node-public-ipv6), is ready, reports the other node's lease with its IPv6 subnet and
+// routes to both of its subnets.
 func TestKubeDualStack(t *testing.T) {
 	c := newCluster(t, "v3")
 	_, cs, id := kubeCluster(t, c)
@@ -70,6 +71,16 @@ func TestKubeDualStack(t *testing.T) {
 		}
 		if routes := c.sh(hosts["a"].ns, "ip route show"); !strings.Contains(routes, peer.Subnet.String()+" via "+hosts["b"].ip) {
 			return fmt.Errorf("no route to %v on a:\n%s", peer.Subnet, routes)
+		}
+		// IPv6 host-gw routes from the annotations: via node-b's node-public-ipv6 on a,
+		// via a's interface address on b.
+		for _, r := range []struct{ on, want string }{
+			{"a", cidrs["b"][1] + " via 2001:db8:1::99"},
+			{"b", cidrs["a"][1] + " via " + v6["a"]},
+		} {
+			if routes := c.sh(hosts[r.on].ns, "ip -6 route show"); !strings.Contains(routes, r.want) {
+				return fmt.Errorf("no route %q on %s:\n%s", r.want, r.on, routes)
+			}
 		}
 		return nil
 	})
