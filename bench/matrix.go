@@ -128,13 +128,19 @@ func measure(ctx context.Context, p Path, o Options) (Figures, []string) {
 		f[RTTMedian] = float64(pr.Median) / float64(time.Microsecond)
 		f[RTTP99] = float64(pr.P99) / float64(time.Microsecond)
 	}
-	if t, cpu, err := TCP(ctx, p, o.Duration); err != nil {
+	if t, cost, err := TCP(ctx, p, o.Duration, 1); err != nil {
 		errs = append(errs, "tcp: "+err.Error())
 	} else {
 		f[TCPGbps] = t.Gbps
+		f[TotalCPUPerGB] = cost.TotalPerGB
 		if len(p.Daemons) > 0 {
-			f[CPUPerGBs] = cpu
+			f[CPUPerGBs] = cost.DaemonPerGB
 		}
+	}
+	if t, _, err := TCP(ctx, p, o.Duration, 4); err != nil {
+		errs = append(errs, "tcp -P 4: "+err.Error())
+	} else {
+		f[TCP4Gbps] = t.Gbps
 	}
 	if u, err := UDP64(ctx, p, o.Duration); err != nil {
 		errs = append(errs, "udp64: "+err.Error())

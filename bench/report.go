@@ -17,6 +17,11 @@ const (
 	RTTMedian  = "rtt_median_us"
 	RTTP99     = "rtt_p99_us"
 	CPUPerGBs  = "cpu_s_per_gb"
+	// TCP4Gbps is four parallel streams (iperf3 -P 4).
+	TCP4Gbps = "tcp4_gbps"
+	// TotalCPUPerGB is the whole machine's busy CPU (user, system, irq, softirq
+	// from /proc/stat) per GB of the one-stream TCP run.
+	TotalCPUPerGB = "total_cpu_s_per_gb"
 )
 
 // MetricInfo describes one figure.
@@ -28,11 +33,13 @@ type MetricInfo struct {
 // Metrics lists the figures in report order.
 var Metrics = []MetricInfo{
 	{TCPGbps, "TCP", "Gbit/s", true},
+	{TCP4Gbps, "TCP -P 4", "Gbit/s", true},
 	{UDPKpps, "UDP 64 B", "kpps", true},
 	{UDPLossPct, "UDP loss", "%", false},
 	{RTTMedian, "RTT median", "µs", false},
 	{RTTP99, "RTT p99", "µs", false},
 	{CPUPerGBs, "daemon CPU", "s/GB", false},
+	{TotalCPUPerGB, "total CPU", "s/GB", false},
 }
 
 // Figures maps metric keys to values; a metric not measured is absent.
@@ -151,7 +158,7 @@ func (r *Report) cells() ([]string, [][]string) {
 	head := []string{"subject"}
 	for _, m := range Metrics {
 		head = append(head, m.Title+" "+m.Unit)
-		if m.Key == TCPGbps || m.Key == UDPKpps || m.Key == RTTMedian {
+		if hasKVXLANColumn(m.Key) {
 			head = append(head, "vs kvxlan")
 		}
 		if m.Key == TCPGbps || m.Key == UDPKpps {
@@ -163,7 +170,7 @@ func (r *Report) cells() ([]string, [][]string) {
 		c := []string{row.Subject}
 		for _, m := range Metrics {
 			c = append(c, fmtValue(m.Key, row.Median))
-			if m.Key == TCPGbps || m.Key == UDPKpps || m.Key == RTTMedian {
+			if hasKVXLANColumn(m.Key) {
 				c = append(c, fmtRatio(m.Key, row.VsKernelVXLAN))
 			}
 			if m.Key == TCPGbps || m.Key == UDPKpps {
@@ -176,6 +183,16 @@ func (r *Report) cells() ([]string, [][]string) {
 		rows = append(rows, c)
 	}
 	return head, rows
+}
+
+// hasKVXLANColumn reports whether the table gives metric key's ratio to
+// kernel-vxlan in a column of its own.
+func hasKVXLANColumn(key string) bool {
+	switch key {
+	case TCPGbps, TCP4Gbps, UDPKpps, RTTMedian, TotalCPUPerGB:
+		return true
+	}
+	return false
 }
 
 // WriteTable writes the medians as an aligned text table for the terminal.
@@ -222,8 +239,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, " Kernel %s, %d CPUs.", r.Kernel, r.CPUs)
 	}
 	b.WriteString(" Ratios are to kernel-vxlan (vs kvxlan) and to the bare underlay measured in the same run." +
-		" TCP: one iperf3 stream pod to pod; UDP: iperf3 with 64-byte payloads at full rate, delivered packets;" +
-		" RTT: ping every 10 ms; CPU: user+system seconds of both hosts' daemons per GB moved by TCP.\n\n")
+		" TCP: one iperf3 stream pod to pod; TCP -P 4: four streams; UDP: iperf3 with 64-byte payloads at full rate, delivered packets;" +
+		" RTT: ping every 10 ms; daemon CPU: user+system seconds of both hosts' daemons per GB moved by one-stream TCP;" +
+		" total CPU: the whole machine's user+system+irq+softirq seconds (/proc/stat) per GB of the same run," +
+		" iperf3 and the kernel's packet processing included (and anything else running on the machine).\n\n")
 	head, rows := r.cells()
 	mdRow := func(c []string) { b.WriteString("| " + strings.Join(c, " | ") + " |\n") }
 	mdRow(head)

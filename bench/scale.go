@@ -16,12 +16,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/weftnet/weft/internal/netns"
 	"github.com/weftnet/weft/lab"
 	"github.com/weftnet/weft/lease"
 )
@@ -43,8 +45,10 @@ type ScaleOptions struct {
 	Rate     int           // lease changes per second; default 50
 	// NoRestart leaves out the etcd restart after the churn.
 	NoRestart bool
-	StateFile string
-	Progress  io.Writer
+	// NoOvertake leaves out the compaction that overtakes the daemon's watch.
+	NoOvertake bool
+	StateFile  string
+	Progress   io.Writer
 }
 
 // ScalePoint is one subject at one size.
@@ -67,16 +71,27 @@ type ScalePoint struct {
 	ChurnCPUPct float64 `json:"churn_cpu_pct"`
 	// Stale entries are in the data path but not in etcd, missing ones the reverse;
 	// after the churn and after the etcd restart.
-	StaleAfterChurn     int      `json:"stale_after_churn"`
-	MissingAfterChurn   int      `json:"missing_after_churn"`
-	StaleAfterRestart   int      `json:"stale_after_restart"`
-	MissingAfterRestart int      `json:"missing_after_restart"`
-	ResyncsChurn        float64  `json:"resyncs_churn"`   // weftd re-lists during the churn (with one compaction); -1 unknown
-	ResyncsRestart      float64  `json:"resyncs_restart"` // weftd re-lists after the etcd restart; -1 unknown
-	RestartCPUPct       float64  `json:"restart_cpu_pct"` // CPU over the Idle window after etcd is back
-	SettleS             float64  `json:"settle_s"`        // etcd back to the first 1 s with idle CPU
-	WatchOverflows      int      `json:"watch_overflows,omitempty"`
-	Errors              []string `json:"errors,omitempty"`
+	StaleAfterChurn     int     `json:"stale_after_churn"`
+	MissingAfterChurn   int     `json:"missing_after_churn"`
+	StaleAfterRestart   int     `json:"stale_after_restart"`
+	MissingAfterRestart int     `json:"missing_after_restart"`
+	ResyncsChurn        float64 `json:"resyncs_churn"`   // weftd re-lists during the churn (with one compaction); -1 unknown
+	ResyncsRestart      float64 `json:"resyncs_restart"` // weftd re-lists after the etcd restart; -1 unknown
+	RestartCPUPct       float64 `json:"restart_cpu_pct"` // CPU over the Idle window after etcd is back
+	SettleS             float64 `json:"settle_s"`        // etcd back to the first 1 s with idle CPU
+	// The overtaking compaction (see overtake): changes made while the daemon was
+	// stopped, weftd's re-lists, CPU over the Idle window after SIGCONT, SIGCONT to
+	// the first 1 s with idle CPU and to the data path equal to etcd, and the
+	// difference then.
+	OvertakeChanges      int      `json:"overtake_changes,omitempty"`
+	ResyncsOvertake      float64  `json:"resyncs_overtake"`
+	OvertakeCPUPct       float64  `json:"overtake_cpu_pct"`
+	OvertakeSettleS      float64  `json:"overtake_settle_s"`
+	OvertakeCatchUpS     float64  `json:"overtake_catch_up_s"`
+	StaleAfterOvertake   int      `json:"stale_after_overtake"`
+	MissingAfterOvertake int      `json:"missing_after_overtake"`
+	WatchOverflows       int      `json:"watch_overflows,omitempty"`
+	Errors               []string `json:"errors,omitempty"`
 }
 
 // ScaleReport is a scale run's result.
@@ -404,7 +419,8 @@ func (v *daemonView) resyncs() float64 {
 func (v *daemonView) dataPath() (map[netip.Prefix]bool, error) { return v.routes.list() }
 
 func (r *scaleRun) measure(ctx context.Context, s ScaleSubject, n int) ScalePoint {
-	pt := ScalePoint{Subject: s.Name, Binary: s.Binary, Hosts: n, ResyncsChurn: -1, ResyncsRestart: -1, SettleS: -1}
+	pt := ScalePoint{Subject: s.Name, Binary: s.Binary, Hosts: n, ResyncsChurn: -1, ResyncsRestart: -1, SettleS: -1,
+		ResyncsOvertake: -1, OvertakeSettleS: -1, OvertakeCatchUpS: -1}
 	if err := r.measureInto(ctx, s, n, &pt); err != nil {
 		pt.Errors = append(pt.Errors, err.Error())
 	}
@@ -498,6 +514,11 @@ func (r *scaleRun) measureInto(ctx context.Context, s ScaleSubject, n int, pt *S
 			return err
 		}
 	}
+	if !r.o.NoOvertake {
+		if err := r.overtake(ctx, v, h.NS, own, pt); err != nil {
+			return err
+		}
+	}
 	if v.routes != nil {
 		pt.WatchOverflows = v.routes.overflows()
 	}
@@ -539,25 +560,7 @@ func (r *scaleRun) settled(ctx context.Context, v *daemonView, own netip.Prefix)
 func (r *scaleRun) churn(ctx context.Context, v *daemonView, own netip.Prefix) (lat []float64, ops, missed int, err error) {
 	var mu sync.Mutex
 	pending := 0
-	var free []netip.Prefix
-	taken := map[netip.Prefix]bool{own: true}
-	for p := range r.sim {
-		taken[p] = true
-	}
-	if cur, err := r.etcdSubnets(ctx, own); err == nil {
-		for p := range cur {
-			taken[p] = true
-		}
-	}
-	for i := 1; i < r.cfg.count(); i++ {
-		if p := r.cfg.subnet(i); !taken[p] {
-			free = append(free, p)
-		}
-	}
-	simList := make([]netip.Prefix, 0, len(r.sim))
-	for p := range r.sim {
-		simList = append(simList, p)
-	}
+	free, simList := r.freeAndLeased(ctx, own)
 	tick := time.NewTicker(time.Second / time.Duration(r.o.Rate))
 	defer tick.Stop()
 	end := time.Now().Add(r.o.Churn)
@@ -637,6 +640,200 @@ func (r *scaleRun) churn(ctx context.Context, v *daemonView, own netip.Prefix) (
 	return out, ops, missed, nil
 }
 
+// freeAndLeased returns the subnets no lease holds (nor own) and the simulated
+// hosts' subnets.
+func (r *scaleRun) freeAndLeased(ctx context.Context, own netip.Prefix) (free, sim []netip.Prefix) {
+	taken := map[netip.Prefix]bool{own: true}
+	for p := range r.sim {
+		taken[p] = true
+	}
+	if cur, err := r.etcdSubnets(ctx, own); err == nil {
+		for p := range cur {
+			taken[p] = true
+		}
+	}
+	for i := 1; i < r.cfg.count(); i++ {
+		if p := r.cfg.subnet(i); !taken[p] {
+			free = append(free, p)
+		}
+	}
+	sim = make([]netip.Prefix, 0, len(r.sim))
+	for p := range r.sim {
+		sim = append(sim, p)
+	}
+	return free, sim
+}
+
+// overtake makes an etcd compaction overtake the daemon's watch, as a daemon cut off
+// from etcd for a while meets it: the daemon is stopped (SIGSTOP), Rate lease changes
+// are written (half deletes, half adds), etcd is compacted at the revision after them,
+// the daemon's TCP connections to etcd are destroyed (ss -K: the events queued for it
+// are lost, as over a broken link) and the daemon continues (SIGCONT). Its watch must
+// resume from a compacted revision: it has to re-list (weftd's re-lists are counted;
+// one is right, more is a loop). Then CPU over the Idle window, when it is idle again,
+// and when the data path equals etcd.
+func (r *scaleRun) overtake(ctx context.Context, v *daemonView, ns *netns.NS, own netip.Prefix, pt *ScalePoint) error {
+	before := v.resyncs()
+	pid := v.d.Pid()
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("scale: stop the daemon: %w", err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = proc.Signal(syscall.SIGCONT)
+		}
+	}()
+	// What etcd sends from now on must not reach the daemon's socket: data queued
+	// there would still be read after ss -K. An nftables table of the benchmark's own
+	// drops it on the way in.
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(lab.EtcdEndpoint, "http://"))
+	nft := func(args ...string) error {
+		if out, err := ns.Run(ctx, "nft", args...); err != nil {
+			return fmt.Errorf("scale: nft %v: %w: %s", args, err, out)
+		}
+		return nil
+	}
+	unblock := func() error { return nft("delete table inet weftbench") }
+	for _, cmd := range []string{"add table inet weftbench",
+		"add chain inet weftbench in { type filter hook input priority -10 ; }",
+		"add rule inet weftbench in ip saddr " + host + " tcp sport " + port + " drop"} {
+		if err := nft(cmd); err != nil {
+			_ = unblock()
+			return err
+		}
+	}
+	blocked := true
+	defer func() {
+		if blocked {
+			_ = unblock()
+		}
+	}()
+	free, simList := r.freeAndLeased(ctx, own)
+	for i := range r.o.Rate {
+		if i%2 == 0 && len(simList) > 0 {
+			j := r.rnd.Intn(len(simList))
+			p := simList[j]
+			simList = append(simList[:j], simList[j+1:]...)
+			delete(r.sim, p)
+			if _, err := r.cli.Delete(ctx, r.key(p)); err != nil {
+				return fmt.Errorf("scale: overtake write: %w", err)
+			}
+		} else {
+			j := r.rnd.Intn(len(free))
+			p := free[j]
+			free = append(free[:j], free[j+1:]...)
+			r.nextID++
+			r.sim[p] = r.nextID
+			if _, err := r.cli.Put(ctx, r.key(p), simValue(r.o.Backend, r.nextID), clientv3.WithLease(r.grant)); err != nil {
+				return fmt.Errorf("scale: overtake write: %w", err)
+			}
+		}
+		pt.OvertakeChanges++
+	}
+	g, err := r.cli.Get(ctx, "compact-probe")
+	if err != nil {
+		return fmt.Errorf("scale: etcd revision: %w", err)
+	}
+	if _, err := r.cli.Compact(ctx, g.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		return fmt.Errorf("scale: compact: %w", err)
+	}
+	if out, err := ns.Run(ctx, "ss", "-K", "-t", "dst", host, "dport", "=", port); err != nil {
+		return fmt.Errorf("scale: cut the daemon's etcd connections: %w: %s", err, out)
+	}
+	if err := unblock(); err != nil {
+		return err
+	}
+	blocked = false
+	if err := proc.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("scale: continue the daemon: %w", err)
+	}
+	stopped = false
+	back := time.Now()
+	r.progress("  %d changes while stopped, compacted at revision %d, connections cut, continued",
+		pt.OvertakeChanges, g.Header.Revision)
+	var catchUp sync.WaitGroup
+	if v.routes != nil {
+		catchUp.Add(1)
+		go func() {
+			defer catchUp.Done()
+			var stale, missing int
+			_ = poll(ctx, 30*time.Second, 20*time.Millisecond, func() (bool, error) {
+				want, err := r.etcdSubnets(ctx, own)
+				if err != nil {
+					return false, err
+				}
+				have, err := v.dataPath()
+				if err != nil {
+					return false, err
+				}
+				stale, missing = diff(have, want)
+				return stale == 0 && missing == 0, nil
+			})
+			if stale == 0 && missing == 0 {
+				pt.OvertakeCatchUpS = time.Since(back).Seconds()
+			}
+		}()
+	}
+	pt.OvertakeCPUPct, pt.OvertakeSettleS, err = r.cpuUntilIdle(ctx, pid, back, pt.IdleCPUPct)
+	catchUp.Wait()
+	if err != nil {
+		return err
+	}
+	if after := v.resyncs(); before >= 0 && after >= 0 {
+		pt.ResyncsOvertake = after - before
+	}
+	if v.routes != nil {
+		// The catch-up wait above was the chance to settle: compare once.
+		want, err := r.etcdSubnets(ctx, own)
+		if err != nil {
+			return err
+		}
+		have, err := v.dataPath()
+		if err != nil {
+			return err
+		}
+		pt.StaleAfterOvertake, pt.MissingAfterOvertake = diff(have, want)
+	}
+	r.progress("  overtaken watch: %v re-lists, data path = etcd after %.2fs, CPU %.2f%% over %s, idle again after %.0fs, stale %d, missing %d",
+		pt.ResyncsOvertake, pt.OvertakeCatchUpS, pt.OvertakeCPUPct, r.o.Idle, pt.OvertakeSettleS,
+		pt.StaleAfterOvertake, pt.MissingAfterOvertake)
+	return nil
+}
+
+// cpuUntilIdle samples pid's CPU every second for the Idle window from back: the
+// CPU over the window, and the start of the first second at idle (at most twice the
+// idle CPU or one point above it; -1 if none).
+func (r *scaleRun) cpuUntilIdle(ctx context.Context, pid int, back time.Time, idle float64) (pct, settleS float64, err error) {
+	c0, err := lab.ProcCPU(pid)
+	if err != nil {
+		return 0, -1, err
+	}
+	t0 := time.Now()
+	settleS = -1
+	prev := c0
+	for time.Since(back) < r.o.Idle {
+		select {
+		case <-ctx.Done():
+			return 0, -1, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		c, err := lab.ProcCPU(pid)
+		if err != nil {
+			return 0, -1, err
+		}
+		if p := 100 * (c - prev).Seconds(); settleS < 0 && p <= max(2*idle, idle+1) {
+			settleS = time.Since(back).Seconds() - 1
+		}
+		prev = c
+	}
+	return 100 * (prev - c0).Seconds() / time.Since(t0).Seconds(), settleS, nil
+}
+
 // restartEtcd stops and starts etcd under the daemon, then measures the re-lists,
 // the CPU until it is idle again and that the data path still equals etcd.
 func (r *scaleRun) restartEtcd(ctx context.Context, v *daemonView, own netip.Prefix, pt *ScalePoint) error {
@@ -648,30 +845,14 @@ func (r *scaleRun) restartEtcd(ctx context.Context, v *daemonView, own netip.Pre
 		return fmt.Errorf("scale: etcd restart: %w", err)
 	}
 	back := time.Now()
-	c0, _ := lab.ProcCPU(pid)
-	pt.SettleS = -1
-	prev := c0
-	for i := 0; time.Since(back) < r.o.Idle; i++ {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-		c, err := lab.ProcCPU(pid)
-		if err != nil {
-			return err
-		}
-		if pct := 100 * (c - prev).Seconds(); pt.SettleS < 0 && pct <= max(2*idle, idle+1) {
-			pt.SettleS = time.Since(back).Seconds() - 1
-		}
-		prev = c
+	var err error
+	if pt.RestartCPUPct, pt.SettleS, err = r.cpuUntilIdle(ctx, pid, back, idle); err != nil {
+		return err
 	}
-	pt.RestartCPUPct = 100 * (prev - c0).Seconds() / time.Since(back).Seconds()
 	if after := v.resyncs(); before >= 0 && after >= 0 {
 		pt.ResyncsRestart = after - before
 	}
 	if v.routes != nil {
-		var err error
 		pt.StaleAfterRestart, pt.MissingAfterRestart, err = r.settled(ctx, v, own)
 		if err != nil {
 			return err

@@ -33,17 +33,23 @@ func (p ScalePoint) cells(rate int) []string {
 	return []string{
 		name, fmt.Sprint(p.Hosts), ready, fmtF(p.RSSMiB, 1), fmtF(p.IdleCPUPct, 2),
 		dash(lat, fmtF(p.P50Ms, 1)), dash(lat, fmtF(p.P99Ms, 1)), dash(lat, fmt.Sprint(p.Missed)),
-		fmtF(p.ChurnCPUPct, 1),
+		fmtF(p.ChurnRate, 1), fmtF(p.ChurnCPUPct, 1),
 		dash(lat || p.StaleAfterChurn+p.MissingAfterChurn > 0, fmt.Sprintf("%d/%d", p.StaleAfterChurn, p.MissingAfterChurn)),
-		resync(p.ResyncsChurn), resync(p.ResyncsRestart),
+		resync(p.ResyncsChurn),
+		resync(p.ResyncsRestart),
 		fmtF(p.RestartCPUPct, 2), dash(p.SettleS >= 0, fmtF(p.SettleS, 0)),
 		dash(lat || p.StaleAfterRestart+p.MissingAfterRestart > 0, fmt.Sprintf("%d/%d", p.StaleAfterRestart, p.MissingAfterRestart)),
+		resync(p.ResyncsOvertake), dash(p.OvertakeCatchUpS >= 0, fmtF(p.OvertakeCatchUpS, 2)),
+		fmtF(p.OvertakeCPUPct, 2), dash(p.OvertakeSettleS >= 0, fmtF(p.OvertakeSettleS, 0)),
+		dash(p.OvertakeChanges > 0, fmt.Sprintf("%d/%d", p.StaleAfterOvertake, p.MissingAfterOvertake)),
 	}
 }
 
 var scaleHead = []string{"daemon", "hosts", "ready s", "RSS MiB", "idle CPU %",
-	"update p50 ms", "update p99 ms", "missed", "churn CPU %", "stale/missing after churn",
-	"re-lists (compaction)", "re-lists (etcd restart)", "CPU % after restart", "idle again s", "stale/missing after restart"}
+	"update p50 ms", "update p99 ms", "missed", "changes/s done", "churn CPU %", "stale/missing after churn",
+	"re-lists (compaction)",
+	"re-lists (etcd restart)", "CPU % after restart", "idle again s", "stale/missing after restart",
+	"re-lists (overtaken watch)", "caught up s", "CPU % after overtaking", "idle again s (overtaken)", "stale/missing after overtaking"}
 
 // WriteTable writes the points as an aligned text table.
 func (r *ScaleReport) WriteTable(w io.Writer) error {
@@ -76,10 +82,17 @@ func (r *ScaleReport) WriteMarkdown(w io.Writer) error {
 		r.Started.UTC().Format(time.RFC3339), r.Kernel, r.CPUs, r.Backend, r.Network, r.SubnetLen)
 	fmt.Fprintf(&b, "Ready: daemon start to subnet.env written and every simulated host's route in the kernel "+
 		"(for udp/alloc, weftd's `weft_peers`; * marks a daemon whose peers cannot be seen: subnet.env only). "+
-		"Idle CPU over %gs. Churn: %d lease changes per second for %gs (a delete and an add in turn), "+
-		"latency from just before the etcd write to the route's netlink event; one physical compaction half way. "+
-		"Then etcd is stopped and started; CPU over the next %gs. Stale/missing compare the kernel routes with etcd.\n\n",
-		r.IdleS, r.Rate, r.ChurnS, r.IdleS)
+		"Idle CPU over %gs. Churn: %d lease changes per second asked for %gs (a delete and an add in turn; "+
+		"\"changes/s done\" is the rate the benchmark's writes to etcd reached), "+
+		"latency from just before the etcd write to the route's netlink event; one physical compaction half way "+
+		"(it does not overtake the watch). Then etcd is stopped and started; CPU over the next %gs. "+
+		"Last, a compaction that overtakes the daemon's watch: the daemon is stopped (SIGSTOP), %d lease changes are written, "+
+		"etcd is compacted after them, the daemon's TCP connections to etcd are destroyed (`ss -K`; etcd's answers were dropped "+
+		"on the way in meanwhile, so nothing queued for it survives) and it continues (SIGCONT); "+
+		"its watch must resume from a compacted revision and re-list (one re-list is right; weftd's are counted), "+
+		"caught up: SIGCONT to the kernel's routes equal to etcd (— if not within 30 s); CPU over the next %gs. "+
+		"Stale/missing compare the kernel routes with etcd.\n\n",
+		r.IdleS, r.Rate, r.ChurnS, r.IdleS, r.Rate, r.IdleS)
 	md := func(c []string) { b.WriteString("| " + strings.Join(c, " | ") + " |\n") }
 	md(scaleHead)
 	sep := make([]string, len(scaleHead))

@@ -29,7 +29,7 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		rowH   = 24
 		top    = 40
 	)
-	panels := []MetricInfo{Metrics[0], Metrics[1]}
+	panels := []MetricInfo{metricInfo(TCPGbps), metricInfo(UDPKpps)}
 	panelH := 30 + rowH*len(r.Rows) + 20
 	height := top + panelH*len(panels) + 30
 	var b strings.Builder
@@ -76,4 +76,14 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// metricInfo returns the entry of Metrics for key.
+func metricInfo(key string) MetricInfo {
+	for _, m := range Metrics {
+		if m.Key == key {
+			return m
+		}
+	}
+	return MetricInfo{Key: key, Title: key}
 }

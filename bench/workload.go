@@ -71,26 +71,46 @@ func iperf(ctx context.Context, p Path, dur time.Duration, args ...string) ([]by
 	}
 }
 
-// TCP runs one iperf3 TCP stream for dur. The result's CPU figure is the daemons'
-// CPU seconds per GB received (0 without daemons).
-func TCP(ctx context.Context, p Path, dur time.Duration) (TCPResult, float64, error) {
+// TCPCost is what a TCP run cost per GB received: the daemons' CPU seconds (0
+// without daemons) and the whole machine's busy CPU seconds (busyCPU: user, system,
+// irq and softirq of every CPU, so kernel data paths are charged too). The machine
+// figure includes iperf3 itself and anything else running at the time.
+type TCPCost struct {
+	DaemonPerGB, TotalPerGB float64
+}
+
+// TCP runs iperf3 TCP for dur with streams parallel streams (iperf3 -P; 1 or less:
+// one stream) and reports what it cost.
+func TCP(ctx context.Context, p Path, dur time.Duration, streams int) (TCPResult, TCPCost, error) {
+	var args []string
+	if streams > 1 {
+		args = []string{"-P", strconv.Itoa(streams)}
+	}
 	before, err := cpu(p.Daemons)
 	if err != nil {
-		return TCPResult{}, 0, err
+		return TCPResult{}, TCPCost{}, err
 	}
-	out, err := iperf(ctx, p, dur)
+	busyBefore, err := busyCPU()
 	if err != nil {
-		return TCPResult{}, 0, err
+		return TCPResult{}, TCPCost{}, err
+	}
+	out, err := iperf(ctx, p, dur, args...)
+	if err != nil {
+		return TCPResult{}, TCPCost{}, err
+	}
+	busyAfter, err := busyCPU()
+	if err != nil {
+		return TCPResult{}, TCPCost{}, err
 	}
 	after, err := cpu(p.Daemons)
 	if err != nil {
-		return TCPResult{}, 0, err
+		return TCPResult{}, TCPCost{}, err
 	}
 	r, err := ParseIperfTCP(out)
 	if err != nil {
-		return r, 0, err
+		return r, TCPCost{}, err
 	}
-	return r, CPUPerGB(after-before, r.Bytes), nil
+	return r, TCPCost{DaemonPerGB: CPUPerGB(after-before, r.Bytes), TotalPerGB: CPUPerGB(busyAfter-busyBefore, r.Bytes)}, nil
 }
 
 // CPUPerGB is CPU seconds per 10^9 bytes; 0 when nothing moved.

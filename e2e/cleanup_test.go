@@ -23,6 +23,17 @@ var counters = regexp.MustCompile(`\[\d+:\d+\]`)
 // changes without anyone changing the state (iptables-save's comments and counters).
 func snapshot(c *cluster, h *host) hostState {
 	c.t.Helper()
+	// The kernel adds a link-local address and its routes to a link once duplicate
+	// address detection ends: a snapshot taken before that would see them as a change.
+	if strings.TrimSpace(c.sh(h.ns, "cat /proc/sys/net/ipv6/conf/eth0/disable_ipv6")) == "0" {
+		eventually(c.t, 20*time.Second, func() error {
+			out := c.sh(h.ns, "ip -6 addr show dev eth0 scope link")
+			if !strings.Contains(out, "fe80::") || strings.Contains(out, "tentative") {
+				return fmt.Errorf("eth0 of %s has no settled link-local address yet:\n%s", h.name, out)
+			}
+			return nil
+		})
+	}
 	s := hostState{}
 	for name, cmd := range map[string]string{
 		"ip -d link":     "ip -d link",
@@ -102,7 +113,13 @@ func testCleanup(t *testing.T, backend string, release bool) {
 
 	c.start(a, "--ip-masq")
 	c.start(b)
-	envA, envB := c.waitSubnetEnv(a), c.waitSubnetEnv(b)
+	envA := c.waitSubnetEnv(a)
+	// The masquerade rules come before subnet.env, as flanneld's do: a pod started
+	// once the file is there sends nothing unmasqueraded.
+	if out := c.sh(a.ns, "iptables-save -t nat"); !strings.Contains(out, "MASQUERADE") {
+		t.Fatalf("subnet.env written before the masquerade rules:\n%s", out)
+	}
+	envB := c.waitSubnetEnv(b)
 	// a's data path reaches b: a route to b's subnet (udp: to the Network, via flannel0).
 	dst := envB.Subnet.Masked().String()
 	if backend == "udp" {
@@ -114,14 +131,6 @@ func testCleanup(t *testing.T, backend string, release bool) {
 		}
 		return nil
 	})
-	// Masquerade rules are written right after subnet.env: wait for them.
-	eventually(t, 20*time.Second, func() error {
-		if out := c.sh(a.ns, "iptables-save -t nat"); !strings.Contains(out, "MASQUERADE") {
-			return fmt.Errorf("no masquerade rules on a yet")
-		}
-		return nil
-	})
-
 	// SIGKILL: weftd gets no chance to tidy up.
 	if err := syscall.Kill(a.daemon.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)

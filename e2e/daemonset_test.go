@@ -78,8 +78,8 @@ func daemonSet(t *testing.T, image, backend string) {
 
 	a := runPod(t, ctx, c, "pod-a", c.Nodes[0])
 	b := runPod(t, ctx, c, "pod-b", c.Nodes[1])
-	pingPod(t, ctx, a, b)
-	pingPod(t, ctx, b, a)
+	pingPod(t, ctx, c.Admin, a, b)
+	pingPod(t, ctx, c.Admin, b, a)
 	tcpPods(t, a, b, 8<<20)
 	tcpPods(t, b, a, 8<<20)
 	t.Logf("%s: pods %s (%s) and %s (%s) ping each other and move TCP data; %v after start",
@@ -94,7 +94,7 @@ func daemonSet(t *testing.T, image, backend string) {
 		if received == 0 {
 			t.Errorf("no ping answered during the rollout")
 		}
-		pingPod(t, ctx, a, b)
+		pingPod(t, ctx, c.Admin, a, b)
 		tcpPods(t, a, b, 1<<20)
 	})
 	logMemory(t, c)
@@ -334,16 +334,43 @@ func podEvents(ctx context.Context, cs kubernetes.Interface, name string) string
 	return strings.Join(out, "; ")
 }
 
-// pingPod runs the real ping in from's network namespace to to's address.
-func pingPod(t *testing.T, ctx context.Context, from, to pod) {
+// pingPod runs the real ping in from's network namespace to to's address. On a loss
+// it logs what the network daemons' pods went through, to tell a data-path loss from
+// a daemon restart.
+func pingPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, from, to pod) {
 	t.Helper()
 	out, err := exec.CommandContext(ctx, "nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", from.pid),
 		"ping", "-c", "3", "-i", "0.2", "-W", "2", to.ip.String()).CombinedOutput()
 	if err != nil {
+		logNetPods(t, ctx, cs)
 		t.Fatalf("ping %s -> %s: %v\n%s", from.name, to.name, err, out)
 	}
 	if !strings.Contains(string(out), " 0% packet loss") {
+		logNetPods(t, ctx, cs)
 		t.Errorf("ping %s -> %s lost packets:\n%s", from.name, to.name, out)
+	}
+}
+
+// logNetPods logs each kube-flannel pod's restarts, last termination and log tail.
+func logNetPods(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
+	t.Helper()
+	pods, err := cs.CoreV1().Pods("kube-flannel").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("kube-flannel pods: %v", err)
+		return
+	}
+	tail := int64(40)
+	for _, p := range pods.Items {
+		for _, st := range p.Status.ContainerStatuses {
+			t.Logf("pod %s on %s, container %s: %d restarts, last termination %+v",
+				p.Name, p.Spec.NodeName, st.Name, st.RestartCount, st.LastTerminationState.Terminated)
+			logs, err := cs.CoreV1().Pods("kube-flannel").GetLogs(p.Name, &corev1.PodLogOptions{Container: st.Name, TailLines: &tail}).DoRaw(ctx)
+			if err != nil {
+				t.Logf("  logs: %v", err)
+				continue
+			}
+			t.Logf("  log tail:\n%s", logs)
+		}
 	}
 }
 

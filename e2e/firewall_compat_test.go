@@ -83,7 +83,8 @@ var (
 func nftChains(c *cluster, h *host, family, table, subnet string) map[string][]string {
 	c.t.Helper()
 	chains, cur := map[string][]string{}, ""
-	for _, l := range strings.Split(c.sh(h.ns, "nft list table "+family+" "+table), "\n") {
+	// No table yet (the daemon is still starting) reads as no chains: callers await them.
+	for _, l := range strings.Split(c.sh(h.ns, "nft list table "+family+" "+table+" 2>/dev/null || true"), "\n") {
 		l = strings.TrimSpace(l)
 		switch {
 		case strings.HasPrefix(l, "chain "):

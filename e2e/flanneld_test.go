@@ -78,6 +78,9 @@ func TestMixedWithFlanneld(t *testing.T) {
 				t.Fatalf("iperf3 weftd a -> flanneld f: %v bit/s", bps)
 			}
 			t.Logf("%s: pod on weftd a -> pod on flanneld f: %.2f Gbit/s", tc.backend, bps/1e9)
+			// Bursts of small datagrams both ways between weftd and flanneld.
+			udpBurst(t, hosts["a"].pod, hosts["f"].pod, pods["f"], 100)
+			udpBurst(t, hosts["f"].pod, hosts["a"].pod, pods["a"], 100)
 		})
 	}
 }

@@ -84,7 +84,7 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 	}
 	a := runPod(t, ctx, c, "pod-a", c.Nodes[0])
 	b := runPod(t, ctx, c, "pod-b", c.Nodes[1])
-	pingPod(t, ctx, a, b)
+	pingPod(t, ctx, c.Admin, a, b)
 	tcpPods(t, a, b, 1<<20)
 	t.Logf("flannel: nodes, DaemonSet and pods ready %v after start", time.Since(start).Round(time.Millisecond))
 	for _, n := range c.Nodes {
@@ -127,8 +127,8 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 			t.Errorf("pod %s: address %s (was %s), restarts %d", want.name, got.Status.PodIP, want.ip, got.Status.ContainerStatuses[0].RestartCount)
 		}
 	}
-	pingPod(t, ctx, a, b)
-	pingPod(t, ctx, b, a)
+	pingPod(t, ctx, c.Admin, a, b)
+	pingPod(t, ctx, c.Admin, b, a)
 	tcpPods(t, a, b, 8<<20)
 	tcpPods(t, b, a, 8<<20)
 	after, err := c.Admin.CoreV1().ConfigMaps("kube-flannel").Get(ctx, "kube-flannel-cfg", metav1.GetOptions{})
@@ -148,7 +148,7 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 	logMemory(t, c)
 	// A pod started after the switch gets its address from weftd's subnet.env.
 	d := runPod(t, ctx, c, "pod-c", c.Nodes[0])
-	pingPod(t, ctx, d, b)
+	pingPod(t, ctx, c.Admin, d, b)
 	if d.ip == a.ip {
 		t.Errorf("pod-c got pod-a's address %s", d.ip)
 	}

@@ -61,6 +61,14 @@ func TestScale500(t *testing.T) {
 		if p.StaleAfterChurn != 0 || p.MissingAfterChurn != 0 {
 			t.Errorf("%s after the churn: %d stale and %d missing routes against etcd", p.Subject, p.StaleAfterChurn, p.MissingAfterChurn)
 		}
+		if p.OvertakeChanges == 0 || p.OvertakeCatchUpS < 0 || p.StaleAfterOvertake != 0 || p.MissingAfterOvertake != 0 {
+			report := t.Errorf
+			if p.Subject != "weftd" {
+				report = t.Logf
+			}
+			report("%s after %d changes and a compaction overtook its watch: caught up %v, %d stale and %d missing routes against etcd",
+				p.Subject, p.OvertakeChanges, p.OvertakeCatchUpS >= 0, p.StaleAfterOvertake, p.MissingAfterOvertake)
+		}
 		if p.StaleAfterRestart != 0 || p.MissingAfterRestart != 0 {
 			t.Errorf("%s after the etcd restart: %d stale and %d missing routes against etcd", p.Subject, p.StaleAfterRestart, p.MissingAfterRestart)
 		}
@@ -70,5 +78,7 @@ func TestScale500(t *testing.T) {
 	}
 	if w := rep.Points[0]; w.ResyncsChurn < 0 || w.ResyncsRestart < 0 {
 		t.Errorf("weftd's re-list counter could not be read from /metrics (%v, %v)", w.ResyncsChurn, w.ResyncsRestart)
+	} else if w.ResyncsOvertake != 1 {
+		t.Errorf("weftd re-listed %v times after a compaction overtook its watch, want exactly 1", w.ResyncsOvertake)
 	}
 }

@@ -1,7 +1,6 @@
 package encap
 
 import (
-	"net"
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
@@ -34,6 +33,14 @@ func v6(cfg *lease.Config) family {
 // Network (flannel's EnableIPv4 leaves it zero when false).
 func (f family) on() bool { return f.network.IsValid() }
 
+// idx is the family's index in per-family arrays: 0 IPv4, 1 IPv6.
+func (f family) idx() int {
+	if f.is6() {
+		return 1
+	}
+	return 0
+}
+
 // is6 reports whether f is IPv6.
 func (f family) is6() bool { return f.nl == netlink.FAMILY_V6 }
 
@@ -64,12 +71,6 @@ func (f family) backendData(l lease.Lease) []byte {
 // fits reports whether s is a subnet of the family's network of the leased length.
 func (f family) fits(s netip.Prefix) bool {
 	return f.on() && s.IsValid() && s.Bits() == f.bits && f.network.Contains(s.Addr())
-}
-
-// contains reports whether ip (in any of net.IP's forms) is in the family's network.
-func (f family) contains(ip net.IP) bool {
-	a, ok := netip.AddrFromSlice(ip)
-	return ok && f.on() && f.network.Contains(a.Unmap())
 }
 
 // hostBits is the prefix length of a single address of the family.

@@ -16,8 +16,11 @@ import (
 )
 
 // kernelPeers is what the kernel backends share: the desired set of peers fed by
-// lease events, a reconcile loop that makes the kernel match it, and per-peer
-// decisions logged once.
+// lease events, a loop that makes the kernel match it, and per-peer decisions logged
+// once. The loop applies each batch of lease events to the changed peers' entries
+// alone (O(changes) netlink calls); the full list-and-compare reconcile runs only at
+// start, when our own subnet changes, every period, and when the kernel loses an
+// entry we put there (see watchKernel).
 type kernelPeers struct {
 	typ    string
 	cfg    *lease.Config
@@ -25,6 +28,9 @@ type kernelPeers struct {
 	log    *zap.Logger
 	nl     *netlink.Handle
 	period time.Duration
+	// devices are the backend's own links (flannel.<VNI>, flannel-v6.<VNI>): losing
+	// one needs a full pass.
+	devices []string
 
 	mu       sync.Mutex
 	own      netip.Prefix // our IPv4 subnet
@@ -34,9 +40,34 @@ type kernelPeers struct {
 	said     map[netip.Prefix]string
 	kick     chan struct{}
 	counters map[string]uint64
+	// dirty holds the peers changed since the last pass; full asks for a full pass.
+	dirty map[netip.Prefix]struct{}
+	full  bool
+	// dirty, peers and applied are keyed by peerKey (a dual-stack peer's IPv4 subnet).
+	// applied is what the last passes put in the kernel per peer and family, routed
+	// maps each applied route's destination (either family) to its peer, and macs[i]
+	// counts the applied peers of family i sharing each VtepMAC (an fdb entry is
+	// removed with its last user). Only the run loop writes them; watchKernel reads
+	// them.
+	applied map[netip.Prefix]programmed
+	routed  map[netip.Prefix]netip.Prefix
+	macs    [2]map[string]int
 	// repairs and inPlace: see settleIn.
 	repairs map[string]uint64
 	inPlace map[string]map[string]bool
+}
+
+// programmed is what a kernel backend put in the kernel for one peer, per family
+// (indexed by family.idx: IPv4, IPv6).
+type programmed [2]entries
+
+// entries is what a kernel backend put in the kernel for one peer in one family.
+type entries struct {
+	dst  netip.Prefix // the route's destination (invalid: nothing of the family)
+	link int          // the route's link
+	mac  string       // vxlan: the VtepMAC of its neighbour and fdb entries ("" for none)
+	gw   netip.Addr   // vxlan: the neighbour entry's address
+	pub  netip.Addr   // vxlan: the fdb entry's destination
 }
 
 func newKernelPeers(typ string, cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (*kernelPeers, error) {
@@ -48,6 +79,9 @@ func newKernelPeers(typ string, cfg *lease.Config, ext ExternalInterface, log *z
 		typ: typ, cfg: cfg, ext: ext, log: log, nl: nl, period: 10 * time.Second,
 		peers: map[netip.Prefix]lease.Lease{}, said: map[netip.Prefix]string{},
 		kick: make(chan struct{}, 1), counters: map[string]uint64{},
+		dirty: map[netip.Prefix]struct{}{}, full: true,
+		applied: map[netip.Prefix]programmed{}, routed: map[netip.Prefix]netip.Prefix{},
+		macs:    [2]map[string]int{{}, {}},
 		repairs: map[string]uint64{}, inPlace: map[string]map[string]bool{},
 	}, nil
 }
@@ -56,6 +90,7 @@ func (k *kernelPeers) setOwn(own lease.Lease) {
 	k.mu.Lock()
 	k.own, k.own6 = own.Subnet, own.IPv6Subnet
 	delete(k.peers, peerKey(own))
+	k.full = true
 	k.mu.Unlock()
 	k.poke()
 }
@@ -75,6 +110,10 @@ func (k *kernelPeers) handle(events []lease.Event) {
 			delete(k.said, e.Lease.Subnet)
 			delete(k.said, e.Lease.IPv6Subnet)
 		}
+		k.dirty[s] = struct{}{}
+	}
+	if !k.synced {
+		k.full = true
 	}
 	k.synced = true
 	k.mu.Unlock()
@@ -135,15 +174,57 @@ func (k *kernelPeers) Stats() any {
 	return out
 }
 
-// run calls reconcile at once, on every kick (lease events; the kernel losing an
-// entry, see watchKernel) and every period until ctx ends.
-func (k *kernelPeers) run(ctx context.Context, reconcile func() error) error {
+// repair asks for a full reconcile pass soon.
+func (k *kernelPeers) repair() {
+	k.mu.Lock()
+	k.full = true
+	k.mu.Unlock()
+	k.poke()
+}
+
+// families returns the families the config enables.
+func (k *kernelPeers) families() []family {
+	var out []family
+	for _, f := range []family{v4(k.cfg), v6(k.cfg)} {
+		if f.on() {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// run makes the kernel match the peers until ctx ends: reconcile (the full pass) at
+// once, every period and whenever one is asked for (setOwn, repair); on other kicks,
+// apply with the peers changed since the last pass.
+func (k *kernelPeers) run(ctx context.Context, reconcile func() error, apply func(changed []netip.Prefix) error) error {
 	go k.watchKernel(ctx)
 	t := time.NewTicker(k.period)
 	defer t.Stop()
 	var last string
+	tick := false
 	for {
-		if err := reconcile(); err != nil {
+		k.mu.Lock()
+		full, changed := k.full || tick, []netip.Prefix(nil)
+		if !full {
+			changed = make([]netip.Prefix, 0, len(k.dirty))
+			for s := range k.dirty {
+				changed = append(changed, s)
+			}
+			sort.Slice(changed, func(i, j int) bool { return changed[i].Addr().Less(changed[j].Addr()) })
+		}
+		k.full, tick = false, false
+		clear(k.dirty)
+		k.mu.Unlock()
+		var err error
+		switch {
+		case full:
+			k.count("full_reconciles")
+			err = reconcile()
+		case len(changed) > 0:
+			k.count("applies")
+			err = apply(changed)
+		}
+		if err != nil {
 			if err.Error() != last {
 				k.log.Warn("reconciling the kernel data path", zap.Error(err))
 			}
@@ -156,6 +237,7 @@ func (k *kernelPeers) run(ctx context.Context, reconcile func() error) error {
 			return nil
 		case <-k.kick:
 		case <-t.C:
+			tick = true
 		}
 	}
 }
@@ -191,6 +273,7 @@ func routeKey(r netlink.Route) netip.Prefix {
 // missing or different ones are replaced; when prune is set, overlay routes of ours
 // that are not wanted are deleted.
 func (k *kernelPeers) syncRoutes(f family, want map[netip.Prefix]netlink.Route, links []int, own netip.Prefix, prune bool) error {
+	k.count("netlink_lists")
 	have, err := k.nl.RouteList(nil, f.nl)
 	if err != nil {
 		return fmt.Errorf("list routes: %w", err)

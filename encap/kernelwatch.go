@@ -3,18 +3,21 @@ package encap
 import (
 	"context"
 	"net"
+	"net/netip"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
-// watchKernel pokes the reconcile loop as soon as the kernel loses something the
-// backend may own: a route into the network, a neighbour entry for an address in it,
-// an fdb entry, or a link. A route or fdb entry deleted by hand (or by another
-// program) then comes back at once instead of at the next period, which stays as the
-// fallback (also when a subscription fails or overflows). Deletions weftd makes
-// itself cause one more, idle, reconcile.
+// watchKernel asks for a full reconcile pass as soon as the kernel loses something
+// the backend put there and still wants: a peer's route, neighbour or fdb entry, the
+// backend's device or the external interface. A route or fdb entry deleted by hand (or
+// by another program) then comes back at once instead of at the next period, which
+// stays as the fallback (also when a subscription fails or overflows). The entries
+// weftd removes itself (a peer's lease gone) are no longer wanted when their deletion
+// is seen, so they cost nothing.
 func (k *kernelPeers) watchKernel(ctx context.Context) {
 	done := make(chan struct{})
 	defer close(done)
@@ -34,8 +37,6 @@ func (k *kernelPeers) watchKernel(ctx context.Context) {
 		onErr(err)
 		links = nil
 	}
-	fam4, fam6 := v4(k.cfg), v6(k.cfg)
-	inNetwork := func(ip net.IP) bool { return fam4.contains(ip) || fam6.contains(ip) }
 	for {
 		select {
 		case <-ctx.Done():
@@ -45,25 +46,72 @@ func (k *kernelPeers) watchKernel(ctx context.Context) {
 				routes = nil
 				continue
 			}
-			if u.Type == unix.RTM_DELROUTE && u.Dst != nil && inNetwork(u.Dst.IP) {
-				k.poke()
+			if u.Type == unix.RTM_DELROUTE && u.Dst != nil && k.wantsRoute(u.Dst) {
+				k.repair()
 			}
 		case u, ok := <-neighs:
 			if !ok {
 				neighs = nil
 				continue
 			}
-			if u.Type == unix.RTM_DELNEIGH && (u.Family == unix.AF_BRIDGE || inNetwork(u.IP)) {
-				k.poke()
+			if u.Type == unix.RTM_DELNEIGH && k.wantsNeigh(u.Neigh) {
+				k.repair()
 			}
 		case u, ok := <-links:
 			if !ok {
 				links = nil
 				continue
 			}
-			if u.Header.Type == unix.RTM_DELLINK {
-				k.poke()
+			if u.Header.Type == unix.RTM_DELLINK && u.Attrs() != nil &&
+				(u.Attrs().Index == k.ext.Index || slices.Contains(k.devices, u.Attrs().Name)) {
+				k.repair()
 			}
 		}
 	}
+}
+
+// wantsRoute reports whether dst is the destination of a peer route (either family)
+// we put in place.
+func (k *kernelPeers) wantsRoute(dst *net.IPNet) bool {
+	a, ok := netip.AddrFromSlice(dst.IP)
+	if !ok {
+		return false
+	}
+	ones, _ := dst.Mask.Size()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok = k.routed[netip.PrefixFrom(a.Unmap(), ones)]
+	return ok
+}
+
+// wantsNeigh reports whether n is a neighbour entry (its address, either family) or
+// an fdb entry (its MAC) we put in place.
+func (k *kernelPeers) wantsNeigh(n netlink.Neigh) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if n.Family == unix.AF_BRIDGE {
+		if n.HardwareAddr == nil {
+			return false
+		}
+		mac := n.HardwareAddr.String()
+		return k.macs[0][mac] > 0 || k.macs[1][mac] > 0
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return false
+	}
+	a = a.Unmap()
+	for _, f := range []family{v4(k.cfg), v6(k.cfg)} {
+		if !f.on() || f.is6() != a.Is6() || !f.network.Contains(a) {
+			continue
+		}
+		p, err := a.Prefix(f.bits)
+		if err != nil {
+			return false
+		}
+		key, ok := k.routed[p]
+		e := k.applied[key][f.idx()]
+		return ok && e.mac != "" && e.gw == a
+	}
+	return false
 }

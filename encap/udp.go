@@ -49,6 +49,9 @@ type UDPTuning struct {
 	BusyPoll *time.Duration
 	// NoTUNOffload opens flannel0 without the virtio-net header offloads.
 	NoTUNOffload bool
+	// NoTUNUSO opens flannel0 with the offloads but without UDP segmentation
+	// offload (USO: coalesced UDP on ingress).
+	NoTUNUSO bool
 }
 
 // parseUDPOptions reads the Backend object and applies tuning; unknown options and
@@ -86,6 +89,7 @@ type udpBackend struct {
 	opts       udpOptions
 	pcfg       proxy.Config
 	tunOffload bool
+	tunNoUSO   bool
 	log        *zap.Logger
 	table      *proxy.Table
 
@@ -98,7 +102,7 @@ type udpBackend struct {
 
 // NewUDP returns the udp backend. It opens nothing: Register opens flannel0 and the
 // sockets in the network namespace of the calling thread. flannel0 is opened with TUN
-// offloads (TSO in, coalesced TCP out) unless tuning.NoTUNOffload.
+// offloads (TSO and USO in, coalesced TCP and UDP out) unless tuning.NoTUNOffload.
 func NewUDP(cfg *lease.Config, ext ExternalInterface, tuning UDPTuning, log *zap.Logger) (Backend, error) {
 	opts, pcfg, err := parseUDPOptions(cfg.Backend, ext.MTU, tuning)
 	if err != nil {
@@ -113,7 +117,7 @@ func NewUDP(cfg *lease.Config, ext ExternalInterface, tuning UDPTuning, log *zap
 	if err != nil {
 		return nil, fmt.Errorf("udp backend: %w", err)
 	}
-	return &udpBackend{cfg: cfg, opts: opts, pcfg: pcfg, tunOffload: !tuning.NoTUNOffload, log: log, table: table,
+	return &udpBackend{cfg: cfg, opts: opts, pcfg: pcfg, tunOffload: !tuning.NoTUNOffload, tunNoUSO: tuning.NoTUNUSO, log: log, table: table,
 		ready: make(chan struct{})}, nil
 }
 
@@ -132,7 +136,7 @@ func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 		return fmt.Errorf("udp backend: own subnet: %w", err)
 	}
 	if b.dev == nil {
-		dev, err := tun.Open(tun.Config{Name: UDPDevice, Queues: b.opts.Workers, Offload: b.tunOffload}, b.log)
+		dev, err := tun.Open(tun.Config{Name: UDPDevice, Queues: b.opts.Workers, Offload: b.tunOffload, NoUSO: b.tunNoUSO}, b.log)
 		if err != nil {
 			return fmt.Errorf("udp backend: %w", err)
 		}

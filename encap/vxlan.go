@@ -106,6 +106,11 @@ func NewVXLAN(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backen
 	if f := v4(cfg); f.on() || v.dev6 == nil {
 		v.dev4 = &vtepDev{fam: f, name: "flannel." + strconv.Itoa(o.VNI), local: ext.IfaceIP}
 	}
+	for _, d := range []*vtepDev{v.dev4, v.dev6} {
+		if d != nil {
+			k.devices = append(k.devices, d.name)
+		}
+	}
 	return v, nil
 }
 
@@ -179,7 +184,7 @@ func (v *vxlan) Register(_ context.Context, own lease.Lease) error {
 
 func (v *vxlan) HandleEvents(_ context.Context, events []lease.Event) { v.handle(events) }
 
-func (v *vxlan) Run(ctx context.Context) error { return v.run(ctx, v.reconcile) }
+func (v *vxlan) Run(ctx context.Context) error { return v.run(ctx, v.reconcile, v.apply) }
 
 // reconcile makes each device's routes, neighbours and fdb entries match the peers.
 func (v *vxlan) reconcile() error {
@@ -203,61 +208,194 @@ func (v *vxlan) reconcileDev(d *vtepDev) error {
 		return err
 	}
 	f := d.fam
-	v.devMu.Lock()
-	idx := d.index
-	v.devMu.Unlock()
+	idx := v.devIndex(d)
 	peers, synced, _ := v.snapshot()
 	own := v.ownSubnet(f)
 	routes := map[netip.Prefix]netlink.Route{}
 	neighs := map[netip.Addr]net.HardwareAddr{}
 	fdb := map[string]netip.Addr{}
+	applied := make(map[netip.Prefix]entries, len(peers))
 	for _, p := range peers {
-		sn, pub := f.subnet(p), f.publicIP(p)
-		if !f.fits(sn) {
+		r, e, mac, ok := v.want(d, p, idx)
+		if !ok {
 			continue
 		}
-		if !pub.IsValid() {
-			if v.once(sn, true, "skipping a vxlan peer without a public address of its subnet's family",
-				zap.Stringer("peer-subnet", sn), zap.String("dev", d.name)) {
-				v.count("bad_peers")
-			}
-			continue
+		routes[e.dst], applied[peerKey(p)] = r, e
+		if mac != nil {
+			neighs[e.gw] = mac
+			fdb[e.mac] = e.pub
 		}
-		if v.opts.DirectRouting {
-			direct, why := v.directlyConnected(pub)
-			if direct {
-				v.once(sn, false, "DirectRouting: direct route to peer", zap.Stringer("peer", pub),
-					zap.Stringer("peer-subnet", sn), zap.String("why", why))
-				routes[sn] = netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(pub.AsSlice()), LinkIndex: v.ext.Index}
-				continue
-			}
-			v.once(sn, false, "DirectRouting: vxlan to peer", zap.Stringer("peer", pub),
-				zap.Stringer("peer-subnet", sn), zap.String("why", why))
-		}
-		var vd vxlanData
-		mac, err := net.HardwareAddr(nil), json.Unmarshal(orNull(f.backendData(p)), &vd)
-		if err == nil {
-			mac, err = net.ParseMAC(vd.VtepMAC)
-		}
-		if err != nil {
-			if v.once(sn, true, "skipping a vxlan peer with bad BackendData", zap.Stringer("peer", pub),
-				zap.Stringer("peer-subnet", sn), zap.String("dev", d.name), zap.Error(err)) {
-				v.count("bad_peers")
-			}
-			continue
-		}
-		gw := sn.Masked().Addr()
-		routes[sn] = netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(gw.AsSlice()), LinkIndex: idx, Flags: int(netlink.FLAG_ONLINK)}
-		neighs[gw] = mac
-		fdb[mac.String()] = pub
 	}
+	// Recorded first, so that watchKernel takes the stale entries this pass removes
+	// for what they are.
+	v.resetApplied(f, applied)
 	var errs []error
 	errs = append(errs, v.syncNeighbours(f, idx, neighs, synced), v.syncFDB(f, idx, fdb, synced))
 	errs = append(errs, v.syncRoutes(f, routes, []int{idx, v.ext.Index}, own, synced))
 	return errors.Join(errs...)
 }
 
+func (v *vxlan) devIndex(d *vtepDev) int {
+	v.devMu.Lock()
+	defer v.devMu.Unlock()
+	return d.index
+}
+
+// want returns peer p's route of d's family and what else it needs in the kernel:
+// with a VtepMAC (mac non-nil) a neighbour entry for its gateway and an fdb entry,
+// without one (DirectRouting to a directly connected peer) the route alone. ok is
+// false for a peer that gets nothing in the family: no subnet of it, or no public
+// address or bad backend data of it (both logged once).
+func (v *vxlan) want(d *vtepDev, p lease.Lease, idx int) (netlink.Route, entries, net.HardwareAddr, bool) {
+	f := d.fam
+	sn, pub := f.subnet(p), f.publicIP(p)
+	if !f.fits(sn) {
+		return netlink.Route{}, entries{}, nil, false
+	}
+	if !pub.IsValid() {
+		if v.once(sn, true, "skipping a vxlan peer without a public address of its subnet's family",
+			zap.Stringer("peer-subnet", sn), zap.String("dev", d.name)) {
+			v.count("bad_peers")
+		}
+		return netlink.Route{}, entries{}, nil, false
+	}
+	if v.opts.DirectRouting {
+		direct, why := v.directlyConnected(pub)
+		if direct {
+			v.once(sn, false, "DirectRouting: direct route to peer", zap.Stringer("peer", pub),
+				zap.Stringer("peer-subnet", sn), zap.String("why", why))
+			r := netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(pub.AsSlice()), LinkIndex: v.ext.Index}
+			return r, entries{dst: sn, link: v.ext.Index}, nil, true
+		}
+		v.once(sn, false, "DirectRouting: vxlan to peer", zap.Stringer("peer", pub),
+			zap.Stringer("peer-subnet", sn), zap.String("why", why))
+	}
+	var vd vxlanData
+	mac, err := net.HardwareAddr(nil), json.Unmarshal(orNull(f.backendData(p)), &vd)
+	if err == nil {
+		mac, err = net.ParseMAC(vd.VtepMAC)
+	}
+	if err != nil {
+		if v.once(sn, true, "skipping a vxlan peer with bad BackendData", zap.Stringer("peer", pub),
+			zap.Stringer("peer-subnet", sn), zap.String("dev", d.name), zap.Error(err)) {
+			v.count("bad_peers")
+		}
+		return netlink.Route{}, entries{}, nil, false
+	}
+	gw := sn.Masked().Addr()
+	r := netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(gw.AsSlice()), LinkIndex: idx, Flags: int(netlink.FLAG_ONLINK)}
+	return r, entries{dst: sn, link: idx, mac: mac.String(), gw: gw, pub: pub}, mac, true
+}
+
+// apply writes the changed peers' entries alone, device by device (flannel.<VNI>,
+// flannel-v6.<VNI>). No listing: its cost does not grow with the peers.
+func (v *vxlan) apply(changed []netip.Prefix) error {
+	cs := v.changes(changed)
+	var errs []error
+	for _, d := range []*vtepDev{v.dev4, v.dev6} {
+		if d != nil && d.fam.on() {
+			errs = append(errs, v.applyDev(d, cs))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// applyDev writes the changed peers' entries of d's family: first what the present
+// peers need (route, neighbour, fdb: replaced in place), then what the gone ones (or
+// a peer's old subnet or VtepMAC) leave behind.
+func (v *vxlan) applyDev(d *vtepDev, cs []change) error {
+	f := d.fam
+	idx := v.devIndex(d)
+	var errs []error
+	var gone []change
+	for _, c := range cs {
+		old := c.old[f.idx()]
+		var r netlink.Route
+		var e entries
+		var mac net.HardwareAddr
+		ok := c.ok
+		if ok {
+			r, e, mac, ok = v.want(d, c.lease, idx)
+		}
+		if !ok {
+			if old.dst.IsValid() {
+				gone = append(gone, c)
+			}
+			continue
+		}
+		if mac != nil {
+			n := netlink.Neigh{LinkIndex: idx, Family: f.nl, State: netlink.NUD_PERMANENT,
+				IP: net.IP(e.gw.AsSlice()), HardwareAddr: mac}
+			if err := v.nl.NeighSet(&n); err != nil {
+				errs = append(errs, fmt.Errorf("neighbour %v: %w", e.gw, err))
+			} else {
+				v.placed(f.slot("neigh"), e.gw.String(), true)
+			}
+			fe := netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
+				Flags: netlink.NTF_SELF, IP: net.IP(e.pub.AsSlice()), HardwareAddr: mac}
+			if err := v.nl.NeighSet(&fe); err != nil {
+				errs = append(errs, fmt.Errorf("fdb %s: %w", e.mac, err))
+			} else {
+				v.placed(f.slot("fdb"), e.mac, true)
+			}
+		}
+		// The route takes the old one's place whatever its link (same destination);
+		// a peer whose subnet of the family changed leaves the old one behind.
+		if err := v.replaceRoute(f, r); err != nil {
+			errs = append(errs, err)
+		}
+		macFree := v.setApplied(c.key, f, e)
+		moved := old.dst.IsValid() && old.dst != e.dst
+		taken := moved && v.claimed(old.dst, c.key)
+		if moved && !taken {
+			errs = append(errs, v.deleteRoute(f, old.dst, old.link))
+		}
+		if old.dst.IsValid() && old.mac != "" {
+			errs = append(errs, v.removeNeighbours(f, idx, old, (mac == nil || old.gw != e.gw) && !taken, macFree))
+		}
+	}
+	// A gone peer's subnet another peer took in this batch keeps its (new) entries.
+	for _, c := range gone {
+		old := c.old[f.idx()]
+		macFree := v.setApplied(c.key, f, entries{})
+		taken := v.claimed(old.dst, c.key)
+		if !taken {
+			errs = append(errs, v.deleteRoute(f, old.dst, old.link))
+		}
+		if old.mac != "" {
+			errs = append(errs, v.removeNeighbours(f, idx, old, !taken, macFree))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeNeighbours removes what old put in the kernel beside its route: the neighbour
+// entry (neigh) and the fdb entry (fdb, when no other peer of the family uses its
+// MAC). Entries already gone are fine.
+func (v *vxlan) removeNeighbours(f family, idx int, old entries, neigh, fdb bool) error {
+	var errs []error
+	gone := func(err error) bool { return err == nil || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) }
+	if neigh {
+		v.placed(f.slot("neigh"), old.gw.String(), false)
+		n := netlink.Neigh{LinkIndex: idx, Family: f.nl, IP: net.IP(old.gw.AsSlice())}
+		if err := v.nl.NeighDel(&n); !gone(err) {
+			errs = append(errs, fmt.Errorf("remove neighbour %v: %w", old.gw, err))
+		}
+	}
+	if fdb {
+		v.placed(f.slot("fdb"), old.mac, false)
+		hw, _ := net.ParseMAC(old.mac)
+		fe := netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF,
+			IP: net.IP(old.pub.AsSlice()), HardwareAddr: hw}
+		if err := v.nl.NeighDel(&fe); !gone(err) {
+			errs = append(errs, fmt.Errorf("remove fdb %s: %w", old.mac, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func (v *vxlan) syncNeighbours(f family, idx int, want map[netip.Addr]net.HardwareAddr, prune bool) error {
+	v.count("netlink_lists")
 	have, err := v.nl.NeighList(idx, f.nl)
 	if err != nil {
 		return fmt.Errorf("list neighbours of device %d: %w", idx, err)
@@ -296,6 +434,7 @@ func (v *vxlan) syncNeighbours(f family, idx int, want map[netip.Addr]net.Hardwa
 }
 
 func (v *vxlan) syncFDB(f family, idx int, want map[string]netip.Addr, prune bool) error {
+	v.count("netlink_lists")
 	have, err := v.nl.NeighList(idx, unix.AF_BRIDGE)
 	if err != nil {
 		return fmt.Errorf("list fdb of device %d: %w", idx, err)

@@ -3,6 +3,7 @@ package lab
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -38,7 +39,9 @@ func ParseProcStatCPU(line string, hz int) (time.Duration, error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrProcStat, err)
 	}
-	if u > 1<<40 || s > 1<<40 || hz <= 0 {
+	// The sum, in nanoseconds, must fit a Duration: 2^63 ns is 292 years of CPU.
+	const maxTicks = math.MaxInt64 / uint64(time.Second)
+	if u > maxTicks || s > maxTicks-u || hz <= 0 {
 		return 0, fmt.Errorf("%w: cpu ticks %d+%d at %d Hz", ErrProcStat, u, s, hz)
 	}
 	return time.Duration(u+s) * time.Second / time.Duration(hz), nil

@@ -62,7 +62,8 @@ func ParseConfig(data []byte) (*Config, error) {
 }
 
 // parseIPv4 checks Network, SubnetLen, SubnetMin and SubnetMax and fills in their
-// defaults (flanneld's rules, with weft's extra bounds).
+// defaults (flanneld's rules and bounds, no others: a config flanneld takes, weftd
+// takes too).
 func (c *Config) parseIPv4(raw *rawConfig) error {
 	if raw.Network == "" {
 		return badField("Network", "missing")
@@ -90,9 +91,6 @@ func (c *Config) parseIPv4(raw *rawConfig) error {
 	if c.SubnetLen < network.Bits()+2 {
 		return badField("SubnetLen", "/%d must be at least 2 longer than the Network's /%d (at least four subnets)",
 			c.SubnetLen, network.Bits())
-	}
-	if c.SubnetLen-network.Bits() > 24 {
-		return badField("SubnetLen", "/%d gives more than 2^24 subnets of %v", c.SubnetLen, network)
 	}
 	if c.SubnetMin, err = c.boundary("SubnetMin", raw.SubnetMin, c.nth(1)); err != nil {
 		return err

@@ -250,16 +250,11 @@ func (m *EtcdManager) tryAcquire(ctx context.Context, cfg *Config, attrs Attrs) 
 	// 3. Random free ones for the families still without a subnet.
 	if cfg.EnableIPv4 && !k.Subnet.IsValid() {
 		why = "free subnet"
-		var free []netip.Prefix
-		for i := cfg.Index(cfg.SubnetMin); i <= cfg.Index(cfg.SubnetMax); i++ {
-			if s := cfg.Subnet(i); !taken4[s] {
-				free = append(free, s)
-			}
-		}
-		if len(free) == 0 {
+		s, ok := pickFree(cfg, taken4)
+		if !ok {
 			return Lease{}, fmt.Errorf("%w in %v between %v and %v", ErrNoFreeSubnet, cfg.Network, cfg.SubnetMin, cfg.SubnetMax)
 		}
-		k.Subnet = free[rand.IntN(len(free))]
+		k.Subnet = s
 	}
 	if cfg.EnableIPv6 && !k.IPv6Subnet.IsValid() {
 		why = "free subnet"
@@ -271,6 +266,39 @@ func (m *EtcdManager) tryAcquire(ctx context.Context, cfg *Config, attrs Attrs) 
 		return Lease{}, errors.New("lease manager: the network config enables neither IPv4 nor IPv6")
 	}
 	return m.create(ctx, k, attrs, why)
+}
+
+// pickFree returns a random subnet between SubnetMin and SubnetMax that taken does
+// not hold. Up to 2^16 subnets, every free one is listed and one drawn evenly. A
+// larger range (flanneld accepts up to 2^30 subnets) is probed at random, then
+// scanned from a random start: the work is bounded by the leases, not the range.
+func pickFree(cfg *Config, taken map[netip.Prefix]bool) (netip.Prefix, bool) {
+	lo, hi := cfg.Index(cfg.SubnetMin), cfg.Index(cfg.SubnetMax)
+	n := hi - lo + 1
+	if n <= 1<<16 {
+		var free []netip.Prefix
+		for i := lo; i <= hi; i++ {
+			if s := cfg.Subnet(i); !taken[s] {
+				free = append(free, s)
+			}
+		}
+		if len(free) == 0 {
+			return netip.Prefix{}, false
+		}
+		return free[rand.IntN(len(free))], true
+	}
+	for range 64 {
+		if s := cfg.Subnet(lo + rand.IntN(n)); !taken[s] {
+			return s, true
+		}
+	}
+	start := rand.IntN(n)
+	for k := range min(n, len(taken)+1) {
+		if s := cfg.Subnet(lo + (start+k)%n); !taken[s] {
+			return s, true
+		}
+	}
+	return netip.Prefix{}, false
 }
 
 // samePublicIP reports whether two lease values name the same host: the same IPv4

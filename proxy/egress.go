@@ -46,12 +46,19 @@ func (w *worker) egressBatch(n int) {
 			if !w.conn.room(1) {
 				w.flush()
 			}
-			w.conn.stage(pkt, p.ip)
+			w.conn.stageRun(pkt, p.ip)
 			w.pendingDgrams++
 			w.pending += len(pkt)
 			continue
 		}
-		if vh.gsoType&^vnetGSOECN != vnetGSOTCPv4 || !w.stageTSO(pkt, p, int(vh.gsoSize)) {
+		ok := false
+		switch vh.gsoType &^ vnetGSOECN {
+		case vnetGSOTCPv4:
+			ok = w.stageTSO(pkt, p, int(vh.gsoSize))
+		case vnetGSOUDPL4:
+			ok = w.stageUSO(pkt, p, int(vh.gsoSize))
+		}
+		if !ok {
 			w.cnt.drops[DropMalformed].Add(1)
 		}
 	}
@@ -87,6 +94,45 @@ func (w *worker) stageTSO(pkt []byte, p *Peer, gsoSize int) bool {
 			h := w.seghdr[w.nhdr][:hl]
 			w.nhdr++
 			segmentHeaders(h, pkt, ihl, hl, i, off, seg, i == nsegs-1)
+			w.conn.addIov(h)
+			w.conn.addIov(seg)
+			w.pending += hl + len(seg)
+			i++
+		}
+		w.conn.end(k, segLen)
+		w.pendingDgrams += k
+	}
+	return true
+}
+
+// stageUSO cuts a UDPv4 super packet (TUN USO: an application sent many datagrams
+// at once with UDP_SEGMENT) into its datagrams of gsoSize payload bytes, each one
+// UDP datagram on the wire as flannel sends it; with UDP GSO a run of them goes in
+// one message.
+func (w *worker) stageUSO(pkt []byte, p *Peer, gsoSize int) bool {
+	ihl, hl, ok := usoLayout(pkt)
+	payload := pkt[hl:]
+	if !ok || gsoSize == 0 || len(payload) == 0 {
+		return false
+	}
+	segLen := hl + gsoSize
+	per := 1
+	if w.conn.gso {
+		per = max(1, min(udpMaxSegments, maxUDPPayload/segLen))
+	}
+	nsegs := (len(payload) + gsoSize - 1) / gsoSize
+	for i := 0; i < nsegs; {
+		k := min(per, nsegs-i)
+		if !w.conn.room(2*k) || w.nhdr+k > len(w.seghdr) {
+			w.flush()
+		}
+		w.conn.begin(p.ip)
+		for range k {
+			off := i * gsoSize
+			seg := payload[off:min(off+gsoSize, len(payload))]
+			h := w.seghdr[w.nhdr][:hl]
+			w.nhdr++
+			segmentUDPHeaders(h, pkt, ihl, hl, i, seg)
 			w.conn.addIov(h)
 			w.conn.addIov(seg)
 			w.pending += hl + len(seg)

@@ -56,16 +56,18 @@ func FuzzIngressCheck(f *testing.F) {
 // FuzzIngressCoalesce feeds arbitrary datagrams from a peer through the ingress path
 // with TUN offloads (checks, TTL, TCP coalescing, UDP GRO splitting): it must never
 // panic, and every packet it writes must carry a consistent IPv4 header and, when
-// coalesced, a TCP checksum that verifies once completed.
+// coalesced (TCP, or UDP with USO), a checksum that verifies once completed.
 func FuzzIngressCoalesce(f *testing.F) {
 	seg := func(seq uint32, n int) []byte { return tcpPacket(tPeerPod, tLocalIP, seq, "", make([]byte, n)) }
 	f.Add(append(append(seg(0, 100), seg(100, 100)...), seg(200, 50)...), uint16(152), uint8(3))
 	f.Add(append(seg(0, 100), seg(100, 100)...), uint16(0), uint8(2))
 	f.Add(append(seg(0, 100), icmpEcho(tPeerPod, tLocalIP, 64)...), uint16(0), uint8(2))
+	dg := func(id uint16, n int) []byte { return udpPacket(tPeerPod, tLocalIP, 1, id, make([]byte, n)) }
+	f.Add(append(append(dg(1, 124), dg(2, 124)...), dg(3, 24)...), uint16(152), uint8(1))
 	tb := &Table{}
 	tb.snap.Store(testSnapshot(f))
 	f.Fuzz(func(t *testing.T, blob []byte, step uint16, msgs uint8) {
-		ft := &vnetTUN{}
+		ft := &vnetUSOTUN{}
 		var cnt counters
 		w := newWorker(ft, tb, 4, 1500, 1500, true, &cnt, nopLogger())
 		n := int(msgs%4) + 1
@@ -87,7 +89,11 @@ func FuzzIngressCoalesce(f *testing.F) {
 			if vh.gsoType == vnetGSONone {
 				continue
 			}
-			if vh.gsoSize == 0 || int(vh.hdrLen) >= len(p) || !finishChecksum(p, vh) || !tcpChecksumOK(p) {
+			ok := tcpChecksumOK
+			if vh.gsoType == vnetGSOUDPL4 {
+				ok = udpChecksumOK
+			}
+			if vh.gsoSize == 0 || int(vh.hdrLen) >= len(p) || !finishChecksum(p, vh) || !ok(p) {
 				t.Fatalf("bad coalesced packet: %+v", vh)
 			}
 		}

@@ -92,8 +92,8 @@ func (w *worker) ingressOne(pkt, inPlace []byte) {
 		w.out = append(w.out, inPlace[:Headroom+len(pkt)])
 		return
 	}
-	hl, ok := groCandidate(pkt)
-	if w.runIdx >= 0 && ok && groJoins(&w.run, pkt, hl) {
+	hl, udp, ok := groCandidate(pkt, w.uso)
+	if w.runIdx >= 0 && ok && groJoins(&w.run, pkt, hl, udp) {
 		if w.run.count == 1 {
 			if w.gi == len(w.gro) { // every coalescing buffer is taken: write out first
 				w.flushOut()
@@ -107,7 +107,7 @@ func (w *worker) ingressOne(pkt, inPlace []byte) {
 	}
 	w.endRun()
 	if ok {
-		groStart(&w.run, pkt, hl)
+		groStart(&w.run, pkt, hl, udp)
 		w.runFirst = inPlace
 		w.runIdx = 0
 		return

@@ -46,6 +46,7 @@ type lab struct {
 type labOpts struct {
 	queues  int
 	offload bool
+	noUSO   bool // with offload: without UDP segmentation offload
 	cfg     Config
 }
 
@@ -88,7 +89,7 @@ func newLab(t testing.TB, o labOpts) *lab {
 		}
 		h.table = table
 		err = h.ns.Do(func() error {
-			d, err := tun.Open(tun.Config{Name: "flannel0", Queues: o.queues, Offload: o.offload}, log)
+			d, err := tun.Open(tun.Config{Name: "flannel0", Queues: o.queues, Offload: o.offload, NoUSO: o.noUSO}, log)
 			if err != nil {
 				return err
 			}

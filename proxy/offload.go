@@ -14,11 +14,14 @@ const (
 	vnetNeedsCsum  = 1
 	vnetGSONone    = 0
 	vnetGSOTCPv4   = 1
+	vnetGSOUDPL4   = 5
 	vnetGSOECN     = 0x80
 	tcpFlagFIN     = 0x01
 	tcpFlagPSH     = 0x08
 	tcpFlagCWR     = 0x80
 	protoTCP       = 6
+	protoUDP       = 17
+	udpHeaderLen   = 8
 	maxSegHeaders  = 60 + 60 // IPv4 and TCP headers with every option
 	maxSuperPacket = 65535
 )
@@ -132,4 +135,37 @@ func segmentHeaders(h, pkt []byte, ihl, hl, i, off int, seg []byte, last bool) {
 	ac = sum(t, ac)
 	ac = sum(seg, ac)
 	be.PutUint16(t[16:], ^fold(ac))
+}
+
+// usoLayout checks a UDPv4 super packet and returns its header lengths.
+func usoLayout(pkt []byte) (ihl, hl int, ok bool) {
+	ihl = int(pkt[0]&0x0f) * 4
+	if pkt[9] != protoUDP || len(pkt) < ihl+udpHeaderLen {
+		return 0, 0, false
+	}
+	return ihl, ihl + udpHeaderLen, true
+}
+
+// segmentUDPHeaders writes into h the IPv4 and UDP headers of datagram i (payload
+// seg) of the UDP super packet pkt, whose headers are hl bytes (IPv4 header ihl).
+// The UDP checksum covers seg.
+func segmentUDPHeaders(h, pkt []byte, ihl, hl, i int, seg []byte) {
+	copy(h, pkt[:hl])
+	be := binary.BigEndian
+	be.PutUint16(h[2:], uint16(hl+len(seg)))
+	be.PutUint16(h[4:], be.Uint16(pkt[4:])+uint16(i))
+	be.PutUint16(h[10:], 0)
+	be.PutUint16(h[10:], ^fold(sum(h[:ihl], 0)))
+	u := h[ihl:hl]
+	ulen := udpHeaderLen + len(seg)
+	be.PutUint16(u[4:], uint16(ulen))
+	be.PutUint16(u[6:], 0)
+	ac := sum(h[12:20], uint64(protoUDP)+uint64(ulen))
+	ac = sum(u, ac)
+	ac = sum(seg, ac)
+	c := ^fold(ac)
+	if c == 0 {
+		c = 0xffff // 0 means "no checksum" in UDP
+	}
+	be.PutUint16(u[6:], c)
 }

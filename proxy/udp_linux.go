@@ -17,6 +17,16 @@ import (
 
 // udpConn is a worker's UDP socket with sendmmsg/recvmmsg batches over vectors
 // allocated once. One goroutine sends and one receives; they share nothing.
+//
+// It calls sendmmsg/recvmmsg itself rather than golang.org/x/net/ipv4's
+// PacketConn.WriteBatch/ReadBatch: BenchmarkBatchIO (batchio_linux_test.go, loopback,
+// send a batch and receive it, medians of 6 in one run on the 2-core VM) measured
+// 32 x 64 B 117 us raw vs 149 us x/net, 32 x 1400 B 114 vs 141 us, 8 x 64 B 29 vs
+// 31 us, 8 x 1400 B 38 vs 32 us; and x/net allocates two objects (52 B) per datagram
+// per call, where the data path allocates nothing per packet. A later single run on
+// the loaded VM had them level (32 x 64 B 120 vs 118 us, 32 x 1400 B 125 vs 131 us):
+// the syscalls dominate and speed is within noise at best; the allocations per
+// datagram, which the design rules out, decide it for the raw calls.
 type udpConn struct {
 	c    *net.UDPConn
 	rc   syscall.RawConn
@@ -37,6 +47,12 @@ type udpConn struct {
 	sfail  int // datagrams that failed
 	serr   error
 	sendFn func(uintptr) bool
+	// the last staged message as a run that stageRun may extend (UDP GSO)
+	runOpen  bool
+	runIP    uint32
+	runSeg   int // datagram size of the run
+	runSegs  int
+	runBytes int
 
 	gro    bool // UDP_GRO in use: a message may hold many datagrams of one size
 	rctrl  []byte
@@ -177,10 +193,31 @@ func (u *udpConn) stage(pkt []byte, ip uint32) {
 	u.end(1, 0)
 }
 
+// stageRun adds pkt, one datagram for the host at ip, to the last staged message
+// when that is a run it may join, else as a message of its own. A run is a UDP GSO
+// message: datagrams to one host, all of one size but the last, which may be
+// shorter; the kernel sends them as separate datagrams (one inner packet each, as
+// flannel does), but they cross the sending and receiving stacks as one.
+func (u *udpConn) stageRun(pkt []byte, ip uint32) {
+	if u.runOpen && u.gso && u.runIP == ip && len(pkt) <= u.runSeg && u.runSegs < udpMaxSegments &&
+		u.runBytes+len(pkt) <= maxUDPPayload && u.niov < len(u.siov) {
+		u.sn-- // reopen the last message
+		u.addIov(pkt)
+		u.runSegs++
+		u.runBytes += len(pkt)
+		u.runOpen = len(pkt) == u.runSeg
+		u.end(u.runSegs, u.runSeg)
+		return
+	}
+	u.stage(pkt, ip)
+	u.runOpen, u.runIP, u.runSeg, u.runSegs, u.runBytes = true, ip, len(pkt), 1, len(pkt)
+}
+
 // begin starts a message to ip; addIov appends to it; end ends it, with segs
 // datagrams of segSize bytes each (the last may be shorter) when segs > 1, which
 // needs UDP GSO.
 func (u *udpConn) begin(ip uint32) {
+	u.runOpen = false
 	m := &u.shdrs[u.sn]
 	m.Hdr.Iov = &u.siov[u.niov]
 	m.Hdr.Iovlen = 0
@@ -220,7 +257,7 @@ func (u *udpConn) send() (failed int, err error) {
 		}
 		u.serr = werr
 	}
-	u.sn, u.niov = 0, 0
+	u.sn, u.niov, u.runOpen = 0, 0, false
 	return u.sfail, u.serr
 }
 

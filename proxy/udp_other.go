@@ -25,15 +25,16 @@ type sockOpts struct {
 func listenUDP(sockOpts, int, int, [][]byte, *zap.Logger) (*udpConn, error) {
 	return nil, errors.ErrUnsupported
 }
-func (u *udpConn) bufSizes() (int, int) { return 0, 0 }
-func (u *udpConn) room(int) bool        { return true }
-func (u *udpConn) stage([]byte, uint32) {}
-func (u *udpConn) begin(uint32)         {}
-func (u *udpConn) addIov([]byte)        {}
-func (u *udpConn) end(int, int)         {}
-func (u *udpConn) send() (int, error)   { return 0, errors.ErrUnsupported }
-func (u *udpConn) recv() (int, error)   { return 0, errors.ErrUnsupported }
-func (u *udpConn) size(int) int         { return 0 }
-func (u *udpConn) segSize(int) int      { return 0 }
-func (u *udpConn) src(int) uint32       { return 0 }
-func (u *udpConn) close() error         { return nil }
+func (u *udpConn) bufSizes() (int, int)    { return 0, 0 }
+func (u *udpConn) room(int) bool           { return true }
+func (u *udpConn) stage([]byte, uint32)    {}
+func (u *udpConn) stageRun([]byte, uint32) {}
+func (u *udpConn) begin(uint32)            {}
+func (u *udpConn) addIov([]byte)           {}
+func (u *udpConn) end(int, int)            {}
+func (u *udpConn) send() (int, error)      { return 0, errors.ErrUnsupported }
+func (u *udpConn) recv() (int, error)      { return 0, errors.ErrUnsupported }
+func (u *udpConn) size(int) int            { return 0 }
+func (u *udpConn) segSize(int) int         { return 0 }
+func (u *udpConn) src(int) uint32          { return 0 }
+func (u *udpConn) close() error            { return nil }

@@ -27,6 +27,7 @@ type worker struct {
 
 	// egress (TUN -> UDP), owned by the egress goroutine
 	vnet    bool // the queue has TUN offloads: virtio-net headers, super packets
+	uso     bool // and UDP segmentation offload: UDP runs are coalesced on ingress
 	ebufs   [][]byte
 	esizes  []int
 	seghdr  [][]byte // segment headers (offload)
@@ -74,6 +75,9 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, udpGRO b
 	if v, ok := tun.(interface{ VnetHdr() bool }); ok && v.VnetHdr() {
 		// Reads bring up to 64 KiB each, cut into many segments.
 		w.vnet = true
+		if u, ok := tun.(interface{ USO() bool }); ok && u.USO() {
+			w.uso = true
+		}
 		egressLen = maxSuperPacket
 		reads, slots = min(batch, offloadReads), batch*offloadSlotsPerRead
 	}

@@ -11,13 +11,20 @@ import (
 const (
 	tunFCsum = 0x01
 	tunFTSO4 = 0x02
+	// UDP segmentation offload, kernel 6.2 and later; the kernel takes the two only
+	// together (the data path sees IPv4 alone).
+	tunFUSO4 = 0x20
+	tunFUSO6 = 0x40
 )
 
 // openOffloadQueue opens a queue with IFF_VNET_HDR and asks the kernel for checksum
 // and TCPv4 segmentation offload: reads then return up to 64 KiB TCP segments with a
-// virtio-net header in front. water cannot set IFF_VNET_HDR, so this path opens
+// virtio-net header in front. With uso it also asks for UDPv4 segmentation offload
+// (TUN_F_USO4), so that writes may carry many UDP datagrams of one flow as one
+// packet (and reads may return such packets); a kernel that refuses it (before 6.2)
+// gets the queue without it. water cannot set IFF_VNET_HDR, so this path opens
 // /dev/net/tun itself.
-func openOffloadQueue(name string, mq bool) (*Queue, error) {
+func openOffloadQueue(name string, mq, uso bool) (*Queue, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("tun %s: open /dev/net/tun: %w", name, err)
@@ -40,18 +47,25 @@ func openOffloadQueue(name string, mq bool) (*Queue, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("tun %s: TUNSETVNETHDRSZ: %w", name, err)
 	}
-	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tunFCsum|tunFTSO4); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("tun %s: TUNSETOFFLOAD: %w", name, err)
+	uso = uso && unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tunFCsum|tunFTSO4|tunFUSO4|tunFUSO6) == nil
+	if !uso {
+		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tunFCsum|tunFTSO4); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("tun %s: TUNSETOFFLOAD: %w", name, err)
+		}
 	}
 	q, err := newQueue(name, os.NewFile(uintptr(fd), "/dev/net/tun"))
 	if err != nil {
 		return nil, err
 	}
-	q.vnet = true
+	q.vnet, q.uso = true, uso
 	return q, nil
 }
 
 // VnetHdr reports whether the queue's packets carry a virtio-net header: Read puts it
 // in the VnetHdrLen bytes before offset, Write takes it from there.
 func (q *Queue) VnetHdr() bool { return q.vnet }
+
+// USO reports whether the queue has UDP segmentation offload: packets in both
+// directions may be UDPv4 super packets (virtio-net GSO type UDP_L4).
+func (q *Queue) USO() bool { return q.uso }

@@ -17,6 +17,7 @@ type Queue struct {
 	f    *os.File
 	rc   syscall.RawConn
 	vnet bool // packets carry a virtio-net header in front
+	uso  bool // UDP segmentation offload (with vnet)
 
 	// read state, used by readFn inside rc.Read
 	rbufs  [][]byte

@@ -31,6 +31,9 @@ type Config struct {
 	// checksum offload (Queue.VnetHdr); if the kernel refuses, Open falls back to
 	// plain queues.
 	Offload bool
+	// NoUSO leaves out UDP segmentation offload (Queue.USO) when Offload is set;
+	// kernels before 6.2 lack it and get queues without it anyway.
+	NoUSO bool
 	// TxQueueLen, if positive, sets the device's transmit queue length.
 	TxQueueLen int
 }

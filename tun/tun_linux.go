@@ -41,7 +41,7 @@ func Open(cfg Config, log *zap.Logger) (*Device, error) {
 	}
 	open := openQueue
 	if cfg.Offload {
-		open = openOffloadQueue
+		open = func(name string, mq bool) (*Queue, error) { return openOffloadQueue(name, mq, !cfg.NoUSO) }
 	}
 	q, err := open(cfg.Name, mq)
 	if err != nil && cfg.Offload {
@@ -81,7 +81,7 @@ func Open(cfg Config, log *zap.Logger) (*Device, error) {
 		}
 	}
 	log.Info("TUN device open", zap.String("dev", d.name), zap.Int("queues", len(d.queues)),
-		zap.Bool("multiqueue", mq), zap.Bool("offload", d.queues[0].vnet))
+		zap.Bool("multiqueue", mq), zap.Bool("offload", d.queues[0].vnet), zap.Bool("uso", d.queues[0].uso))
 	return d, nil
 }
 

@@ -29,3 +29,4 @@ func (q *Queue) Write([][]byte, int) (int, error)          { return 0, errors.Er
 func (q *Queue) Close() error                              { return nil }
 
 func (q *Queue) VnetHdr() bool { return false }
+func (q *Queue) USO() bool     { return false }

@@ -81,10 +81,12 @@ weftd with each backend. One repetition of %s per workload (make bench runs more
 		return err
 	}
 	fmt.Fprint(stdout, `
-How to read it: TCP is one iperf3 stream; UDP 64 B is the rate of small packets
-delivered; "vs kvxlan" divides by kernel VXLAN's figure from the same run. RTT is
-ping's median round trip. daemon CPU is the CPU time the daemon spent per GB moved (the
-kernel rows have no daemon). udp is the backend for hosts without VXLAN and across
+How to read it: TCP is one iperf3 stream, TCP -P 4 four of them; UDP 64 B is the rate
+of small packets delivered; "vs kvxlan" divides by kernel VXLAN's figure from the same
+run. RTT is ping's median round trip. daemon CPU is the CPU time the daemons spent per
+GB moved by one TCP stream (the kernel rows have no daemon); total CPU is the whole
+machine's busy time (user, system, irq, softirq from /proc/stat) per GB of the same
+run, so the kernel's own packet work is charged to every row, iperf3 included. udp is the backend for hosts without VXLAN and across
 L3 networks; host-gw and vxlan are the kernel doing the work, programmed by weftd.
 weftd-udp-busy is the udp backend with "BusyPoll": its workers poll instead of
 sleeping while packets keep coming, which buys round-trip time with CPU. RTTs on a

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -54,7 +56,9 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rate := fs.Int("rate", 50, "lease changes per second during the churn")
 	idle := fs.Duration("idle", 10*time.Second, "window of the idle CPU measurements")
 	noRestart := fs.Bool("no-restart", false, "leave out the etcd restart")
+	noOvertake := fs.Bool("no-overtake", false, "leave out the compaction that overtakes the daemon's watch")
 	out := fs.String("out", "", "directory for scale.md, scale.json and scale.svg")
+	from := fs.String("report-from", "", "render the reports of an earlier run's scale.json (to --out) instead of running")
 	verbose := fs.Bool("v", false, "debug logging")
 	var extra daemonFlag
 	fs.Var(&extra, "daemon", "NAME=PATH of another flanneld-compatible daemon, measured the same way (repeatable)")
@@ -63,6 +67,9 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: scale takes no arguments, got %q", errUsage, fs.Args())
+	}
+	if *from != "" {
+		return scaleReportFrom(*from, *out, stdout)
 	}
 	ns, err := scaleSizes(*hosts, *sizes)
 	if err != nil {
@@ -85,7 +92,7 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	rep, err := bench.RunScale(ctx, bench.ScaleOptions{
 		Sizes: ns, Backend: *backend, Subjects: subjects, Idle: *idle, Churn: *churn, Rate: *rate,
-		NoRestart: *noRestart, StateFile: filepath.Join(stateDir(), "run.json"), Progress: stderr,
+		NoRestart: *noRestart, NoOvertake: *noOvertake, StateFile: filepath.Join(stateDir(), "run.json"), Progress: stderr,
 	}, newLogger(stderr, *verbose))
 	if rep != nil {
 		fmt.Fprintln(stdout)
@@ -101,4 +108,24 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	return err
+}
+
+// scaleReportFrom renders an earlier run's scale.json again: the table to stdout, the
+// files to out when given.
+func scaleReportFrom(path, out string, stdout io.Writer) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var rep bench.ScaleReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if out == "" {
+		return nil
+	}
+	return rep.WriteFiles(out)
 }

@@ -121,15 +121,16 @@ func (d *daemon) run(ctx context.Context) error {
 	if err := be.Register(ctx, own); err != nil {
 		return fmt.Errorf("%s backend: %w", be.Type(), err)
 	}
+	// The rules come before subnet.env, as flanneld's do: a pod the CNI plugin starts
+	// once the file is there must not send a packet unmasqueraded. They outlive weftd:
+	// the kernel keeps forwarding for vxlan and host-gw while weftd restarts, which a
+	// FORWARD DROP policy would otherwise cut off. `weftd cleanup` removes them.
+	if err := d.setupFirewall(ctx, cfg, own); err != nil {
+		return err
+	}
 	env := lease.SubnetEnv{Network: cfg.Network, Subnet: own.Subnet, IPv6Network: cfg.IPv6Network, IPv6Subnet: own.IPv6Subnet,
 		MTU: be.MTU(), IPMasq: d.opts.ipMasq}
 	if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
-		return err
-	}
-	// The rules outlive weftd, as flanneld's do: the kernel keeps forwarding for vxlan
-	// and host-gw while weftd restarts, which a FORWARD DROP policy would otherwise cut
-	// off. `weftd cleanup` removes them.
-	if err := d.setupFirewall(ctx, cfg, own); err != nil {
 		return err
 	}
 	if d.fw != nil {

@@ -61,6 +61,8 @@ var knobs = []knob{
 			t.UDP.NoTUNOffload = !on
 			return err
 		}},
+	{"WEFT_TUN_NO_USO", "udp: true opens flannel0 without UDP segmentation offload (kernel 6.2+; coalesced UDP into flannel0)", "`false`",
+		boolKnob(func(t *encap.Tuning) *bool { return &t.UDP.NoTUNUSO })},
 }
 
 func boolKnob(field func(*encap.Tuning) *bool) func(*encap.Tuning, string) error {

@@ -207,6 +207,9 @@ func (m *Manager) start(ctx context.Context) error {
 	m.once.Do(func() {
 		lw := trackedNodes{nodes: m.client.CoreV1().Nodes(), c: m.contact}
 		m.informer = cache.NewSharedIndexInformer(lw, &corev1.Node{}, m.opts.Resync, cache.Indexers{})
+		if err := m.informer.SetTransform(m.slim); err != nil {
+			m.log.Warn("node informer keeps whole nodes", zap.Error(err))
+		}
 		m.done.Add(2)
 		go func() {
 			defer m.done.Done()

@@ -32,7 +32,7 @@ var (
 
 // apiServer runs a real kube-apiserver (built once, cached) on a real etcd for t, and
 // returns it with an admin client for the test's own setup.
-func apiServer(t *testing.T) (*kubeproc.Server, kubernetes.Interface) {
+func apiServer(t testing.TB) (*kubeproc.Server, kubernetes.Interface) {
 	t.Helper()
 	testenv.SkipShort(t, "a real kube-apiserver (built first) and etcd")
 	testenv.NeedTools(t, "go", "etcd")
@@ -54,12 +54,13 @@ func apiServer(t *testing.T) (*kubeproc.Server, kubernetes.Interface) {
 	return srv, clientFor(t, srv.Kubeconfig)
 }
 
-func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
+func clientFor(t testing.TB, kubeconfig string) kubernetes.Interface {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.QPS, cfg.Burst = 500, 1000 // the test's own setup (thousands of Nodes in BenchmarkNodeCache)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +248,7 @@ func expect(t *testing.T, events <-chan []lease.Event, typ lease.EventType, subn
 	}
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	var p int
 	for p = 16443; p < 16543; p++ {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+	"sync"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -66,29 +67,61 @@ func (m *Manager) family(n *corev1.Node, ipAnn, dataAnn string, v6 bool) (netip.
 	return ip, json.RawMessage(data), true
 }
 
-// subscribe signals ch on every change to any node until unsubscribe is called.
-func (m *Manager) subscribe(ctx context.Context) (<-chan struct{}, func(), error) {
+// changedNodes collects the names of the nodes the informer reported changed since
+// the last take, and signals ch.
+type changedNodes struct {
+	mu    sync.Mutex
+	names map[string]struct{}
+	ch    chan struct{}
+}
+
+func (c *changedNodes) add(obj any) {
+	var name string
+	switch o := obj.(type) {
+	case *corev1.Node:
+		name = o.Name
+	case cache.DeletedFinalStateUnknown:
+		name = o.Key // nodes are cluster-scoped: the key is the name
+	default:
+		return
+	}
+	c.mu.Lock()
+	c.names[name] = struct{}{}
+	c.mu.Unlock()
+	notify(c.ch)
+}
+
+func (c *changedNodes) take() map[string]struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.names
+	c.names = map[string]struct{}{}
+	return out
+}
+
+// subscribe collects the names of changed nodes (at first every node the cache holds)
+// until unsubscribe is called.
+func (m *Manager) subscribe(ctx context.Context) (*changedNodes, func(), error) {
 	if err := m.start(ctx); err != nil {
 		return nil, nil, err
 	}
-	ch := make(chan struct{}, 1)
-	h := func() { notify(ch) }
+	c := &changedNodes{names: map[string]struct{}{}, ch: make(chan struct{}, 1)}
 	reg, err := m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { h() },
-		UpdateFunc: func(any, any) { h() },
-		DeleteFunc: func(any) { h() },
+		AddFunc:    c.add,
+		UpdateFunc: func(_, obj any) { c.add(obj) },
+		DeleteFunc: c.add,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	notify(ch)
-	return ch, func() { _ = m.informer.RemoveEventHandler(reg) }, nil
+	notify(c.ch)
+	return c, func() { _ = m.informer.RemoveEventHandler(reg) }, nil
 }
 
-// Watch sends the other nodes' leases: a snapshot, then the differences after each
-// change seen by the node informer.
+// Watch sends the other nodes' leases: a snapshot, then the differences for the nodes
+// the informer reports changed (a change costs the same with 100 nodes as with 5,000).
 func (m *Manager) Watch(ctx context.Context, own lease.Key, events chan<- []lease.Event) error {
-	ch, unsubscribe, err := m.subscribe(ctx)
+	c, unsubscribe, err := m.subscribe(ctx)
 	if err != nil {
 		return err
 	}
@@ -99,9 +132,15 @@ func (m *Manager) Watch(ctx context.Context, own lease.Key, events chan<- []leas
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-ch:
+		case <-c.ch:
 		}
-		evs := m.diff(known, own)
+		names := c.take()
+		var evs []lease.Event
+		if first {
+			evs = m.diff(known, own)
+		} else {
+			evs = m.diffNodes(known, own, names)
+		}
 		if len(evs) == 0 && !first {
 			continue
 		}
@@ -120,23 +159,9 @@ func (m *Manager) diff(known map[string]lease.Lease, own lease.Key) []lease.Even
 	seen := map[string]bool{}
 	for _, obj := range m.informer.GetStore().List() {
 		n := obj.(*corev1.Node)
-		if n.Name == m.opts.NodeName {
-			continue
+		if m.diffOne(known, own, n.Name, n, &evs) {
+			seen[n.Name] = true
 		}
-		l, ok := m.leaseOf(n)
-		if !ok || l.Key() == own {
-			continue
-		}
-		seen[n.Name] = true
-		old, had := known[n.Name]
-		if had && old.Key() == l.Key() && old.Attrs.Equal(l.Attrs) {
-			continue
-		}
-		if had && old.Key() != l.Key() {
-			evs = append(evs, lease.Event{Type: lease.Removed, Lease: old})
-		}
-		known[n.Name] = l
-		evs = append(evs, lease.Event{Type: lease.Added, Lease: l})
 	}
 	for name, l := range known {
 		if !seen[name] {
@@ -147,10 +172,52 @@ func (m *Manager) diff(known map[string]lease.Lease, own lease.Key) []lease.Even
 	return evs
 }
 
+// diffNodes makes known match the informer's store for the named nodes alone.
+func (m *Manager) diffNodes(known map[string]lease.Lease, own lease.Key, names map[string]struct{}) []lease.Event {
+	evs := []lease.Event{}
+	store := m.informer.GetStore()
+	for name := range names {
+		var n *corev1.Node
+		if obj, ok, err := store.GetByKey(name); err == nil && ok {
+			n, _ = obj.(*corev1.Node)
+		}
+		m.diffOne(known, own, name, n, &evs)
+	}
+	return evs
+}
+
+// diffOne brings known[name] in line with node n (nil: gone), appending the events
+// that do so; it reports whether the node holds a peer's lease.
+func (m *Manager) diffOne(known map[string]lease.Lease, own lease.Key, name string, n *corev1.Node, evs *[]lease.Event) bool {
+	var l lease.Lease
+	ok := n != nil && name != m.opts.NodeName
+	if ok {
+		l, ok = m.leaseOf(n)
+		ok = ok && l.Key() != own
+	}
+	old, had := known[name]
+	if !ok {
+		if had {
+			delete(known, name)
+			*evs = append(*evs, lease.Event{Type: lease.Removed, Lease: old})
+		}
+		return false
+	}
+	if had && old.Key() == l.Key() && old.Attrs.Equal(l.Attrs) {
+		return true
+	}
+	if had && old.Key() != l.Key() {
+		*evs = append(*evs, lease.Event{Type: lease.Removed, Lease: old})
+	}
+	known[name] = l
+	*evs = append(*evs, lease.Event{Type: lease.Added, Lease: l})
+	return true
+}
+
 // Hold keeps our annotations in place (re-publishing them if someone removes them)
 // until ctx ends. A podCIDR is fixed for a node's life, so our lease never moves.
 func (m *Manager) Hold(ctx context.Context, own lease.Lease, _ func(lease.Lease)) error {
-	ch, unsubscribe, err := m.subscribe(ctx)
+	c, unsubscribe, err := m.subscribe(ctx)
 	if err != nil {
 		return err
 	}
@@ -159,8 +226,9 @@ func (m *Manager) Hold(ctx context.Context, own lease.Lease, _ func(lease.Lease)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-ch:
+		case <-c.ch:
 		}
+		c.take()
 		if n, ok := m.node(); ok {
 			if err := m.annotate(ctx, n, own.Attrs); err != nil && ctx.Err() == nil {
 				m.log.Warn("re-publishing our annotations failed", zap.Error(err))

@@ -1,0 +1,81 @@
+package proxy
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"testing"
+
+	"go.uber.org/zap"
+)
+
+// TestStageRun: datagrams to one host of one size share a UDP GSO message, closed by
+// a shorter one; a longer one, another host or the segment limit start a new
+// message; and the kernel delivers every datagram on its own, intact.
+func TestStageRun(t *testing.T) {
+	rbufs := make([][]byte, 128)
+	for i := range rbufs {
+		rbufs[i] = make([]byte, 256)
+	}
+	rcv, err := listenUDP(sockOpts{addr: netip.MustParseAddr("127.0.0.2"), bufBytes: 1 << 20, mmsg: true}, 4, 4, rbufs, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rcv.close() })
+	port := rcv.c.LocalAddr().(*net.UDPAddr).Port
+	snd, err := listenUDP(sockOpts{addr: netip.MustParseAddr("127.0.0.1"), port: port, mmsg: true, gso: true}, 8, 128, rbufs[:1], zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = snd.close() })
+	if !snd.gso {
+		t.Skip("kernel without UDP GSO")
+	}
+	lo2, other := uint32(127)<<24|2, uint32(127)<<24|3
+	dg := func(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
+	type msg struct {
+		ip  uint32
+		pkt []byte
+	}
+	var sent [][]byte
+	in := []msg{{lo2, dg(100, 1)}, {lo2, dg(100, 2)}, {lo2, dg(100, 3)}, {lo2, dg(60, 4)}, // one run, closed by the short one
+		{lo2, dg(100, 5)}, {lo2, dg(120, 6)}, // longer: a new message
+		{other, dg(120, 7)}} // another host
+	for range udpMaxSegments + 1 {
+		in = append(in, msg{lo2, dg(50, byte(len(in)))}) // 64 in one message, then one more
+	}
+	for _, m := range in {
+		snd.stageRun(m.pkt, m.ip)
+		if m.ip == lo2 {
+			sent = append(sent, m.pkt)
+		}
+	}
+	wantSegs := []int{4, 1, 1, 1, udpMaxSegments, 1}
+	if snd.sn != len(wantSegs) {
+		t.Fatalf("%d messages staged (segments %v), want %d", snd.sn, snd.ssegs[:snd.sn], len(wantSegs))
+	}
+	for i, w := range wantSegs {
+		if snd.ssegs[i] != w {
+			t.Fatalf("message %d: %d datagrams, want %d (all %v)", i, snd.ssegs[i], w, snd.ssegs[:snd.sn])
+		}
+	}
+	if failed, err := snd.send(); failed > 1 || (failed == 1 && err == nil) {
+		// The message to 127.0.0.3 may fail (nothing listens); the others may not.
+		t.Fatalf("%d datagrams failed: %v", failed, err)
+	}
+	var got [][]byte
+	for len(got) < len(sent) {
+		n, err := rcv.recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			got = append(got, append([]byte(nil), rcv.rbufs[i][:rcv.size(i)]...))
+		}
+	}
+	for i := range sent {
+		if !bytes.Equal(got[i], sent[i]) {
+			t.Fatalf("datagram %d: got %d bytes of %d, want %d of %d", i, len(got[i]), got[i][0], len(sent[i]), sent[i][0])
+		}
+	}
+}
