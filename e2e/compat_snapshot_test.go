@@ -33,7 +33,7 @@ func hostView(ctx context.Context, ns *netns.NS, envPath, ownLease string, lease
 		if err != nil {
 			return nil, fmt.Errorf("subnet.env: %w", err)
 		}
-		n.own = env.Subnet.Masked()
+		n.own, n.own6 = env.Subnet.Masked(), env.IPv6Subnet.Masked()
 		s["subnet.env"] = n.lines(string(data), nil)
 	} else {
 		s["subnet.env"] = absent
@@ -43,7 +43,10 @@ func hostView(ctx context.Context, ns *netns.NS, envPath, ownLease string, lease
 		return nil, err
 	}
 	for _, l := range links {
-		if strings.HasPrefix(l.Name, "flannel") && l.Kind == "vxlan" {
+		switch {
+		case strings.HasPrefix(l.Name, "flannel-v6.") && l.Kind == "vxlan":
+			n.ownMAC6 = l.Address
+		case strings.HasPrefix(l.Name, "flannel") && l.Kind == "vxlan":
 			n.ownMAC = l.Address
 		}
 	}
@@ -57,6 +60,13 @@ func hostView(ctx context.Context, ns *netns.NS, envPath, ownLease string, lease
 			return nil, err
 		}
 		s["addr "+l.Name] = n.text(fieldsAfter(out, "inet"))
+		out, err = ns.Run(ctx, "ip", "-6", "-o", "addr", "show", "dev", l.Name, "scope", "global")
+		if err != nil {
+			return nil, err
+		}
+		if v6 := n.text(fieldsAfter(out, "inet6")); v6 != "" {
+			s["addr6 "+l.Name] = v6
+		}
 		if l.Kind == "vxlan" {
 			out, err := ns.Run(ctx, "bridge", "fdb", "show", "dev", l.Name)
 			if err != nil {
@@ -75,20 +85,34 @@ func hostView(ctx context.Context, ns *netns.NS, envPath, ownLease string, lease
 		return nil, err
 	}
 	s["neigh"] = n.lines(out, nil)
+	// IPv6: the overlay's routes (the kernel's own routes for the underlay and
+	// link-local addresses are the same on both sides), permanent neighbours.
+	out, err = ns.Run(ctx, "ip", "-6", "route", "show", "table", "main")
+	if err != nil {
+		return nil, err
+	}
+	s["routes6"] = n.lines(out, nil)
+	out, err = ns.Run(ctx, "ip", "-6", "neigh", "show", "nud", "permanent")
+	if err != nil {
+		return nil, err
+	}
+	s["neigh6"] = n.lines(out, nil)
 	if ownLease != "" {
 		leaseItems(s, n, leaseVal)
 	}
-	for _, table := range []string{"filter", "nat", "mangle"} {
-		out, err := ns.Run(ctx, "iptables-save", "-t", table)
-		if err != nil {
-			return nil, err
-		}
-		s["iptables "+table] = n.lines(out, func(l string) string {
-			if strings.HasPrefix(l, "#") || l == "COMMIT" {
-				return ""
+	for _, save := range []string{"iptables", "ip6tables"} {
+		for _, table := range []string{"filter", "nat", "mangle"} {
+			out, err := ns.Run(ctx, save+"-save", "-t", table)
+			if err != nil {
+				return nil, err
 			}
-			return iptRule(l)
-		})
+			s[save+" "+table] = n.lines(out, func(l string) string {
+				if strings.HasPrefix(l, "#") || l == "COMMIT" {
+					return ""
+				}
+				return iptRule(l)
+			})
+		}
 	}
 	out, err = ns.Run(ctx, "nft", "list", "ruleset")
 	if err != nil {
@@ -103,7 +127,8 @@ var (
 	nftCounters = regexp.MustCompile(`counter( packets \d+ bytes \d+)? ?`)
 	// The tables flanneld's and weftd's nftables firewalls make (iptables-nft's own
 	// tables show up here too, under their iptables names).
-	nftTables = strings.NewReplacer("table ip flannel-ipv4", "table ip <table>", "table ip weft", "table ip <table>")
+	nftTables = strings.NewReplacer("table ip flannel-ipv4", "table ip <table>", "table ip weft", "table ip <table>",
+		"table ip6 flannel-ipv6", "table ip6 <table>", "table ip6 weft", "table ip6 <table>")
 )
 
 // nftRule normalises one line of nft list ruleset: no counter statements (weftd's
@@ -171,8 +196,8 @@ func iptRule(l string) string {
 // normaliser replaces what differs between two hosts by design: the subnet each
 // daemon picked at random and the vxlan device's random MAC.
 type normaliser struct {
-	own    netip.Prefix
-	ownMAC string
+	own, own6       netip.Prefix // the IPv4 and IPv6 subnets
+	ownMAC, ownMAC6 string       // of flannel.<VNI> and flannel-v6.<VNI>
 }
 
 func (n normaliser) text(s string) string {
@@ -181,8 +206,16 @@ func (n normaliser) text(s string) string {
 		s = replaceIP(s, net.Next(), "<own+1>")
 		s = replaceIP(s, net, "<own>")
 	}
+	if n.own6.IsValid() {
+		net := n.own6.Addr()
+		s = replaceIP(s, net.Next(), "<own6+1>")
+		s = replaceIP(s, net, "<own6>")
+	}
 	if n.ownMAC != "" {
 		s = strings.ReplaceAll(s, n.ownMAC, "<own-mac>")
+	}
+	if n.ownMAC6 != "" {
+		s = strings.ReplaceAll(s, n.ownMAC6, "<own-mac6>")
 	}
 	return s
 }
@@ -209,6 +242,9 @@ func (n normaliser) lines(out string, f func(string) string) string {
 
 func replaceIP(s string, ip netip.Addr, with string) string {
 	re := regexp.MustCompile(`(^|[^0-9.])` + regexp.QuoteMeta(ip.String()) + `($|[^0-9])`)
+	if ip.Is6() {
+		re = regexp.MustCompile(`(^|[^0-9a-f:])` + regexp.QuoteMeta(ip.String()) + `($|[^0-9a-f:])`)
+	}
 	for {
 		r := re.ReplaceAllString(s, "${1}"+with+"${2}")
 		if r == s {

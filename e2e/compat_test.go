@@ -42,7 +42,18 @@ func (c compatCase) peerRoute() bool {
 	return strings.Contains(cfg, "vxlan") || strings.Contains(cfg, "host-gw") && !c.ext1
 }
 
+// peerLeases reports whether the case gets a peer's lease: not on an IPv6-only network,
+// where flanneld v0.28.10 in etcd mode takes any IPv6-only lease (PublicIP 0.0.0.0,
+// like its own) as its own (docs/compatibility.md, IPv6).
+func (c compatCase) peerLeases() bool {
+	cfg, err := lease.ParseConfig([]byte(c.config))
+	return err == nil && cfg.EnableIPv4
+}
+
 const n16 = `"Network":"198.18.0.0/16"`
+
+// v6net is the IPv6 half of the dual-stack and IPv6-only cases.
+const v6net = `"EnableIPv6":true,"IPv6Network":"fd00:db8::/48"`
 
 // compatCases is the table of inputs: every backend, every Backend option, case
 // variants, MTU given or not, SubnetLen/Min/Max edges, --ip-masq, the interface
@@ -80,6 +91,13 @@ var compatCases = []compatCase{
 	{name: "iface-by-ip", config: `{` + n16 + `,"Backend":{"Type":"udp"}}`, noIface: true, ext1: true,
 		args: []string{"--iface=198.51.100.200"}},
 	{name: "public-ip", config: `{` + n16 + `,"Backend":{"Type":"vxlan"}}`, args: []string{"--public-ip=192.0.2.200"}},
+	{name: "vxlan-dual-stack", config: `{` + n16 + `,` + v6net + `,"Backend":{"Type":"vxlan"}}`, restart: true},
+	{name: "vxlan-ipv6-only", config: `{"EnableIPv4":false,` + v6net + `,"Backend":{"Type":"vxlan"}}`, restart: true},
+	{name: "vxlan-directrouting-dual-stack", config: `{` + n16 + `,` + v6net + `,"Backend":{"Type":"vxlan","DirectRouting":true}}`},
+	{name: "host-gw-dual-stack", config: `{` + n16 + `,` + v6net + `,"Backend":{"Type":"host-gw"}}`},
+	{name: "ip-masq-dual-stack", config: `{` + n16 + `,` + v6net + `,"Backend":{"Type":"vxlan"}}`, args: []string{"--ip-masq"}},
+	{name: "nftables-ip-masq-dual-stack", config: `{` + n16 + `,` + v6net + `,"EnableNFTables":true,"Backend":{"Type":"vxlan"}}`,
+		args: []string{"--ip-masq"}},
 	{name: "bad-subnetlen-31", config: `{` + n16 + `,"SubnetLen":31}`, bad: true},
 	{name: "bad-two-subnets", config: `{` + n16 + `,"SubnetLen":17}`, bad: true},
 	{name: "bad-no-network", config: `{"Backend":{"Type":"vxlan"}}`, bad: true},
@@ -91,8 +109,15 @@ var compatCases = []compatCase{
 }
 
 // peerIP is the PublicIP of the peer lease written before each daemon starts: on
-// LAN1, so host-gw and DirectRouting take it as directly reachable.
-const peerIP = "192.0.2.250"
+// LAN1, so host-gw and DirectRouting take it as directly reachable. peerIPv6 is its
+// PublicIPv6, on the IPv6 underlay every host gets (hostIPv6).
+const (
+	peerIP   = "192.0.2.250"
+	peerIPv6 = "2001:db8:1::fa"
+)
+
+// hostIPv6 is the IPv6 underlay address of host c<i>, the same in both labs.
+func hostIPv6(i int) string { return fmt.Sprintf("2001:db8:1::%x", 0x100+i) }
 
 // allowedDiff is a difference between flanneld and weftd that is known and listed,
 // with its reason, in docs/compatibility.md under its id.
@@ -120,8 +145,10 @@ var compatAllowed = []allowedDiff{
 		reason: "weftd opens flannel0 multi-queue with a virtio-net header (one queue per worker, offloads); flanneld's C proxy opens one plain queue"},
 	{id: "vxlan-local", cases: `public-ip`, item: `dev flannel\.1`,
 		reason: "with --public-ip, flanneld gives flannel.1 the public IP as local address, weftd the interface's (what a NAT in front expects)"},
-	{id: "nft-rules", cases: `nftables-ip-masq`, item: `nft ruleset`,
+	{id: "nft-rules", cases: `nftables-ip-masq(-dual-stack)?`, item: `nft ruleset`,
 		reason: "with EnableNFTables flanneld's masquerade rules differ from its iptables ones (a return for sources outside our subnet, the kube-proxy mark compared whole) and it adds an empty ip6 table; weftd's nftables rules mean what its iptables rules mean"},
+	{id: "ipv6-only-mtu", cases: `vxlan-ipv6-only`, item: `subnet\.env`,
+		reason: "on an IPv6-only vxlan network weftd writes flannel-v6's MTU (the underlay's - 70) as FLANNEL_MTU, flanneld flannel.1's (- 50), which the IPv6 device cannot carry"},
 	{id: "bad-config-exits", cases: `bad-(not-json|no-network|subnetlen-31|two-subnets|min-outside)`, item: `exit`,
 		reason: "on a bad network config flanneld logs and retries for ever; weftd names the field and exits with status 1"},
 	{id: "strict-options", cases: `unknown-vxlan-option`, item: `.*`,
@@ -327,6 +354,9 @@ func (s *side) addHosts(t *testing.T) error {
 		if err != nil {
 			return err
 		}
+		if out, err := h.NS.Run(ctx, "ip", "-6", "addr", "add", hostIPv6(i)+"/64", "dev", "eth0", "nodad"); err != nil {
+			return fmt.Errorf("%s: %w: %s", h.Name, err, out)
+		}
 		if c.ext1 {
 			for _, cmd := range [][]string{
 				{"ip", "link", "add", "ext1", "type", "veth", "peer", "name", "ext1p"},
@@ -367,7 +397,7 @@ func (s *side) run(t *testing.T, i int, c compatCase) (compatView, error) {
 		return nil, err
 	}
 	var peer netip.Prefix
-	if cfg, err := lease.ParseConfig([]byte(c.config)); err == nil {
+	if cfg, err := lease.ParseConfig([]byte(c.config)); err == nil && c.peerLeases() {
 		peer = cfg.Subnet(cfg.Count() - 1)
 		if err := s.putPeer(ctx, prefix, peer, cfg); err != nil {
 			return nil, err
@@ -437,7 +467,7 @@ func (s *side) run(t *testing.T, i int, c compatCase) (compatView, error) {
 	if err != nil {
 		return nil, err
 	}
-	snap["restart keeps the subnet"] = fmt.Sprint(env2.Subnet == firstEnv.Subnet)
+	snap["restart keeps the subnet"] = fmt.Sprint(env2.Subnet == firstEnv.Subnet && env2.IPv6Subnet == firstEnv.IPv6Subnet)
 	return snap, nil
 }
 
@@ -458,12 +488,20 @@ func (s *side) putPeer(ctx context.Context, prefix string, peer netip.Prefix, cf
 	case "host-gw":
 		val["BackendType"] = "host-gw"
 	}
+	var peer6 netip.Prefix
+	if cfg.EnableIPv6 {
+		peer6 = netip.PrefixFrom(cfg.IPv6SubnetMax, cfg.IPv6SubnetLen)
+		val["PublicIPv6"] = peerIPv6
+		if bd, ok := val["BackendData"].(map[string]any); ok {
+			val["BackendV6Data"] = map[string]any{"VNI": bd["VNI"], "VtepMAC": "0e:00:00:00:06:fa"}
+		}
+	}
 	b, _ := json.Marshal(val)
 	grant, err := s.cli.Grant(ctx, 3600)
 	if err != nil {
 		return err
 	}
-	_, err = s.cli.Put(ctx, prefix+"/subnets/"+lease.SubnetKey(peer), string(b), clientv3.WithLease(grant.ID))
+	_, err = s.cli.Put(ctx, prefix+"/subnets/"+lease.LeaseKey(peer, peer6), string(b), clientv3.WithLease(grant.ID))
 	return err
 }
 
@@ -513,8 +551,7 @@ func (s *side) settle(ctx context.Context, d *lab.Daemon, prefix string, peer ne
 		if err != nil {
 			return nil, err
 		}
-		own := env.Subnet.Masked()
-		key := prefix + "/subnets/" + lease.SubnetKey(own)
+		key := prefix + "/subnets/" + lease.LeaseKey(env.Subnet.Masked(), env.IPv6Subnet.Masked())
 		r, err := s.cli.Get(ctx, key)
 		if err != nil {
 			return nil, err
@@ -530,7 +567,8 @@ func (s *side) settle(ctx context.Context, d *lab.Daemon, prefix string, peer ne
 		if exited, exitErr := d.Exited(); exited {
 			return nil, fmt.Errorf("daemon exited: %v\n%s", exitErr, d.LogTail(20))
 		}
-		ready := val != "" && (!c.peerRoute() || strings.Contains(snap["routes"], peer.String()))
+		ready := val != "" && (!c.peerRoute() || !peer.IsValid() || strings.Contains(snap["routes"], peer.String())) &&
+			!dadPending(snap)
 		if ready && last != nil && equalSnap(snap, last) {
 			same++
 		} else {
@@ -554,18 +592,32 @@ func (s *side) settle(ctx context.Context, d *lab.Daemon, prefix string, peer ne
 	}
 }
 
-// vxlanMAC is the MAC of the host's flannel.N device ("" without one).
+// vxlanMAC names the MACs of the host's flannel.N and flannel-v6.N devices ("" without
+// either).
 func vxlanMAC(ctx context.Context, h *lab.Host) (string, error) {
 	links, err := linkList(ctx, h.NS)
 	if err != nil {
 		return "", err
 	}
+	var macs []string
 	for _, l := range links {
-		if l.Kind == "vxlan" && strings.HasPrefix(l.Name, "flannel.") {
-			return l.Address, nil
+		if l.Kind == "vxlan" && strings.HasPrefix(l.Name, "flannel") {
+			macs = append(macs, l.Name+"="+l.Address)
 		}
 	}
-	return "", nil
+	sort.Strings(macs)
+	return strings.Join(macs, " "), nil
 }
 
 func equalSnap(a, b compatView) bool { return len(diff(a, b)) == 0 }
+
+// dadPending reports whether an IPv6 address of a flannel device is still tentative
+// (duplicate address detection takes a second or two after it is added).
+func dadPending(snap compatView) bool {
+	for k, v := range snap {
+		if strings.HasPrefix(k, "addr6 ") && strings.Contains(v, "tentative") {
+			return true
+		}
+	}
+	return false
+}

@@ -24,7 +24,10 @@ type ExternalInterface struct {
 	Index    int
 	MTU      int
 	IfaceIP  netip.Addr // address of the interface
-	PublicIP netip.Addr // address peers send to (--public-ip, else IfaceIP)
+	PublicIP netip.Addr // address peers send to (--public-ip, else IfaceIP); 0.0.0.0 on an IPv6-only network
+	// The IPv6 counterparts, set when the network has IPv6 (EnableIPv6).
+	IfaceIPv6  netip.Addr // IPv6 address of the interface
+	PublicIPv6 netip.Addr // address peers send to over IPv6 (--public-ipv6, else IfaceIPv6)
 }
 
 // Backend carries traffic to the subnets of other hosts. The daemon calls, in order:
@@ -48,6 +51,13 @@ type Backend interface {
 	// Close releases what the backend holds. Kernel data paths are left in place so a
 	// restart does not interrupt traffic.
 	Close() error
+}
+
+// V6Backend is implemented by backends that publish data for the IPv6 overlay: the
+// daemon puts BackendV6Data into the lease's BackendV6Data (flanneld's vxlan publishes
+// the VtepMAC of flannel-v6.<VNI> there). Call it after BackendData.
+type V6Backend interface {
+	BackendV6Data(ctx context.Context) (json.RawMessage, error)
 }
 
 // StatsReporter is implemented by backends that keep counters; weftd serves them as

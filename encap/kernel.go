@@ -28,11 +28,13 @@ type kernelPeers struct {
 	log    *zap.Logger
 	nl     *netlink.Handle
 	period time.Duration
-	// device is the backend's own link ("" for none): losing it needs a full pass.
-	device string
+	// devices are the backend's own links (flannel.<VNI>, flannel-v6.<VNI>): losing
+	// one needs a full pass.
+	devices []string
 
 	mu       sync.Mutex
-	own      netip.Prefix
+	own      netip.Prefix // our IPv4 subnet
+	own6     netip.Prefix // our IPv6 subnet
 	peers    map[netip.Prefix]lease.Lease
 	synced   bool // the first snapshot has arrived: stale entries may be removed
 	said     map[netip.Prefix]string
@@ -41,22 +43,31 @@ type kernelPeers struct {
 	// dirty holds the peers changed since the last pass; full asks for a full pass.
 	dirty map[netip.Prefix]struct{}
 	full  bool
-	// applied is what the last passes put in the kernel per peer, and macs how many
-	// applied peers share each VtepMAC (an fdb entry is removed with its last user).
-	// Only the run loop writes them; watchKernel reads them.
+	// dirty, peers and applied are keyed by peerKey (a dual-stack peer's IPv4 subnet).
+	// applied is what the last passes put in the kernel per peer and family, routed
+	// maps each applied route's destination (either family) to its peer, and macs[i]
+	// counts the applied peers of family i sharing each VtepMAC (an fdb entry is
+	// removed with its last user). Only the run loop writes them; watchKernel reads
+	// them.
 	applied map[netip.Prefix]programmed
-	macs    map[string]int
-	// repairs and inPlace: see settle.
+	routed  map[netip.Prefix]netip.Prefix
+	macs    [2]map[string]int
+	// repairs and inPlace: see settleIn.
 	repairs map[string]uint64
 	inPlace map[string]map[string]bool
 }
 
-// programmed is what a kernel backend put in the kernel for one peer.
-type programmed struct {
-	link int        // the route's link
-	mac  string     // vxlan: the VtepMAC of its neighbour and fdb entries ("" for none)
-	gw   netip.Addr // vxlan: the neighbour entry's address
-	pub  netip.Addr // vxlan: the fdb entry's destination
+// programmed is what a kernel backend put in the kernel for one peer, per family
+// (indexed by family.idx: IPv4, IPv6).
+type programmed [2]entries
+
+// entries is what a kernel backend put in the kernel for one peer in one family.
+type entries struct {
+	dst  netip.Prefix // the route's destination (invalid: nothing of the family)
+	link int          // the route's link
+	mac  string       // vxlan: the VtepMAC of its neighbour and fdb entries ("" for none)
+	gw   netip.Addr   // vxlan: the neighbour entry's address
+	pub  netip.Addr   // vxlan: the fdb entry's destination
 }
 
 func newKernelPeers(typ string, cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (*kernelPeers, error) {
@@ -69,15 +80,16 @@ func newKernelPeers(typ string, cfg *lease.Config, ext ExternalInterface, log *z
 		peers: map[netip.Prefix]lease.Lease{}, said: map[netip.Prefix]string{},
 		kick: make(chan struct{}, 1), counters: map[string]uint64{},
 		dirty: map[netip.Prefix]struct{}{}, full: true,
-		applied: map[netip.Prefix]programmed{}, macs: map[string]int{},
+		applied: map[netip.Prefix]programmed{}, routed: map[netip.Prefix]netip.Prefix{},
+		macs:    [2]map[string]int{{}, {}},
 		repairs: map[string]uint64{}, inPlace: map[string]map[string]bool{},
 	}, nil
 }
 
-func (k *kernelPeers) setOwn(p netip.Prefix) {
+func (k *kernelPeers) setOwn(own lease.Lease) {
 	k.mu.Lock()
-	k.own = p
-	delete(k.peers, p)
+	k.own, k.own6 = own.Subnet, own.IPv6Subnet
+	delete(k.peers, peerKey(own))
 	k.full = true
 	k.mu.Unlock()
 	k.poke()
@@ -87,15 +99,16 @@ func (k *kernelPeers) setOwn(p netip.Prefix) {
 func (k *kernelPeers) handle(events []lease.Event) {
 	k.mu.Lock()
 	for _, e := range events {
-		s := e.Lease.Subnet
-		if s == k.own || !k.cfg.Network.Contains(s.Addr()) || s.Bits() != k.cfg.SubnetLen {
+		s := peerKey(e.Lease)
+		if k.isOwn(e.Lease) || !inScope(k.cfg, e.Lease) {
 			continue
 		}
 		if e.Type == lease.Added && lease.CompatibleWith(k.typ, e.Lease) {
 			k.peers[s] = e.Lease
 		} else {
 			delete(k.peers, s)
-			delete(k.said, s)
+			delete(k.said, e.Lease.Subnet)
+			delete(k.said, e.Lease.IPv6Subnet)
 		}
 		k.dirty[s] = struct{}{}
 	}
@@ -169,6 +182,17 @@ func (k *kernelPeers) repair() {
 	k.poke()
 }
 
+// families returns the families the config enables.
+func (k *kernelPeers) families() []family {
+	var out []family
+	for _, f := range []family{v4(k.cfg), v6(k.cfg)} {
+		if f.on() {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // run makes the kernel match the peers until ctx ends: reconcile (the full pass) at
 // once, every period and whenever one is asked for (setOwn, repair); on other kicks,
 // apply with the peers changed since the last pass.
@@ -235,22 +259,22 @@ func (k *kernelPeers) directlyConnected(ip netip.Addr) (bool, string) {
 	return true, fmt.Sprintf("%v is on a subnet connected to %s", ip, k.ext.Name)
 }
 
-// routeKey identifies a route by destination.
+// routeKey identifies a route by destination (either family).
 func routeKey(r netlink.Route) netip.Prefix {
 	if r.Dst == nil {
 		return netip.Prefix{}
 	}
-	ip, _ := netip.AddrFromSlice(r.Dst.IP.To4())
+	ip, _ := netip.AddrFromSlice(r.Dst.IP)
 	ones, _ := r.Dst.Mask.Size()
-	return netip.PrefixFrom(ip, ones)
+	return netip.PrefixFrom(ip.Unmap(), ones)
 }
 
-// syncRoutes makes the overlay routes on the given links match want: missing or
-// different ones are replaced; when prune is set, overlay routes of ours that are not
-// wanted are deleted.
-func (k *kernelPeers) syncRoutes(want map[netip.Prefix]netlink.Route, links []int, own netip.Prefix, prune bool) error {
+// syncRoutes makes the overlay routes of family f on the given links match want:
+// missing or different ones are replaced; when prune is set, overlay routes of ours
+// that are not wanted are deleted.
+func (k *kernelPeers) syncRoutes(f family, want map[netip.Prefix]netlink.Route, links []int, own netip.Prefix, prune bool) error {
 	k.count("netlink_lists")
-	have, err := k.nl.RouteList(nil, netlink.FAMILY_V4)
+	have, err := k.nl.RouteList(nil, f.nl)
 	if err != nil {
 		return fmt.Errorf("list routes: %w", err)
 	}
@@ -276,12 +300,12 @@ func (k *kernelPeers) syncRoutes(want map[netip.Prefix]netlink.Route, links []in
 		}
 		inPlace[dst.String()], written[dst.String()] = true, true
 	}
-	k.settle("route", inPlace, written)
+	k.settleIn(f.slot("route"), "route", inPlace, written)
 	if !prune {
 		return firstErr
 	}
 	for dst, h := range byDst {
-		if _, ok := want[dst]; ok || dst == own || dst.Bits() != k.cfg.SubnetLen || !k.cfg.Network.Contains(dst.Addr()) {
+		if _, ok := want[dst]; ok || dst == own || !f.fits(dst) {
 			continue
 		}
 		for _, l := range links {

@@ -12,16 +12,16 @@ import (
 	"github.com/weftnet/weft/lease"
 )
 
-// changes returns, for each changed subnet, the peer's lease (ok false when it is
-// gone) and what was applied for it (had false when nothing).
+// changes returns, for each changed peer (by peerKey), the peer's lease (ok false
+// when it is gone) and what was applied for it in each family.
 func (k *kernelPeers) changes(changed []netip.Prefix) []change {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	out := make([]change, 0, len(changed))
 	for _, s := range changed {
-		c := change{subnet: s}
+		c := change{key: s}
 		c.lease, c.ok = k.peers[s]
-		c.old, c.had = k.applied[s]
+		c.old = k.applied[s]
 		out = append(out, c)
 	}
 	return out
@@ -29,59 +29,94 @@ func (k *kernelPeers) changes(changed []netip.Prefix) []change {
 
 // change is one peer's change for apply.
 type change struct {
-	subnet netip.Prefix
-	lease  lease.Lease
-	ok     bool
-	old    programmed
-	had    bool
+	key   netip.Prefix // peerKey
+	lease lease.Lease
+	ok    bool
+	old   programmed // per family; a family's dst is invalid where nothing was applied
 }
 
-// setApplied records what is (ok) or is no longer (!ok) in the kernel for subnet; it
-// reports whether the old entry's fdb MAC lost its last user.
-func (k *kernelPeers) setApplied(subnet netip.Prefix, p programmed, ok bool) (macFree bool) {
+// setApplied records what is now in the kernel for peer key in family f (e.dst
+// invalid: nothing); it reports whether the old entries' fdb MAC lost its last user.
+func (k *kernelPeers) setApplied(key netip.Prefix, f family, e entries) (macFree bool) {
+	i := f.idx()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	old, had := k.applied[subnet]
-	if ok {
-		k.applied[subnet] = p
-		if p.mac != "" {
-			k.macs[p.mac]++
-		}
-	} else {
-		delete(k.applied, subnet)
+	p := k.applied[key]
+	old := p[i]
+	if old.dst.IsValid() && k.routed[old.dst] == key {
+		delete(k.routed, old.dst)
 	}
-	if had && old.mac != "" {
-		k.macs[old.mac]--
-		if k.macs[old.mac] <= 0 {
-			delete(k.macs, old.mac)
+	p[i] = e
+	if e.dst.IsValid() {
+		k.routed[e.dst] = key
+		if e.mac != "" {
+			k.macs[i][e.mac]++
+		}
+	}
+	if p == (programmed{}) {
+		delete(k.applied, key)
+	} else {
+		k.applied[key] = p
+	}
+	if old.dst.IsValid() && old.mac != "" {
+		k.macs[i][old.mac]--
+		if k.macs[i][old.mac] <= 0 {
+			delete(k.macs[i], old.mac)
 			return true
 		}
 	}
 	return false
 }
 
-// resetApplied replaces the record of what is in the kernel (a full pass).
-func (k *kernelPeers) resetApplied(applied map[netip.Prefix]programmed) {
+// claimed reports whether another peer than key holds the route to dst now (a subnet
+// of one family that moved between peers in one batch): the old holder's removal must
+// leave its entries alone.
+func (k *kernelPeers) claimed(dst netip.Prefix, key netip.Prefix) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.applied = applied
-	clear(k.macs)
-	for _, p := range applied {
-		if p.mac != "" {
-			k.macs[p.mac]++
+	other, ok := k.routed[dst]
+	return ok && other != key
+}
+
+// resetApplied replaces the record of what is in the kernel in family f (a full
+// pass of f); applied is keyed by peerKey.
+func (k *kernelPeers) resetApplied(f family, applied map[netip.Prefix]entries) {
+	i := f.idx()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for key, p := range k.applied {
+		if p[i].dst.IsValid() {
+			delete(k.routed, p[i].dst)
+		}
+		p[i] = entries{}
+		if p == (programmed{}) {
+			delete(k.applied, key)
+		} else {
+			k.applied[key] = p
+		}
+	}
+	clear(k.macs[i])
+	for key, e := range applied {
+		p := k.applied[key]
+		p[i] = e
+		k.applied[key] = p
+		k.routed[e.dst] = key
+		if e.mac != "" {
+			k.macs[i][e.mac]++
 		}
 	}
 }
 
 // placed notes a write (present) or a removal of one entry outside a full pass, so
-// that the next full pass counts repairs right (see settle).
-func (k *kernelPeers) placed(kind, key string, present bool) {
+// that the next full pass counts repairs right (see settleIn); slot is the family's
+// (family.slot).
+func (k *kernelPeers) placed(slot, key string, present bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	m := k.inPlace[kind]
+	m := k.inPlace[slot]
 	if m == nil {
 		m = map[string]bool{}
-		k.inPlace[kind] = m
+		k.inPlace[slot] = m
 	}
 	if present {
 		m[key] = true
@@ -90,20 +125,20 @@ func (k *kernelPeers) placed(kind, key string, present bool) {
 	}
 }
 
-// replaceRoute writes one peer's route outside a full pass.
-func (k *kernelPeers) replaceRoute(r netlink.Route) error {
+// replaceRoute writes one peer's route of family f outside a full pass.
+func (k *kernelPeers) replaceRoute(f family, r netlink.Route) error {
 	dst := routeKey(r)
 	if err := k.nl.RouteReplace(&r); err != nil {
 		return fmt.Errorf("route %v: %w", dst, err)
 	}
-	k.placed("route", dst.String(), true)
+	k.placed(f.slot("route"), dst.String(), true)
 	return nil
 }
 
-// deleteRoute removes one peer's route on link outside a full pass; a route already
-// gone is fine.
-func (k *kernelPeers) deleteRoute(dst netip.Prefix, link int) error {
-	k.placed("route", dst.String(), false)
+// deleteRoute removes one peer's route of family f on link outside a full pass; a
+// route already gone is fine.
+func (k *kernelPeers) deleteRoute(f family, dst netip.Prefix, link int) error {
+	k.placed(f.slot("route"), dst.String(), false)
 	err := k.nl.RouteDel(&netlink.Route{Dst: ipconv.IPNet(dst), LinkIndex: link})
 	if err != nil && !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("remove route %v: %w", dst, err)

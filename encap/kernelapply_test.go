@@ -39,9 +39,22 @@ type kernelLab struct {
 	// apply and reconcile are the backend's two passes.
 	apply     func([]netip.Prefix) error
 	reconcile func() error
+	dual      bool // the network is dual-stack: eth0 has 2001:db8::10/64 too
 }
 
+// applyNet6 is the IPv6 network of the dual-stack apply tests: /64 subnets.
+var applyNet6 = netip.MustParsePrefix("fd00:18::/48")
+
+// applyOwn6 is our own IPv6 subnet in the dual-stack apply tests.
+var applyOwn6 = netip.MustParsePrefix("fd00:18:0:ffff::/64")
+
 func newKernelLab(t testing.TB, typ string, log *zap.Logger) *kernelLab {
+	t.Helper()
+	return newKernelLabIn(t, typ, log, false)
+}
+
+// newKernelLabIn is newKernelLab, on a dual-stack network when dual is set.
+func newKernelLabIn(t testing.TB, typ string, log *zap.Logger, dual bool) *kernelLab {
 	t.Helper()
 	ns := netnstest.New(t, "weft-apply")
 	ctx := context.Background()
@@ -55,7 +68,12 @@ func newKernelLab(t testing.TB, typ string, log *zap.Logger) *kernelLab {
 			t.Fatalf("ip %v: %v: %s", cmd, err, out)
 		}
 	}
-	l := &kernelLab{ns: ns}
+	if dual {
+		if out, err := ns.Run(ctx, "ip", "-6", "addr", "add", "2001:db8::10/64", "dev", "eth0", "nodad"); err != nil {
+			t.Fatalf("ip -6 addr add: %v: %s", err, out)
+		}
+	}
+	l := &kernelLab{ns: ns, dual: dual}
 	err := ns.Do(func() error {
 		link, err := netlink.LinkByName("eth0")
 		if err != nil {
@@ -65,6 +83,12 @@ func newKernelLab(t testing.TB, typ string, log *zap.Logger) *kernelLab {
 			Backend: json.RawMessage(`{"Type":"` + typ + `"}`)}
 		ext := ExternalInterface{Name: "eth0", Index: link.Attrs().Index, MTU: 1500,
 			IfaceIP: netip.MustParseAddr("192.0.2.10"), PublicIP: netip.MustParseAddr("192.0.2.10")}
+		own := lease.Lease{Subnet: applyOwn, Attrs: lease.Attrs{PublicIP: ext.PublicIP, BackendType: typ}}
+		if dual {
+			cfg.EnableIPv4, cfg.EnableIPv6, cfg.IPv6Network, cfg.IPv6SubnetLen = true, true, applyNet6, 64
+			ext.IfaceIPv6, ext.PublicIPv6 = netip.MustParseAddr("2001:db8::10"), netip.MustParseAddr("2001:db8::10")
+			own.IPv6Subnet, own.Attrs.PublicIPv6 = applyOwn6, ext.PublicIPv6
+		}
 		switch typ {
 		case "vxlan":
 			be, err := NewVXLAN(cfg, ext, log)
@@ -81,12 +105,17 @@ func newKernelLab(t testing.TB, typ string, log *zap.Logger) *kernelLab {
 			h := be.(*hostGW)
 			l.be, l.k, l.apply, l.reconcile = be, h.kernelPeers, h.apply, h.reconcile
 		}
-		data, err := l.be.BackendData(ctx)
-		if err != nil {
+		if own.Attrs.BackendData, err = l.be.BackendData(ctx); err != nil {
 			return err
 		}
-		return l.be.Register(ctx, lease.Lease{Subnet: applyOwn,
-			Attrs: lease.Attrs{PublicIP: ext.PublicIP, BackendType: typ, BackendData: data}})
+		if v6b, ok := l.be.(interface {
+			BackendV6Data(context.Context) (json.RawMessage, error)
+		}); ok && dual {
+			if own.Attrs.BackendV6Data, err = v6b.BackendV6Data(ctx); err != nil {
+				return err
+			}
+		}
+		return l.be.Register(ctx, own)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +135,18 @@ func applyPeer(typ string, i, mac int, pub string) lease.Lease {
 	return lease.Lease{Subnet: s, Attrs: a}
 }
 
+// applyPeer6 is applyPeer with an IPv6 subnet (i of applyNet6), a PublicIPv6 (pub6
+// in 2001:db8::/64) and a VtepMAC of flannel-v6.1 made from mac6 (vxlan only).
+func applyPeer6(typ string, i, mac, mac6 int, pub string, i6, pub6 int) lease.Lease {
+	l := applyPeer(typ, i, mac, pub)
+	l.IPv6Subnet = netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x18, 0, 0, byte(i6 >> 8), byte(i6)}), 64)
+	l.Attrs.PublicIPv6 = netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 14: byte(pub6 >> 8), 15: byte(pub6)})
+	if typ == "vxlan" {
+		l.Attrs.BackendV6Data = json.RawMessage(fmt.Sprintf(`{"VNI":1,"VtepMAC":"0e:00:00:01:%02x:%02x"}`, mac6>>8&0xff, mac6&0xff))
+	}
+	return l
+}
+
 // kernelEntries lists what the namespace's kernel holds for peers in applyNet, one
 // line per route, permanent neighbour and fdb entry with a destination, sorted.
 func (l *kernelLab) kernelEntries() ([]string, error) {
@@ -120,26 +161,43 @@ func (l *kernelLab) kernelEntries() ([]string, error) {
 				out = append(out, fmt.Sprintf("route %v via %v dev %d onlink=%v", p, r.Gw, r.LinkIndex, r.Flags&int(netlink.FLAG_ONLINK) != 0))
 			}
 		}
-		dev, err := netlink.LinkByName("flannel.1")
-		if err != nil {
-			return nil // host-gw: no device
-		}
-		neighs, err := netlink.NeighList(dev.Attrs().Index, netlink.FAMILY_V4)
-		if err != nil {
-			return err
-		}
-		for _, n := range neighs {
-			if n.State&netlink.NUD_PERMANENT != 0 {
-				out = append(out, fmt.Sprintf("neigh %v lladdr %v", n.IP, n.HardwareAddr))
+		if l.dual {
+			routes, err := netlink.RouteList(nil, netlink.FAMILY_V6)
+			if err != nil {
+				return err
+			}
+			for _, r := range routes {
+				if p := routeKey(r); p.IsValid() && applyNet6.Contains(p.Addr()) && p.Bits() == 64 && p != applyOwn6 {
+					out = append(out, fmt.Sprintf("route %v via %v dev %d onlink=%v", p, r.Gw, r.LinkIndex, r.Flags&int(netlink.FLAG_ONLINK) != 0))
+				}
 			}
 		}
-		fdb, err := netlink.NeighList(dev.Attrs().Index, unix.AF_BRIDGE)
-		if err != nil {
-			return err
-		}
-		for _, n := range fdb {
-			if n.IP != nil {
-				out = append(out, fmt.Sprintf("fdb %v dst %v", n.HardwareAddr, n.IP))
+		for _, dev := range []struct {
+			name string
+			fam  int
+			on   bool
+		}{{"flannel.1", netlink.FAMILY_V4, true}, {"flannel-v6.1", netlink.FAMILY_V6, l.dual}} {
+			link, err := netlink.LinkByName(dev.name)
+			if err != nil || !dev.on {
+				continue // host-gw: no device
+			}
+			neighs, err := netlink.NeighList(link.Attrs().Index, dev.fam)
+			if err != nil {
+				return err
+			}
+			for _, n := range neighs {
+				if n.State&netlink.NUD_PERMANENT != 0 {
+					out = append(out, fmt.Sprintf("neigh %v lladdr %v", n.IP, n.HardwareAddr))
+				}
+			}
+			fdb, err := netlink.NeighList(link.Attrs().Index, unix.AF_BRIDGE)
+			if err != nil {
+				return err
+			}
+			for _, n := range fdb {
+				if n.IP != nil {
+					out = append(out, fmt.Sprintf("fdb %v dst %v", n.HardwareAddr, n.IP))
+				}
 			}
 		}
 		return nil
@@ -153,10 +211,13 @@ func (l *kernelLab) kernelEntries() ([]string, error) {
 func (l *kernelLab) wantEntries(t testing.TB, peers map[netip.Prefix]lease.Lease) []string {
 	t.Helper()
 	var out []string
-	var dev, eth int
+	var dev, dev6, eth int
 	if err := l.ns.Do(func() error {
 		if d, err := netlink.LinkByName("flannel.1"); err == nil {
 			dev = d.Attrs().Index
+		}
+		if d, err := netlink.LinkByName("flannel-v6.1"); err == nil {
+			dev6 = d.Attrs().Index
 		}
 		e, err := netlink.LinkByName("eth0")
 		if err == nil {
@@ -166,9 +227,26 @@ func (l *kernelLab) wantEntries(t testing.TB, peers map[netip.Prefix]lease.Lease
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for s, p := range peers {
+	for _, p := range peers {
 		if p.Attrs.BackendType != l.be.Type() {
 			continue
+		}
+		if s6 := p.IPv6Subnet; l.dual && s6.IsValid() {
+			if l.be.Type() == "host-gw" {
+				out = append(out, fmt.Sprintf("route %v via %v dev %d onlink=false", s6, p.Attrs.PublicIPv6, eth))
+			} else {
+				var d vxlanData
+				if json.Unmarshal(p.Attrs.BackendV6Data, &d) == nil {
+					if mac, err := net.ParseMAC(d.VtepMAC); err == nil {
+						out = append(out, fmt.Sprintf("route %v via %v dev %d onlink=true", s6, s6.Addr(), dev6),
+							fmt.Sprintf("neigh %v lladdr %v", s6.Addr(), mac), fmt.Sprintf("fdb %v dst %v", mac, p.Attrs.PublicIPv6))
+					}
+				}
+			}
+		}
+		s := p.Subnet
+		if !s.IsValid() || s.Bits() == 0 {
+			continue // IPv6-only
 		}
 		if l.be.Type() == "host-gw" {
 			out = append(out, fmt.Sprintf("route %v via %v dev %d onlink=false", s, p.Attrs.PublicIP, eth))
@@ -320,6 +398,103 @@ func BenchmarkKernelApply(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(l.stat("netlink_lists")-lists)/float64(b.N), "lists/op")
+		})
+	}
+}
+
+// TestKernelApplyEventsDualStack: on a dual-stack network, a batch of lease events
+// applied per peer reaches the kernel exactly in both families (flannel.1 and
+// flannel-v6.1 for vxlan, eth0 for host-gw), with no full pass and no netlink
+// listing: a peer gone, one new, one whose IPv6 VtepMAC and PublicIPv6 changed, one
+// whose IPv6 subnet moved, one losing and one gaining its IPv6 half, one moved to
+// other subnets keeping its VtepMACs, an IPv6-only peer new and one gone, one turning
+// IPv6-only (a new key for the same IPv6 entries). A full pass
+// afterwards finds nothing to repair.
+func TestKernelApplyEventsDualStack(t *testing.T) {
+	key := func(l lease.Lease) netip.Prefix {
+		if l.Subnet.IsValid() {
+			return l.Subnet
+		}
+		return l.IPv6Subnet
+	}
+	v6only := func(typ string, i6, mac6, pub6 int) lease.Lease {
+		l := applyPeer6(typ, 0, 0, mac6, "192.0.2.1", i6, pub6)
+		l.Subnet, l.Attrs.PublicIP, l.Attrs.BackendData = netip.Prefix{}, netip.IPv4Unspecified(), nil
+		return l
+	}
+	for _, typ := range []string{"vxlan", "host-gw"} {
+		t.Run(typ, func(t *testing.T) {
+			l := newKernelLabIn(t, typ, zaptest.NewLogger(t), true)
+			l.k.period = time.Hour
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = l.be.Run(ctx) }()
+			t.Cleanup(func() { cancel(); wg.Wait() })
+
+			peers := map[netip.Prefix]lease.Lease{}
+			var events []lease.Event
+			add := func(p lease.Lease) {
+				peers[key(p)] = p
+				events = append(events, lease.Event{Type: lease.Added, Lease: p})
+			}
+			remove := func(p lease.Lease) {
+				delete(peers, key(p))
+				events = append(events, lease.Event{Type: lease.Removed, Lease: p})
+			}
+			pub := func(i int) string { return fmt.Sprintf("192.0.2.%d", 100+i) }
+			for i := range 30 {
+				if i == 4 {
+					add(applyPeer(typ, i, i, pub(i)))
+					continue
+				}
+				add(applyPeer6(typ, i, i, i, pub(i), i, 100+i))
+			}
+			add(v6only(typ, 600, 600, 160))
+			l.be.HandleEvents(ctx, events)
+			l.waitKernel(t, peers)
+			if n := len(l.wantEntries(t, peers)); typ == "vxlan" && n != 3*(30+29+1) || typ == "host-gw" && n != 30+29+1 {
+				t.Fatalf("the first snapshot should put %d entries in the kernel for both families", n)
+			}
+			fulls, lists := l.stat("full_reconciles"), l.stat("netlink_lists")
+
+			events = nil
+			remove(applyPeer6(typ, 0, 0, 0, pub(0), 0, 100))
+			add(applyPeer6(typ, 500, 500, 500, "192.0.2.200", 500, 200))
+			add(applyPeer6(typ, 1, 1, 1001, pub(1), 1, 201))
+			remove(applyPeer6(typ, 2, 2, 2, pub(2), 2, 102))
+			add(applyPeer6(typ, 2, 2, 2, pub(2), 502, 102))
+			remove(applyPeer6(typ, 3, 3, 3, pub(3), 3, 103))
+			add(applyPeer(typ, 3, 3, pub(3)))
+			remove(applyPeer(typ, 4, 4, pub(4)))
+			add(applyPeer6(typ, 4, 4, 4, pub(4), 4, 104))
+			remove(applyPeer6(typ, 7, 7, 7, pub(7), 7, 107))
+			add(applyPeer6(typ, 507, 7, 7, pub(7), 507, 107))
+			add(v6only(typ, 503, 503, 203))
+			remove(v6only(typ, 600, 600, 160))
+			// Turning IPv6-only changes the peer's key, not its IPv6 entries.
+			remove(applyPeer6(typ, 8, 8, 8, pub(8), 8, 108))
+			add(v6only(typ, 8, 8, 108))
+			l.be.HandleEvents(ctx, events)
+			l.waitKernel(t, peers)
+			if f, n := l.stat("full_reconciles"), l.stat("netlink_lists"); f != fulls || n != lists {
+				t.Fatalf("the batch took full passes %d -> %d, netlink lists %d -> %d; want none", fulls, f, lists, n)
+			}
+			if l.stat("applies") == 0 {
+				t.Fatal("no apply pass counted")
+			}
+
+			l.k.repair()
+			testenv.Eventually(t, 10*time.Second, func() error {
+				if f := l.stat("full_reconciles"); f == fulls {
+					return fmt.Errorf("no full pass yet")
+				}
+				return nil
+			})
+			l.waitKernel(t, peers)
+			if r := l.k.Repairs(); r["route"]+r["neigh"]+r["fdb"] != 0 {
+				t.Fatalf("the full pass after the batch repaired %v; the batch left the kernel as wanted", r)
+			}
 		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
@@ -62,42 +63,55 @@ func (k *kernelPeers) watchKernel(ctx context.Context) {
 				continue
 			}
 			if u.Header.Type == unix.RTM_DELLINK && u.Attrs() != nil &&
-				(u.Attrs().Index == k.ext.Index || k.device != "" && u.Attrs().Name == k.device) {
+				(u.Attrs().Index == k.ext.Index || slices.Contains(k.devices, u.Attrs().Name)) {
 				k.repair()
 			}
 		}
 	}
 }
 
-// wantsRoute reports whether dst is the destination of a peer route we put in place.
+// wantsRoute reports whether dst is the destination of a peer route (either family)
+// we put in place.
 func (k *kernelPeers) wantsRoute(dst *net.IPNet) bool {
-	a, ok := netip.AddrFromSlice(dst.IP.To4())
+	a, ok := netip.AddrFromSlice(dst.IP)
 	if !ok {
 		return false
 	}
 	ones, _ := dst.Mask.Size()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	_, ok = k.applied[netip.PrefixFrom(a, ones)]
+	_, ok = k.routed[netip.PrefixFrom(a.Unmap(), ones)]
 	return ok
 }
 
-// wantsNeigh reports whether n is a neighbour entry (its address) or an fdb entry
-// (its MAC) we put in place.
+// wantsNeigh reports whether n is a neighbour entry (its address, either family) or
+// an fdb entry (its MAC) we put in place.
 func (k *kernelPeers) wantsNeigh(n netlink.Neigh) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if n.Family == unix.AF_BRIDGE {
-		return n.HardwareAddr != nil && k.macs[n.HardwareAddr.String()] > 0
+		if n.HardwareAddr == nil {
+			return false
+		}
+		mac := n.HardwareAddr.String()
+		return k.macs[0][mac] > 0 || k.macs[1][mac] > 0
 	}
-	a, ok := netip.AddrFromSlice(n.IP.To4())
-	if !ok || !k.cfg.Network.Contains(a) {
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
 		return false
 	}
-	p, err := a.Prefix(k.cfg.SubnetLen)
-	if err != nil {
-		return false
+	a = a.Unmap()
+	for _, f := range []family{v4(k.cfg), v6(k.cfg)} {
+		if !f.on() || f.is6() != a.Is6() || !f.network.Contains(a) {
+			continue
+		}
+		p, err := a.Prefix(f.bits)
+		if err != nil {
+			return false
+		}
+		key, ok := k.routed[p]
+		e := k.applied[key][f.idx()]
+		return ok && e.mac != "" && e.gw == a
 	}
-	pr, ok := k.applied[p]
-	return ok && pr.mac != "" && pr.gw == a
+	return false
 }

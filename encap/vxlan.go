@@ -34,9 +34,16 @@ type vxlanOptions struct {
 	MacPrefix     string
 }
 
+// ErrNoIPv6Address is returned for a network with EnableIPv6 when the external
+// interface has no IPv6 address (flanneld refuses to start then too).
+var ErrNoIPv6Address = errors.New("no IPv6 address")
+
 // vxlanOverhead is what VXLAN over IPv4 adds to a frame: outer IPv4, UDP, VXLAN and
 // inner Ethernet headers.
 const vxlanOverhead = 50
+
+// vxlan6Overhead is the same over IPv6 (its header is 20 bytes longer).
+const vxlan6Overhead = 70
 
 // minVXLANMTU is the least MTU option: it leaves the device IPv4's minimum of 68.
 const minVXLANMTU = 68 + vxlanOverhead
@@ -47,18 +54,18 @@ type vxlanData struct {
 	VtepMAC string `json:"VtepMAC"`
 }
 
-// vxlan programs the kernel's VXLAN device flannel.<VNI>: per peer an onlink route,
-// a permanent neighbour entry and an fdb entry (or, with DirectRouting, a plain route
-// to peers on a directly connected subnet).
+// vxlan programs the kernel's VXLAN devices: flannel.<VNI> for IPv4 and, on a network
+// with EnableIPv6, flannel-v6.<VNI> for IPv6 (an IPv6-only network has only the
+// latter), as flanneld does. Per peer and family: an onlink route, a permanent
+// neighbour entry and an fdb entry (or, with DirectRouting, a plain route to peers on
+// a directly connected subnet).
 type vxlan struct {
 	*kernelPeers
 	opts vxlanOptions
-	name string
 
 	devMu sync.Mutex
-	mac   net.HardwareAddr
-	index int
-	addr  netip.Addr
+	dev4  *vtepDev // nil on an IPv6-only network
+	dev6  *vtepDev // nil without EnableIPv6
 }
 
 // NewVXLAN returns the vxlan backend.
@@ -88,35 +95,90 @@ func NewVXLAN(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backen
 	if err != nil {
 		return nil, err
 	}
-	k.device = "flannel." + strconv.Itoa(o.VNI)
-	return &vxlan{kernelPeers: k, opts: o, name: k.device}, nil
+	v := &vxlan{kernelPeers: k, opts: o}
+	if f := v6(cfg); f.on() {
+		if !ext.IfaceIPv6.IsValid() {
+			k.nl.Close()
+			return nil, fmt.Errorf("%w: vxlan with EnableIPv6 needs an IPv6 address on %s for flannel-v6.%d", ErrNoIPv6Address, ext.Name, o.VNI)
+		}
+		v.dev6 = &vtepDev{fam: f, name: "flannel-v6." + strconv.Itoa(o.VNI), local: ext.IfaceIPv6}
+	}
+	if f := v4(cfg); f.on() || v.dev6 == nil {
+		v.dev4 = &vtepDev{fam: f, name: "flannel." + strconv.Itoa(o.VNI), local: ext.IfaceIP}
+	}
+	for _, d := range []*vtepDev{v.dev4, v.dev6} {
+		if d != nil {
+			k.devices = append(k.devices, d.name)
+		}
+	}
+	return v, nil
 }
 
 func (v *vxlan) Type() string { return "vxlan" }
-func (v *vxlan) MTU() int     { return v.devMTU() }
+
+// MTU is flannel.<VNI>'s MTU, as flanneld's FLANNEL_MTU; on an IPv6-only network
+// flannel-v6.<VNI>'s, which is 20 less when the underlay's MTU bounds it.
+func (v *vxlan) MTU() int {
+	if v.dev4 == nil {
+		return v.devMTU(v.dev6)
+	}
+	return v.devMTU(v.dev4)
+}
 func (v *vxlan) Close() error { v.nl.Close(); return nil }
 
-// devMTU is flannel.<VNI>'s MTU: the underlay's less the VXLAN overhead.
-func (v *vxlan) devMTU() int { return v.opts.MTU - vxlanOverhead }
+// devMTU is d's MTU: the underlay's less the VXLAN overhead over IPv4. flanneld asks
+// the same for flannel-v6.<VNI>, and the kernel lowers it to what the external
+// interface's MTU leaves after VXLAN over IPv6 (20 more); so does weft.
+func (v *vxlan) devMTU(d *vtepDev) int {
+	mtu := v.opts.MTU - vxlanOverhead
+	if d != nil && d.fam.is6() && v.ext.MTU > 0 {
+		mtu = min(mtu, v.ext.MTU-vxlan6Overhead)
+	}
+	return mtu
+}
 
-// BackendData makes (or adopts) the device and publishes its MAC.
+// BackendData makes (or adopts) flannel.<VNI> and publishes its MAC; nothing on an
+// IPv6-only network.
 func (v *vxlan) BackendData(context.Context) (json.RawMessage, error) {
-	if err := v.ensureDevice(); err != nil {
+	return v.publish(v.dev4)
+}
+
+// BackendV6Data makes (or adopts) flannel-v6.<VNI> and publishes its MAC in the same
+// shape ({"VNI":1,"VtepMAC":"…"}) for the lease's BackendV6Data; nothing without
+// EnableIPv6.
+func (v *vxlan) BackendV6Data(context.Context) (json.RawMessage, error) {
+	return v.publish(v.dev6)
+}
+
+func (v *vxlan) publish(d *vtepDev) (json.RawMessage, error) {
+	if d == nil {
+		return nil, nil
+	}
+	if err := v.ensureDevice(d); err != nil {
 		return nil, err
 	}
 	v.devMu.Lock()
 	defer v.devMu.Unlock()
-	return json.Marshal(vxlanData{VNI: v.opts.VNI, VtepMAC: v.mac.String()})
+	return json.Marshal(vxlanData{VNI: v.opts.VNI, VtepMAC: d.mac.String()})
 }
 
 func (v *vxlan) Register(_ context.Context, own lease.Lease) error {
-	v.devMu.Lock()
-	v.addr = own.Subnet.Masked().Addr()
-	v.devMu.Unlock()
-	if err := v.ensureDevice(); err != nil {
-		return err
+	for _, d := range []*vtepDev{v.dev4, v.dev6} {
+		if d == nil {
+			continue
+		}
+		sn := d.fam.subnet(own)
+		if !sn.IsValid() {
+			return fmt.Errorf("vxlan: configure %s: our lease has no subnet of its family", d.name)
+		}
+		v.devMu.Lock()
+		d.addr = sn.Masked().Addr()
+		v.devMu.Unlock()
+		if err := v.ensureDevice(d); err != nil {
+			return err
+		}
 	}
-	v.setOwn(own.Subnet)
+	v.setOwn(own)
 	return nil
 }
 
@@ -124,279 +186,224 @@ func (v *vxlan) HandleEvents(_ context.Context, events []lease.Event) { v.handle
 
 func (v *vxlan) Run(ctx context.Context) error { return v.run(ctx, v.reconcile, v.apply) }
 
-// errIncompatible marks an existing device whose settings differ from ours.
-var errIncompatible = errors.New("incompatible device")
-
-// ensureDevice adopts a compatible flannel.<VNI>, or (re)creates it keeping its MAC,
-// then sets MTU, address and state.
-func (v *vxlan) ensureDevice() error {
-	v.devMu.Lock()
-	defer v.devMu.Unlock()
-	link, err := v.nl.LinkByName(v.name)
-	if err == nil {
-		if cerr := v.compatible(link); cerr != nil {
-			v.log.Warn("recreating the vxlan device", zap.String("dev", v.name), zap.Error(cerr))
-			if v.mac == nil {
-				v.mac = link.Attrs().HardwareAddr
-			}
-			if err := v.nl.LinkDel(link); err != nil {
-				return fmt.Errorf("delete %s: %w", v.name, err)
-			}
-			link = nil
-		}
-	} else {
-		link = nil
-	}
-	if link == nil {
-		dev := &netlink.Vxlan{
-			LinkAttrs:    netlink.LinkAttrs{Name: v.name, MTU: v.devMTU(), HardwareAddr: v.mac},
-			VxlanId:      v.opts.VNI,
-			VtepDevIndex: v.ext.Index,
-			SrcAddr:      net.IP(v.ext.IfaceIP.AsSlice()),
-			Port:         v.opts.Port,
-			Learning:     v.opts.Learning,
-			GBP:          v.opts.GBP,
-		}
-		if err := v.nl.LinkAdd(dev); err != nil {
-			return fmt.Errorf("create %s: %w", v.name, err)
-		}
-		if link, err = v.nl.LinkByName(v.name); err != nil {
-			return fmt.Errorf("find %s after creating it: %w", v.name, err)
-		}
-		v.log.Info("created the vxlan device", zap.String("dev", v.name), zap.Stringer("mac", link.Attrs().HardwareAddr))
-	}
-	v.mac, v.index = link.Attrs().HardwareAddr, link.Attrs().Index
-	if link.Attrs().MTU != v.devMTU() {
-		if err := v.nl.LinkSetMTU(link, v.devMTU()); err != nil {
-			return fmt.Errorf("set MTU of %s: %w", v.name, err)
-		}
-	}
-	if v.addr.IsValid() {
-		if err := v.setAddr(link); err != nil {
-			return err
-		}
-	}
-	if link.Attrs().Flags&net.FlagUp == 0 {
-		if err := v.nl.LinkSetUp(link); err != nil {
-			return fmt.Errorf("set %s up: %w", v.name, err)
-		}
-	}
-	return nil
-}
-
-func (v *vxlan) compatible(link netlink.Link) error {
-	x, ok := link.(*netlink.Vxlan)
-	switch {
-	case !ok:
-		return fmt.Errorf("%w: %s is a %s, not vxlan", errIncompatible, v.name, link.Type())
-	case x.VxlanId != v.opts.VNI:
-		return fmt.Errorf("%w: VNI %d, want %d", errIncompatible, x.VxlanId, v.opts.VNI)
-	case x.Port != v.opts.Port:
-		return fmt.Errorf("%w: port %d, want %d", errIncompatible, x.Port, v.opts.Port)
-	case x.VtepDevIndex != v.ext.Index:
-		return fmt.Errorf("%w: parent index %d, want %d", errIncompatible, x.VtepDevIndex, v.ext.Index)
-	case !x.SrcAddr.Equal(net.IP(v.ext.IfaceIP.AsSlice())):
-		return fmt.Errorf("%w: local %v, want %v", errIncompatible, x.SrcAddr, v.ext.IfaceIP)
-	case x.GBP != v.opts.GBP:
-		return fmt.Errorf("%w: gbp %v, want %v", errIncompatible, x.GBP, v.opts.GBP)
-	case x.Learning != v.opts.Learning:
-		return fmt.Errorf("%w: learning %v, want %v", errIncompatible, x.Learning, v.opts.Learning)
-	}
-	return nil
-}
-
-// setAddr leaves exactly our subnet's network address (/32) on the device.
-func (v *vxlan) setAddr(link netlink.Link) error {
-	addrs, err := v.nl.AddrList(link, netlink.FAMILY_V4)
-	if err != nil {
-		return fmt.Errorf("addresses of %s: %w", v.name, err)
-	}
-	want := net.IP(v.addr.AsSlice())
-	found := false
-	for _, a := range addrs {
-		if a.IP.Equal(want) {
-			found = true
-			continue
-		}
-		if err := v.nl.AddrDel(link, &a); err != nil {
-			return fmt.Errorf("remove old address %v from %s: %w", a.IPNet, v.name, err)
-		}
-	}
-	if found {
-		return nil
-	}
-	a := &netlink.Addr{IPNet: &net.IPNet{IP: want, Mask: net.CIDRMask(32, 32)}}
-	if err := v.nl.AddrAdd(link, a); err != nil {
-		return fmt.Errorf("add %v to %s: %w", v.addr, v.name, err)
-	}
-	return nil
-}
-
-// reconcile makes routes, neighbours and fdb entries match the peers, recreating the
-// device first if someone deleted it.
+// reconcile makes each device's routes, neighbours and fdb entries match the peers.
 func (v *vxlan) reconcile() error {
-	if _, err := v.nl.LinkByName(v.name); err != nil {
-		v.log.Warn("the vxlan device is gone; recreating it", zap.String("dev", v.name))
+	var errs []error
+	for _, d := range []*vtepDev{v.dev4, v.dev6} {
+		if d != nil {
+			errs = append(errs, v.reconcileDev(d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reconcileDev makes routes, neighbours and fdb entries of d's family match the
+// peers, recreating d first if someone deleted it.
+func (v *vxlan) reconcileDev(d *vtepDev) error {
+	if _, err := v.nl.LinkByName(d.name); err != nil {
+		v.log.Warn("the vxlan device is gone; recreating it", zap.String("dev", d.name))
 		v.deviceRepaired()
 	}
-	if err := v.ensureDevice(); err != nil {
+	if err := v.ensureDevice(d); err != nil {
 		return err
 	}
-	idx := v.devIndex()
-	peers, synced, own := v.snapshot()
+	f := d.fam
+	idx := v.devIndex(d)
+	peers, synced, _ := v.snapshot()
+	own := v.ownSubnet(f)
 	routes := map[netip.Prefix]netlink.Route{}
 	neighs := map[netip.Addr]net.HardwareAddr{}
 	fdb := map[string]netip.Addr{}
-	applied := make(map[netip.Prefix]programmed, len(peers))
+	applied := make(map[netip.Prefix]entries, len(peers))
 	for _, p := range peers {
-		r, pr, mac, ok := v.want(p, idx)
+		r, e, mac, ok := v.want(d, p, idx)
 		if !ok {
 			continue
 		}
-		routes[p.Subnet], applied[p.Subnet] = r, pr
+		routes[e.dst], applied[peerKey(p)] = r, e
 		if mac != nil {
-			neighs[pr.gw] = mac
-			fdb[pr.mac] = pr.pub
+			neighs[e.gw] = mac
+			fdb[e.mac] = e.pub
 		}
 	}
 	// Recorded first, so that watchKernel takes the stale entries this pass removes
 	// for what they are.
-	v.resetApplied(applied)
+	v.resetApplied(f, applied)
 	var errs []error
-	errs = append(errs, v.syncNeighbours(idx, neighs, synced), v.syncFDB(idx, fdb, synced))
-	errs = append(errs, v.syncRoutes(routes, []int{idx, v.ext.Index}, own, synced))
+	errs = append(errs, v.syncNeighbours(f, idx, neighs, synced), v.syncFDB(f, idx, fdb, synced))
+	errs = append(errs, v.syncRoutes(f, routes, []int{idx, v.ext.Index}, own, synced))
 	return errors.Join(errs...)
 }
 
-func (v *vxlan) devIndex() int {
+func (v *vxlan) devIndex(d *vtepDev) int {
 	v.devMu.Lock()
 	defer v.devMu.Unlock()
-	return v.index
+	return d.index
 }
 
-// want returns peer p's route and what else it needs in the kernel: with a VtepMAC
-// (mac non-nil) a neighbour entry for its gateway and an fdb entry, without one
-// (DirectRouting to a directly connected peer) the route alone. ok is false for a peer
-// that gets nothing (bad BackendData, logged once).
-func (v *vxlan) want(p lease.Lease, idx int) (netlink.Route, programmed, net.HardwareAddr, bool) {
-	if v.opts.DirectRouting {
-		direct, why := v.directlyConnected(p.Attrs.PublicIP)
-		if direct {
-			v.once(p.Subnet, false, "DirectRouting: direct route to peer", zap.Stringer("peer", p.Attrs.PublicIP),
-				zap.Stringer("peer-subnet", p.Subnet), zap.String("why", why))
-			r := netlink.Route{Dst: ipconv.IPNet(p.Subnet), Gw: net.IP(p.Attrs.PublicIP.AsSlice()), LinkIndex: v.ext.Index}
-			return r, programmed{link: v.ext.Index}, nil, true
-		}
-		v.once(p.Subnet, false, "DirectRouting: vxlan to peer", zap.Stringer("peer", p.Attrs.PublicIP),
-			zap.Stringer("peer-subnet", p.Subnet), zap.String("why", why))
+// want returns peer p's route of d's family and what else it needs in the kernel:
+// with a VtepMAC (mac non-nil) a neighbour entry for its gateway and an fdb entry,
+// without one (DirectRouting to a directly connected peer) the route alone. ok is
+// false for a peer that gets nothing in the family: no subnet of it, or no public
+// address or bad backend data of it (both logged once).
+func (v *vxlan) want(d *vtepDev, p lease.Lease, idx int) (netlink.Route, entries, net.HardwareAddr, bool) {
+	f := d.fam
+	sn, pub := f.subnet(p), f.publicIP(p)
+	if !f.fits(sn) {
+		return netlink.Route{}, entries{}, nil, false
 	}
-	var d vxlanData
-	mac, err := net.HardwareAddr(nil), json.Unmarshal(orNull(p.Attrs.BackendData), &d)
-	if err == nil {
-		mac, err = net.ParseMAC(d.VtepMAC)
-	}
-	if err != nil {
-		if v.once(p.Subnet, true, "skipping a vxlan peer with bad BackendData", zap.Stringer("peer", p.Attrs.PublicIP),
-			zap.Stringer("peer-subnet", p.Subnet), zap.Error(err)) {
+	if !pub.IsValid() {
+		if v.once(sn, true, "skipping a vxlan peer without a public address of its subnet's family",
+			zap.Stringer("peer-subnet", sn), zap.String("dev", d.name)) {
 			v.count("bad_peers")
 		}
-		return netlink.Route{}, programmed{}, nil, false
+		return netlink.Route{}, entries{}, nil, false
 	}
-	gw := p.Subnet.Masked().Addr()
-	r := netlink.Route{Dst: ipconv.IPNet(p.Subnet), Gw: net.IP(gw.AsSlice()), LinkIndex: idx, Flags: int(netlink.FLAG_ONLINK)}
-	return r, programmed{link: idx, mac: mac.String(), gw: gw, pub: p.Attrs.PublicIP}, mac, true
+	if v.opts.DirectRouting {
+		direct, why := v.directlyConnected(pub)
+		if direct {
+			v.once(sn, false, "DirectRouting: direct route to peer", zap.Stringer("peer", pub),
+				zap.Stringer("peer-subnet", sn), zap.String("why", why))
+			r := netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(pub.AsSlice()), LinkIndex: v.ext.Index}
+			return r, entries{dst: sn, link: v.ext.Index}, nil, true
+		}
+		v.once(sn, false, "DirectRouting: vxlan to peer", zap.Stringer("peer", pub),
+			zap.Stringer("peer-subnet", sn), zap.String("why", why))
+	}
+	var vd vxlanData
+	mac, err := net.HardwareAddr(nil), json.Unmarshal(orNull(f.backendData(p)), &vd)
+	if err == nil {
+		mac, err = net.ParseMAC(vd.VtepMAC)
+	}
+	if err != nil {
+		if v.once(sn, true, "skipping a vxlan peer with bad BackendData", zap.Stringer("peer", pub),
+			zap.Stringer("peer-subnet", sn), zap.String("dev", d.name), zap.Error(err)) {
+			v.count("bad_peers")
+		}
+		return netlink.Route{}, entries{}, nil, false
+	}
+	gw := sn.Masked().Addr()
+	r := netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(gw.AsSlice()), LinkIndex: idx, Flags: int(netlink.FLAG_ONLINK)}
+	return r, entries{dst: sn, link: idx, mac: mac.String(), gw: gw, pub: pub}, mac, true
 }
 
-// apply writes the changed peers' entries alone: first what the present peers need
-// (route, neighbour, fdb: replaced in place), then what the gone ones (or a peer's
-// old VtepMAC) leave behind. No listing: its cost does not grow with the peers.
+// apply writes the changed peers' entries alone, device by device (flannel.<VNI>,
+// flannel-v6.<VNI>). No listing: its cost does not grow with the peers.
 func (v *vxlan) apply(changed []netip.Prefix) error {
-	idx := v.devIndex()
+	cs := v.changes(changed)
+	var errs []error
+	for _, d := range []*vtepDev{v.dev4, v.dev6} {
+		if d != nil && d.fam.on() {
+			errs = append(errs, v.applyDev(d, cs))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// applyDev writes the changed peers' entries of d's family: first what the present
+// peers need (route, neighbour, fdb: replaced in place), then what the gone ones (or
+// a peer's old subnet or VtepMAC) leave behind.
+func (v *vxlan) applyDev(d *vtepDev, cs []change) error {
+	f := d.fam
+	idx := v.devIndex(d)
 	var errs []error
 	var gone []change
-	for _, c := range v.changes(changed) {
+	for _, c := range cs {
+		old := c.old[f.idx()]
 		var r netlink.Route
-		var pr programmed
+		var e entries
 		var mac net.HardwareAddr
-		if c.ok {
-			r, pr, mac, c.ok = v.want(c.lease, idx)
+		ok := c.ok
+		if ok {
+			r, e, mac, ok = v.want(d, c.lease, idx)
 		}
-		if !c.ok {
-			if c.had {
+		if !ok {
+			if old.dst.IsValid() {
 				gone = append(gone, c)
 			}
 			continue
 		}
 		if mac != nil {
-			n := netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
-				IP: net.IP(pr.gw.AsSlice()), HardwareAddr: mac}
+			n := netlink.Neigh{LinkIndex: idx, Family: f.nl, State: netlink.NUD_PERMANENT,
+				IP: net.IP(e.gw.AsSlice()), HardwareAddr: mac}
 			if err := v.nl.NeighSet(&n); err != nil {
-				errs = append(errs, fmt.Errorf("neighbour %v: %w", pr.gw, err))
+				errs = append(errs, fmt.Errorf("neighbour %v: %w", e.gw, err))
 			} else {
-				v.placed("neigh", pr.gw.String(), true)
+				v.placed(f.slot("neigh"), e.gw.String(), true)
 			}
-			f := netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
-				Flags: netlink.NTF_SELF, IP: net.IP(pr.pub.AsSlice()), HardwareAddr: mac}
-			if err := v.nl.NeighSet(&f); err != nil {
-				errs = append(errs, fmt.Errorf("fdb %s: %w", pr.mac, err))
+			fe := netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
+				Flags: netlink.NTF_SELF, IP: net.IP(e.pub.AsSlice()), HardwareAddr: mac}
+			if err := v.nl.NeighSet(&fe); err != nil {
+				errs = append(errs, fmt.Errorf("fdb %s: %w", e.mac, err))
 			} else {
-				v.placed("fdb", pr.mac, true)
+				v.placed(f.slot("fdb"), e.mac, true)
 			}
 		}
-		// The route takes the old one's place whatever its link (same destination).
-		if err := v.replaceRoute(r); err != nil {
+		// The route takes the old one's place whatever its link (same destination);
+		// a peer whose subnet of the family changed leaves the old one behind.
+		if err := v.replaceRoute(f, r); err != nil {
 			errs = append(errs, err)
 		}
-		macFree := v.setApplied(c.subnet, pr, true)
-		if c.had && c.old.mac != "" {
-			errs = append(errs, v.removeNeighbours(idx, c.old, mac == nil, macFree))
+		macFree := v.setApplied(c.key, f, e)
+		moved := old.dst.IsValid() && old.dst != e.dst
+		taken := moved && v.claimed(old.dst, c.key)
+		if moved && !taken {
+			errs = append(errs, v.deleteRoute(f, old.dst, old.link))
+		}
+		if old.dst.IsValid() && old.mac != "" {
+			errs = append(errs, v.removeNeighbours(f, idx, old, (mac == nil || old.gw != e.gw) && !taken, macFree))
 		}
 	}
+	// A gone peer's subnet another peer took in this batch keeps its (new) entries.
 	for _, c := range gone {
-		macFree := v.setApplied(c.subnet, programmed{}, false)
-		errs = append(errs, v.deleteRoute(c.subnet, c.old.link))
-		if c.old.mac != "" {
-			errs = append(errs, v.removeNeighbours(idx, c.old, true, macFree))
+		old := c.old[f.idx()]
+		macFree := v.setApplied(c.key, f, entries{})
+		taken := v.claimed(old.dst, c.key)
+		if !taken {
+			errs = append(errs, v.deleteRoute(f, old.dst, old.link))
+		}
+		if old.mac != "" {
+			errs = append(errs, v.removeNeighbours(f, idx, old, !taken, macFree))
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // removeNeighbours removes what old put in the kernel beside its route: the neighbour
-// entry (neigh) and the fdb entry (fdb, when no other peer uses its MAC). Entries
-// already gone are fine.
-func (v *vxlan) removeNeighbours(idx int, old programmed, neigh, fdb bool) error {
+// entry (neigh) and the fdb entry (fdb, when no other peer of the family uses its
+// MAC). Entries already gone are fine.
+func (v *vxlan) removeNeighbours(f family, idx int, old entries, neigh, fdb bool) error {
 	var errs []error
 	gone := func(err error) bool { return err == nil || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) }
 	if neigh {
-		v.placed("neigh", old.gw.String(), false)
-		n := netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V4, IP: net.IP(old.gw.AsSlice())}
+		v.placed(f.slot("neigh"), old.gw.String(), false)
+		n := netlink.Neigh{LinkIndex: idx, Family: f.nl, IP: net.IP(old.gw.AsSlice())}
 		if err := v.nl.NeighDel(&n); !gone(err) {
 			errs = append(errs, fmt.Errorf("remove neighbour %v: %w", old.gw, err))
 		}
 	}
 	if fdb {
-		v.placed("fdb", old.mac, false)
+		v.placed(f.slot("fdb"), old.mac, false)
 		hw, _ := net.ParseMAC(old.mac)
-		f := netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF,
+		fe := netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF,
 			IP: net.IP(old.pub.AsSlice()), HardwareAddr: hw}
-		if err := v.nl.NeighDel(&f); !gone(err) {
+		if err := v.nl.NeighDel(&fe); !gone(err) {
 			errs = append(errs, fmt.Errorf("remove fdb %s: %w", old.mac, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (v *vxlan) syncNeighbours(idx int, want map[netip.Addr]net.HardwareAddr, prune bool) error {
+func (v *vxlan) syncNeighbours(f family, idx int, want map[netip.Addr]net.HardwareAddr, prune bool) error {
 	v.count("netlink_lists")
-	have, err := v.nl.NeighList(idx, netlink.FAMILY_V4)
+	have, err := v.nl.NeighList(idx, f.nl)
 	if err != nil {
-		return fmt.Errorf("list neighbours of %s: %w", v.name, err)
+		return fmt.Errorf("list neighbours of device %d: %w", idx, err)
 	}
 	got := map[netip.Addr]netlink.Neigh{}
 	for _, n := range have {
-		if ip, ok := netip.AddrFromSlice(n.IP.To4()); ok {
-			got[ip] = n
+		if ip, ok := netip.AddrFromSlice(n.IP); ok {
+			got[ip.Unmap()] = n
 		}
 	}
 	var errs []error
@@ -406,17 +413,17 @@ func (v *vxlan) syncNeighbours(idx int, want map[netip.Addr]net.HardwareAddr, pr
 			inPlace[ip.String()] = true
 			continue
 		}
-		n := netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT, IP: net.IP(ip.AsSlice()), HardwareAddr: mac}
+		n := netlink.Neigh{LinkIndex: idx, Family: f.nl, State: netlink.NUD_PERMANENT, IP: net.IP(ip.AsSlice()), HardwareAddr: mac}
 		if err := v.nl.NeighSet(&n); err != nil {
 			errs = append(errs, fmt.Errorf("neighbour %v: %w", ip, err))
 			continue
 		}
 		inPlace[ip.String()], written[ip.String()] = true, true
 	}
-	v.settle("neigh", inPlace, written)
+	v.settleIn(f.slot("neigh"), "neigh", inPlace, written)
 	if prune {
 		for ip, n := range got {
-			if _, ok := want[ip]; !ok && v.cfg.Network.Contains(ip) && n.State&netlink.NUD_PERMANENT != 0 {
+			if _, ok := want[ip]; !ok && f.on() && f.network.Contains(ip) && n.State&netlink.NUD_PERMANENT != 0 {
 				if err := v.nl.NeighDel(&n); err != nil {
 					errs = append(errs, fmt.Errorf("remove stale neighbour %v: %w", ip, err))
 				}
@@ -426,11 +433,11 @@ func (v *vxlan) syncNeighbours(idx int, want map[netip.Addr]net.HardwareAddr, pr
 	return errors.Join(errs...)
 }
 
-func (v *vxlan) syncFDB(idx int, want map[string]netip.Addr, prune bool) error {
+func (v *vxlan) syncFDB(f family, idx int, want map[string]netip.Addr, prune bool) error {
 	v.count("netlink_lists")
 	have, err := v.nl.NeighList(idx, unix.AF_BRIDGE)
 	if err != nil {
-		return fmt.Errorf("list fdb of %s: %w", v.name, err)
+		return fmt.Errorf("list fdb of device %d: %w", idx, err)
 	}
 	got := map[string]netlink.Neigh{}
 	for _, n := range have {
@@ -454,7 +461,7 @@ func (v *vxlan) syncFDB(idx int, want map[string]netip.Addr, prune bool) error {
 		}
 		inPlace[mac], written[mac] = true, true
 	}
-	v.settle("fdb", inPlace, written)
+	v.settleIn(f.slot("fdb"), "fdb", inPlace, written)
 	if prune {
 		for mac, n := range got {
 			if _, ok := want[mac]; !ok {

@@ -28,7 +28,8 @@ import (
 // Firewall is the part of the host's packet filter weftd owns.
 type Firewall interface {
 	// SetMasq writes the masquerade rules for a host leasing subnet of network,
-	// replacing any written before (a changed subnet leaves nothing stale).
+	// replacing any written before (a changed subnet leaves nothing stale). New's
+	// firewall takes an IPv4 and an IPv6 network alike, one call each.
 	SetMasq(ctx context.Context, network, subnet netip.Prefix) error
 	// SetForward writes the rules that accept forwarded traffic from and to network.
 	SetForward(ctx context.Context, network netip.Prefix) error
@@ -46,59 +47,87 @@ type Options struct {
 	// FullyRandom asks for masquerading with fully random source ports; it is used
 	// only when the probe finds the kernel and the tools support it.
 	FullyRandom bool
-	Log         *zap.Logger
+	// IPv6 says the network has IPv6 (EnableIPv6): only then does New warn about
+	// ip6tables' FORWARD policy.
+	IPv6 bool
+	Log  *zap.Logger
 }
 
 // ErrNoTool is wrapped when the command an implementation drives is not installed.
 var ErrNoTool = errors.New("firewall tool not found")
 
 // New returns the implementation the network config asks for (nft: EnableNFTables)
-// and removes what weft left in the other one, so switching between them leaves no
-// stale rules (flanneld does the same at start).
+// for both families: IPv4 (iptables, nftables table ip weft) and, where ip6tables (or
+// nftables) is there, IPv6 (the same chains in ip6tables, table ip6 weft). Each
+// Set call goes to the family of its network. It removes what weft left in the other
+// implementation, so switching between them leaves no stale rules (flanneld does the
+// same at start).
 func New(ctx context.Context, nft bool, opts Options) (Firewall, error) {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
+	v4, err := newKind(ctx, nft, false, opts)
+	if err != nil {
+		return nil, err
+	}
+	v6, err6 := newKind(ctx, nft, true, opts)
+	if err6 != nil {
+		opts.Log.Debug("no IPv6 firewall", zap.Error(err6))
+		v6 = nil
+	}
+	return &dual{v4: v4, v6: v6, err6: err6}, nil
+}
+
+// newKind is New for one family.
+func newKind(ctx context.Context, nft, six bool, opts Options) (Firewall, error) {
+	newIPT, newNFT := NewIPTables, NewNFTables
+	if six {
+		newIPT, newNFT = NewIP6Tables, NewNFTables6
+	}
 	if nft {
-		fw, err := NewNFTables(opts)
+		fw, err := newNFT(opts)
 		if err != nil {
 			return nil, err
 		}
-		if old, err := NewIPTables(opts); err == nil {
+		if old, err := newIPT(opts); err == nil {
 			if err := old.Remove(ctx); err != nil {
-				opts.Log.Warn("could not remove weft's iptables rules", zap.Error(err))
+				opts.Log.Warn("could not remove weft's iptables rules", zap.String("firewall", old.Name()), zap.Error(err))
 			}
-			if old.forwardDrops(ctx) {
-				opts.Log.Warn("iptables' FORWARD policy is DROP: weft's nftables accept rules do not override it, " +
+			if (!six || opts.IPv6) && old.forwardDrops(ctx) {
+				opts.Log.Warn(old.Name() + "' FORWARD policy is DROP: weft's nftables accept rules do not override it, " +
 					"so forwarded overlay traffic is dropped unless something accepts it there (or use iptables mode)")
 			}
 		}
 		return fw, nil
 	}
-	fw, err := NewIPTables(opts)
+	fw, err := newIPT(opts)
 	if err != nil {
 		return nil, err
 	}
-	if old, err := NewNFTables(opts); err == nil {
+	if old, err := newNFT(opts); err == nil {
 		if err := old.Remove(ctx); err != nil {
-			opts.Log.Warn("could not remove weft's nftables table", zap.Error(err))
+			opts.Log.Warn("could not remove weft's nftables table", zap.String("firewall", old.Name()), zap.Error(err))
 		}
 	}
 	return fw, nil
 }
 
-// RemoveAll deletes what weft wrote with either kind, for a host being cleaned up; a
-// kind whose tools are missing has nothing of weft's to remove.
+// RemoveAll deletes what weft wrote with either kind and either family, for a host
+// being cleaned up; a kind whose tools are missing has nothing of weft's to remove.
 func RemoveAll(ctx context.Context, opts Options) error {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
 	var errs []error
-	if ipt, err := NewIPTables(opts); err == nil {
-		errs = append(errs, ipt.Remove(ctx))
+	for _, mk := range []func(Options) (*IPTables, error){NewIPTables, NewIP6Tables} {
+		if ipt, err := mk(opts); err == nil {
+			errs = append(errs, ipt.Remove(ctx))
+		}
 	}
-	if nft, err := NewNFTables(opts); err == nil {
-		errs = append(errs, nft.Remove(ctx))
+	for _, mk := range []func(Options) (*NFTables, error){NewNFTables, NewNFTables6} {
+		if nft, err := mk(opts); err == nil {
+			errs = append(errs, nft.Remove(ctx))
+		}
 	}
 	return errors.Join(errs...)
 }

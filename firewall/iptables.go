@@ -22,6 +22,7 @@ const probeChain = "WEFT-PROBE"
 // chains first (Calico's policy, kube-proxy) keep seeing packets before weft accepts them.
 type IPTables struct {
 	iptables, restore string
+	v6                bool // ip6tables
 	opts              Options
 
 	mu     sync.Mutex
@@ -31,24 +32,38 @@ type IPTables struct {
 }
 
 // NewIPTables finds iptables and iptables-restore.
-func NewIPTables(opts Options) (*IPTables, error) {
+func NewIPTables(opts Options) (*IPTables, error) { return newIPTables(opts, false) }
+
+// NewIP6Tables finds ip6tables and ip6tables-restore: the same chains for IPv6.
+func NewIP6Tables(opts Options) (*IPTables, error) { return newIPTables(opts, true) }
+
+func newIPTables(opts Options, v6 bool) (*IPTables, error) {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
-	ipt, err := exec.LookPath("iptables")
-	if err != nil {
-		return nil, fmt.Errorf("iptables: %w", ErrNoTool)
+	name := "iptables"
+	if v6 {
+		name = "ip6tables"
 	}
-	restore, err := exec.LookPath("iptables-restore")
+	ipt, err := exec.LookPath(name)
 	if err != nil {
-		return nil, fmt.Errorf("iptables-restore: %w", ErrNoTool)
+		return nil, fmt.Errorf("%s: %w", name, ErrNoTool)
 	}
-	return &IPTables{iptables: ipt, restore: restore, opts: opts,
+	restore, err := exec.LookPath(name + "-restore")
+	if err != nil {
+		return nil, fmt.Errorf("%s-restore: %w", name, ErrNoTool)
+	}
+	return &IPTables{iptables: ipt, restore: restore, v6: v6, opts: opts,
 		sets: map[string]*ruleSet{}, seen: map[string]chainState{}}, nil
 }
 
-// Name is part of Firewall.
-func (t *IPTables) Name() string { return "iptables" }
+// Name is part of Firewall: "iptables" or "ip6tables".
+func (t *IPTables) Name() string {
+	if t.v6 {
+		return "ip6tables"
+	}
+	return "iptables"
+}
 
 // SetMasq is part of Firewall.
 func (t *IPTables) SetMasq(ctx context.Context, network, subnet netip.Prefix) error {
@@ -143,7 +158,7 @@ func (t *IPTables) write(ctx context.Context, s *ruleSet) error {
 func (t *IPTables) list(ctx context.Context, table string) (string, error) {
 	out, err := exec.CommandContext(ctx, t.iptables, "-w", "5", "-t", table, "-S").Output()
 	if err != nil {
-		return "", fmt.Errorf("iptables -t %s -S: %w", table, exitError(err))
+		return "", fmt.Errorf("%s -t %s -S: %w", t.Name(), table, exitError(err))
 	}
 	return string(out), nil
 }
@@ -152,7 +167,7 @@ func (t *IPTables) apply(ctx context.Context, input []byte) error {
 	cmd := exec.CommandContext(ctx, t.restore, "-w", "5", "--noflush")
 	cmd.Stdin = bytes.NewReader(input)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("iptables-restore: %w: %s", err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s-restore: %w: %s", t.Name(), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
@@ -184,14 +199,14 @@ var ErrNoRandomFully = errors.New("--random-fully not supported")
 func (t *IPTables) ProbeRandomFully(ctx context.Context) error {
 	out, err := exec.CommandContext(ctx, t.iptables, "--version").Output()
 	if err != nil {
-		return fmt.Errorf("%w: iptables --version: %w", ErrNoRandomFully, exitError(err))
+		return fmt.Errorf("%w: %s --version: %w", ErrNoRandomFully, t.Name(), exitError(err))
 	}
-	v, err := parseIptablesVersion(string(out))
+	v, err := parseToolVersion(t.Name(), string(out))
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNoRandomFully, err)
 	}
 	if !randomFullyVersion(v) {
-		return fmt.Errorf("%w by iptables v%d.%d.%d (needs 1.6.2)", ErrNoRandomFully, v[0], v[1], v[2])
+		return fmt.Errorf("%w by %s v%d.%d.%d (needs 1.6.2)", ErrNoRandomFully, t.Name(), v[0], v[1], v[2])
 	}
 	add := fmt.Sprintf("*nat\n:%s - [0:0]\n-A %s -j MASQUERADE --random-fully\nCOMMIT\n", probeChain, probeChain)
 	addErr := t.apply(ctx, []byte(add))

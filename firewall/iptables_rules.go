@@ -18,8 +18,19 @@ const (
 // kubeProxyMark is the mark kube-proxy sets on packets it masquerades itself.
 const kubeProxyMark = "0x4000/0x4000"
 
-// multicast is never masqueraded.
-const multicast = "224.0.0.0/4"
+// multicast and multicast6 are never masqueraded.
+const (
+	multicast  = "224.0.0.0/4"
+	multicast6 = "ff00::/8"
+)
+
+// multicastOf is the multicast range of network's family.
+func multicastOf(network netip.Prefix) string {
+	if network.Addr().Is6() {
+		return multicast6
+	}
+	return multicast
+}
 
 // ruleSet is one chain of weft's and the jump to it from a built-in chain.
 type ruleSet struct {
@@ -48,7 +59,7 @@ func masqRules(network, subnet netip.Prefix, fullyRandom bool) *ruleSet {
 		append(rule("-s", s, "-d", n), "-j", "RETURN"),
 		append(rule("-s", n, "-d", s), "-j", "RETURN"),
 		append(rule("!", "-s", n, "-d", s), "-j", "RETURN"),
-		append(rule("-s", n, "!", "-d", multicast), masq...),
+		append(rule("-s", n, "!", "-d", multicastOf(network)), masq...),
 		append(rule("!", "-s", n, "-d", n), masq...),
 	}
 	return set
@@ -172,16 +183,19 @@ func equal(a, b []string) bool {
 
 // parseIptablesVersion returns the version `iptables --version` prints
 // ("iptables v1.8.9 (nf_tables)") as three numbers.
-func parseIptablesVersion(out string) ([3]int, error) {
+func parseIptablesVersion(out string) ([3]int, error) { return parseToolVersion("iptables", out) }
+
+// parseToolVersion is parseIptablesVersion for tool (iptables or ip6tables).
+func parseToolVersion(tool, out string) ([3]int, error) {
 	var v [3]int
 	f := strings.Fields(out)
-	if len(f) < 2 || f[0] != "iptables" || !strings.HasPrefix(f[1], "v") {
-		return v, fmt.Errorf("iptables --version: unexpected output %q", strings.TrimSpace(out))
+	if len(f) < 2 || f[0] != tool || !strings.HasPrefix(f[1], "v") {
+		return v, fmt.Errorf("%s --version: unexpected output %q", tool, strings.TrimSpace(out))
 	}
 	parts := strings.SplitN(strings.TrimPrefix(f[1], "v"), ".", 3)
 	for i, p := range parts {
 		if _, err := fmt.Sscanf(p, "%d", &v[i]); err != nil {
-			return v, fmt.Errorf("iptables --version: unexpected version %q", f[1])
+			return v, fmt.Errorf("%s --version: unexpected version %q", tool, f[1])
 		}
 	}
 	return v, nil

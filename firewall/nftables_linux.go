@@ -39,15 +39,17 @@ func fwdChainSpec() knftables.Chain {
 	}
 }
 
-// NFTables keeps weft's rules in an nftables table of its own (ip weft), written in
+// NFTables keeps weft's rules in an nftables table of its own (ip weft; ip6 weft for
+// IPv6, as flanneld keeps flannel-ipv4 and flannel-ipv6), written in
 // one transaction through the nft command (sigs.k8s.io/knftables), as flanneld does with
 // EnableNFTables. Its forward chain accepts overlay traffic, but a drop in another
 // table's forward chain (iptables' FORWARD policy DROP, for one) still drops it:
 // nftables runs every base chain of a hook and any of them may drop.
 type NFTables struct {
-	nft  knftables.Interface
-	bin  string // the nft command, for listings
-	opts Options
+	nft    knftables.Interface
+	family knftables.Family
+	bin    string // the nft command, for listings
+	opts   Options
 
 	mu     sync.Mutex
 	random *bool
@@ -55,8 +57,13 @@ type NFTables struct {
 	seen   string              // the table as nft listed it after the last write
 }
 
-// NewNFTables checks that nft is installed and works.
-func NewNFTables(opts Options) (*NFTables, error) {
+// NewNFTables checks that nft is installed and works; its table is ip weft.
+func NewNFTables(opts Options) (*NFTables, error) { return newNFTables(opts, knftables.IPv4Family) }
+
+// NewNFTables6 is NewNFTables for IPv6: table ip6 weft.
+func NewNFTables6(opts Options) (*NFTables, error) { return newNFTables(opts, knftables.IPv6Family) }
+
+func newNFTables(opts Options, family knftables.Family) (*NFTables, error) {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
@@ -64,15 +71,20 @@ func NewNFTables(opts Options) (*NFTables, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nft: %w", ErrNoTool)
 	}
-	nft, err := knftables.New(knftables.IPv4Family, NFTTable)
+	nft, err := knftables.New(family, NFTTable)
 	if err != nil {
-		return nil, fmt.Errorf("nftables: %w", err)
+		return nil, fmt.Errorf("nftables (%s): %w", family, err)
 	}
-	return &NFTables{nft: nft, bin: bin, opts: opts, chains: map[string]nftChain{}}, nil
+	return &NFTables{nft: nft, family: family, bin: bin, opts: opts, chains: map[string]nftChain{}}, nil
 }
 
-// Name is part of Firewall.
-func (f *NFTables) Name() string { return "nftables" }
+// Name is part of Firewall: "nftables" (ip6 weft: "nftables ip6").
+func (f *NFTables) Name() string {
+	if f.family == knftables.IPv6Family {
+		return "nftables ip6"
+	}
+	return "nftables"
+}
 
 // SetMasq is part of Firewall.
 func (f *NFTables) SetMasq(ctx context.Context, network, subnet netip.Prefix) error {
@@ -109,11 +121,11 @@ func (f *NFTables) Repair(ctx context.Context) (bool, error) {
 // counters matches the counts nft prints in a rule's counter.
 var counters = regexp.MustCompile(`counter packets \d+ bytes \d+`)
 
-// list returns `nft list table ip weft` without the counters' counts.
+// list returns `nft list table ip weft` (or ip6) without the counters' counts.
 func (f *NFTables) list(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, f.bin, "list", "table", string(knftables.IPv4Family), NFTTable).Output()
+	out, err := exec.CommandContext(ctx, f.bin, "list", "table", string(f.family), NFTTable).Output()
 	if err != nil {
-		return "", fmt.Errorf("nft list table %s: %w", NFTTable, exitError(err))
+		return "", fmt.Errorf("nft list table %s %s: %w", f.family, NFTTable, exitError(err))
 	}
 	return counters.ReplaceAllString(string(out), "counter"), nil
 }
@@ -126,7 +138,7 @@ func (f *NFTables) Remove(ctx context.Context) error {
 	tx := f.nft.NewTransaction()
 	tx.Delete(&knftables.Table{})
 	if err := f.nft.Run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
-		return fmt.Errorf("nftables: delete table %s: %w", NFTTable, err)
+		return fmt.Errorf("nftables: delete table %s %s: %w", f.family, NFTTable, err)
 	}
 	return nil
 }
@@ -151,7 +163,7 @@ func (f *NFTables) writeAll(ctx context.Context) error {
 		}
 	}
 	if err := f.nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("nftables: write table %s: %w", NFTTable, err)
+		return fmt.Errorf("nftables: write table %s %s: %w", f.family, NFTTable, err)
 	}
 	var err error
 	f.seen, err = f.list(ctx)
@@ -194,20 +206,24 @@ func (f *NFTables) ProbeRandomFully(ctx context.Context) error {
 	probe := masqChainSpec()
 	probe.Name, probe.Comment = nftProbeChain, nil
 	tx.Add(&probe)
-	tx.Add(&knftables.Rule{Chain: nftProbeChain, Rule: "ip saddr != 127.0.0.1 masquerade fully-random"})
+	rule := "ip saddr != 127.0.0.1 masquerade fully-random"
+	if f.family == knftables.IPv6Family {
+		rule = "ip6 saddr != ::1 masquerade fully-random"
+	}
+	tx.Add(&knftables.Rule{Chain: nftProbeChain, Rule: rule})
 	if err := f.nft.Check(ctx, tx); err != nil {
 		return fmt.Errorf("%w by nftables: %w", ErrNoRandomFully, err)
 	}
 	return nil
 }
 
-// removeNFTTables deletes the ip-family tables named, where they exist, and returns
-// the ones it deleted. Without nft there is nothing to delete.
-func removeNFTTables(ctx context.Context, names []string) ([]string, error) {
-	var removed []string
+// removeNFTTables deletes the tables named, where they exist, and returns the ones it
+// deleted. Without nft there is nothing to delete.
+func removeNFTTables(ctx context.Context, tables []nftTable) ([]nftTable, error) {
+	var removed []nftTable
 	var errs []error
-	for _, name := range names {
-		nft, err := knftables.New(knftables.IPv4Family, name)
+	for _, t := range tables {
+		nft, err := knftables.New(knftables.Family(t.family), t.name)
 		if err != nil {
 			return removed, nil // no nft, or no nftables in this kernel
 		}
@@ -215,9 +231,9 @@ func removeNFTTables(ctx context.Context, names []string) ([]string, error) {
 		tx.Delete(&knftables.Table{})
 		switch err := nft.Run(ctx, tx); {
 		case err == nil:
-			removed = append(removed, name)
+			removed = append(removed, t)
 		case !knftables.IsNotFound(err):
-			errs = append(errs, fmt.Errorf("nftables: delete table %s: %w", name, err))
+			errs = append(errs, fmt.Errorf("nftables: delete table %s: %w", t, err))
 		}
 	}
 	return removed, errors.Join(errs...)

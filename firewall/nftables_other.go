@@ -29,4 +29,7 @@ func (*NFTables) Repair(context.Context) (bool, error) { return false, errNoNFTa
 
 func (*NFTables) Remove(context.Context) error { return nil }
 
-func removeNFTTables(context.Context, []string) ([]string, error) { return nil, nil }
+// NewNFTables6 fails off Linux.
+func NewNFTables6(o Options) (*NFTables, error) { return NewNFTables(o) }
+
+func removeNFTTables(context.Context, []nftTable) ([]nftTable, error) { return nil, nil }

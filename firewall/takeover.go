@@ -10,13 +10,20 @@ import (
 // flanneld's iptables chains (v0.28) and the comments on its jumps to them. A host
 // switched from flanneld to weftd would otherwise keep both sets of rules: the same
 // meaning twice, and flanneld's left to go stale when the config changes.
+// flanneld uses the same names in ip6tables.
 var flanneldSets = []*ruleSet{
 	{table: "nat", hook: "POSTROUTING", chain: "FLANNEL-POSTRTG", comment: "flanneld masq"},
 	{table: "filter", hook: "FORWARD", chain: "FLANNEL-FWD", comment: "flanneld forward"},
 }
 
-// flanneldTables are flanneld's nftables tables (ip family), for EnableNFTables.
-var flanneldTables = []string{"flannel-ipv4"}
+// nftTable names an nftables table: family ("ip", "ip6") and name.
+type nftTable struct{ family, name string }
+
+func (t nftTable) String() string { return t.family + " " + t.name }
+
+// flanneldTables are flanneld's nftables tables, for EnableNFTables (it makes both,
+// the ip6 one empty on an IPv4-only network).
+var flanneldTables = []nftTable{{"ip", "flannel-ipv4"}, {"ip6", "flannel-ipv6"}}
 
 // removeFlanneld deletes flanneld's chains and the jumps to them; what is not there
 // is no error. It reports whether it removed anything.
@@ -26,8 +33,8 @@ func (t *IPTables) removeFlanneld(ctx context.Context) (bool, error) {
 	return t.removeSets(ctx, flanneldSets)
 }
 
-// TakeOver removes the rules flanneld left on this host (its iptables chains
-// FLANNEL-POSTRTG and FLANNEL-FWD with their jumps, its nftables table), so a host
+// TakeOver removes the rules flanneld left on this host (its iptables and ip6tables
+// chains FLANNEL-POSTRTG and FLANNEL-FWD with their jumps, its nftables tables), so a host
 // switched from flanneld to weftd carries weft's rules only. Tools that are missing
 // have nothing to remove.
 func TakeOver(ctx context.Context, opts Options) error {
@@ -35,17 +42,19 @@ func TakeOver(ctx context.Context, opts Options) error {
 		opts.Log = zap.NewNop()
 	}
 	var errs []error
-	if ipt, err := NewIPTables(opts); err == nil {
-		removed, err := ipt.removeFlanneld(ctx)
-		errs = append(errs, err)
-		if removed {
-			opts.Log.Info("removed flanneld's iptables chains (FLANNEL-POSTRTG, FLANNEL-FWD)")
+	for _, mk := range []func(Options) (*IPTables, error){NewIPTables, NewIP6Tables} {
+		if ipt, err := mk(opts); err == nil {
+			removed, err := ipt.removeFlanneld(ctx)
+			errs = append(errs, err)
+			if removed {
+				opts.Log.Info("removed flanneld's chains (FLANNEL-POSTRTG, FLANNEL-FWD)", zap.String("firewall", ipt.Name()))
+			}
 		}
 	}
 	removed, err := removeNFTTables(ctx, flanneldTables)
 	errs = append(errs, err)
 	for _, t := range removed {
-		opts.Log.Info("removed flanneld's nftables table", zap.String("table", t))
+		opts.Log.Info("removed flanneld's nftables table", zap.Stringer("table", t))
 	}
 	return errors.Join(errs...)
 }

@@ -54,7 +54,11 @@ func (l *Lab) AttachCNIPod(ctx context.Context, h *Host, subnetFile, cniPath str
 		}
 		return out, nil
 	}
-	p := &Pod{Host: h, NS: ns, MTU: env.MTU, Gateway: env.Subnet.Masked().Addr().Next()}
+	gwNet := env.Subnet
+	if !gwNet.IsValid() {
+		gwNet = env.IPv6Subnet // an IPv6-only subnet.env
+	}
+	p := &Pod{Host: h, NS: ns, MTU: env.MTU, Gateway: gwNet.Masked().Addr().Next()}
 	p.del = func() error {
 		_, err := run("DEL")
 		_ = os.RemoveAll(filepath.Join("/var/lib/cni/networks", name))
@@ -80,10 +84,24 @@ func (l *Lab) AttachCNIPod(ctx context.Context, h *Host, subnetFile, cniPath str
 	if err := json.Unmarshal(out, &result); err != nil || len(result.IPs) == 0 {
 		return nil, fmt.Errorf("%w: ADD on %s: result %s: %w", ErrCNI, h.Name, out, err)
 	}
-	pfx, err := netip.ParsePrefix(result.IPs[0].Address)
-	if err != nil {
-		return nil, fmt.Errorf("%w: ADD on %s: address: %w", ErrCNI, h.Name, err)
+	// One address per family subnet.env has: IPv4 first, as the plugin lists them.
+	for _, ip := range result.IPs {
+		pfx, err := netip.ParsePrefix(ip.Address)
+		if err != nil {
+			return nil, fmt.Errorf("%w: ADD on %s: address: %w", ErrCNI, h.Name, err)
+		}
+		switch {
+		case pfx.Addr().Is6() && !p.Addr6.IsValid():
+			p.Addr6 = pfx.Addr()
+		case pfx.Addr().Is4() && !p.Addr.IsValid():
+			p.Addr = pfx.Addr()
+		}
 	}
-	p.Addr = pfx.Addr()
+	if !p.Addr.IsValid() {
+		p.Addr = p.Addr6
+	}
+	if env.IPv6Subnet.IsValid() != p.Addr6.IsValid() {
+		return nil, fmt.Errorf("%w: ADD on %s: result %s: an IPv6 address without FLANNEL_IPV6_SUBNET, or none with it", ErrCNI, h.Name, out)
+	}
 	return p, nil
 }

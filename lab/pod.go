@@ -20,7 +20,8 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 type Pod struct {
 	Host    *Host
 	NS      *netns.NS
-	Addr    netip.Addr // eth0's address: the subnet's second address
+	Addr    netip.Addr // eth0's address: the subnet's second address (IPv6-only: the IPv6 one)
+	Addr6   netip.Addr // eth0's IPv6 address, for a pod the CNI plugin attached on a network with IPv6
 	Gateway netip.Addr // cni0's address: the subnet's first address
 	MTU     int
 	del     func() error // the CNI plugin's DEL, for pods it attached

@@ -2,26 +2,13 @@ package lease
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
 )
 
-// ErrIPv6NotSupported is returned for a config that weftd cannot run yet: one with
-// EnableIPv6, or with EnableIPv4 false (issue 14). ParseConfig accepts such configs;
-// the daemon refuses them at start.
-var ErrIPv6NotSupported = errors.New("IPv6 overlays are not supported by weftd yet")
-
-// RequireIPv4Only returns an error naming the field when c asks for more than an IPv4
-// overlay, which is all weftd can run so far.
-func (c *Config) RequireIPv4Only() error {
-	if !c.EnableIPv4 {
-		return fmt.Errorf("%w: EnableIPv4: false (an IPv6-only network)", ErrIPv6NotSupported)
-	}
-	if c.EnableIPv6 {
-		return fmt.Errorf("%w: EnableIPv6: true (IPv6Network %v)", ErrIPv6NotSupported, c.IPv6Network)
-	}
-	return nil
-}
+// ErrIPv6NotSupported is returned for a network weftd cannot run on the backend it
+// names: one with EnableIPv6, or with EnableIPv4 false, on a backend that carries
+// IPv4 only (udp). ParseConfig accepts such configs; the daemon refuses them at start.
+var ErrIPv6NotSupported = errors.New("IPv6 is not supported by this backend")
 
 // parseIPv6 checks IPv6Network, IPv6SubnetLen, IPv6SubnetMin and IPv6SubnetMax and fills
 // in flanneld's defaults: a /64 per host when the network is /62 or wider, else the
@@ -96,6 +83,12 @@ func (c *Config) InRangeV6(p netip.Prefix) bool {
 	a := p.Addr()
 	return c.EnableIPv6 && p.Bits() == c.IPv6SubnetLen && p.Masked() == p && c.IPv6Network.Contains(a) &&
 		!a.Less(c.IPv6SubnetMin) && !c.IPv6SubnetMax.Less(a)
+}
+
+// Usable reports whether a lease named k has a subnet of a family c enables: what a
+// backend of this network can route to.
+func (c *Config) Usable(k Key) bool {
+	return c.EnableIPv4 && k.Subnet.IsValid() || c.EnableIPv6 && k.IPv6Subnet.IsValid()
 }
 
 // lastAddr is the highest address of p.

@@ -51,8 +51,10 @@ func TestParseConfigIPv6(t *testing.T) {
 				c.InRangeV6(netip.PrefixFrom(c.IPv6Network.Addr(), c.IPv6SubnetLen)) {
 				t.Error("InRangeV6 disagrees with the bounds")
 			}
-			if err := c.RequireIPv4Only(); !errors.Is(err, ErrIPv6NotSupported) {
-				t.Errorf("RequireIPv4Only = %v, want ErrIPv6NotSupported", err)
+			v6Only := Key{IPv6Subnet: netip.PrefixFrom(c.IPv6SubnetMin, c.IPv6SubnetLen)}
+			v4Only := Key{Subnet: pfx("198.18.1.0/24")}
+			if !c.Usable(v6Only) || c.Usable(v4Only) != tc.v4 {
+				t.Errorf("Usable(%v) = %v, Usable(%v) = %v", v6Only, c.Usable(v6Only), v4Only, c.Usable(v4Only))
 			}
 		})
 	}
@@ -61,8 +63,8 @@ func TestParseConfigIPv6(t *testing.T) {
 	if err != nil || c.EnableIPv6 || c.IPv6Network.IsValid() || !c.EnableIPv4 {
 		t.Errorf("IPv6Network without EnableIPv6: %+v, %v", c, err)
 	}
-	if err := c.RequireIPv4Only(); err != nil {
-		t.Errorf("RequireIPv4Only(v4 config) = %v", err)
+	if c.Usable(Key{IPv6Subnet: pfx("fd00::/64")}) || !c.Usable(Key{Subnet: pfx("198.18.1.0/24"), IPv6Subnet: pfx("fd00::/64")}) {
+		t.Error("an IPv4 network uses IPv6-only leases, or not the IPv4 half of dual-stack ones")
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -104,14 +103,10 @@ func (e *etcd2) List(ctx context.Context) (Listing, error) {
 			e.log.Error("skipping malformed subnet key", zap.String("key", n.Key), zap.Error(err))
 			continue
 		}
-		if !subnet.IsValid() {
-			e.log.Debug("skipping an IPv6-only lease", zap.String("key", n.Key))
-			continue
-		}
 		a, err := DecodeAttrs([]byte(n.Value))
 		if err != nil {
 			e.log.Error("skipping malformed lease", zap.String("key", n.Key), zap.Error(err))
-			l.Unreadable = append(l.Unreadable, subnet)
+			l.Unreadable = append(l.Unreadable, Key{Subnet: subnet, IPv6Subnet: subnet6})
 			continue
 		}
 		lease := Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a}
@@ -123,22 +118,22 @@ func (e *etcd2) List(ctx context.Context) (Listing, error) {
 	return l, nil
 }
 
-func (e *etcd2) key(p netip.Prefix) string { return e.opts.subnetsDir() + SubnetKey(p) }
+func (e *etcd2) key(k Key) string { return e.opts.subnetsDir() + k.String() }
 
-func (e *etcd2) set(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.Duration, prev client.PrevExistType) (time.Time, error) {
+func (e *etcd2) set(ctx context.Context, k Key, a Attrs, ttl time.Duration, prev client.PrevExistType) (time.Time, error) {
 	val, err := EncodeAttrs(a)
 	if err != nil {
 		return time.Time{}, err
 	}
-	resp, err := e.kapi.Set(ctx, e.key(subnet), string(val), &client.SetOptions{PrevExist: prev, TTL: ttl})
+	resp, err := e.kapi.Set(ctx, e.key(k), string(val), &client.SetOptions{PrevExist: prev, TTL: ttl})
 	switch errCode(err) {
 	case client.ErrorCodeNodeExist:
-		return time.Time{}, fmt.Errorf("%w: %v", ErrTaken, subnet)
+		return time.Time{}, fmt.Errorf("%w: %v", ErrTaken, k)
 	case client.ErrorCodeKeyNotFound:
-		return time.Time{}, fmt.Errorf("%w: %v", ErrNotFound, subnet)
+		return time.Time{}, fmt.Errorf("%w: %v", ErrNotFound, k)
 	}
 	if err != nil {
-		return time.Time{}, e.explain(err, e.key(subnet))
+		return time.Time{}, e.explain(err, e.key(k))
 	}
 	if resp.Node.Expiration != nil {
 		return *resp.Node.Expiration, nil
@@ -146,20 +141,20 @@ func (e *etcd2) set(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.
 	return time.Now().Add(ttl), nil
 }
 
-func (e *etcd2) Create(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.Duration) (time.Time, error) {
-	return e.set(ctx, subnet, a, ttl, client.PrevNoExist)
+func (e *etcd2) Create(ctx context.Context, k Key, a Attrs, ttl time.Duration) (time.Time, error) {
+	return e.set(ctx, k, a, ttl, client.PrevNoExist)
 }
 
-func (e *etcd2) Update(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.Duration) (time.Time, error) {
-	return e.set(ctx, subnet, a, ttl, client.PrevExist)
+func (e *etcd2) Update(ctx context.Context, k Key, a Attrs, ttl time.Duration) (time.Time, error) {
+	return e.set(ctx, k, a, ttl, client.PrevExist)
 }
 
-func (e *etcd2) Delete(ctx context.Context, subnet netip.Prefix) error {
-	_, err := e.kapi.Delete(ctx, e.key(subnet), nil)
+func (e *etcd2) Delete(ctx context.Context, k Key) error {
+	_, err := e.kapi.Delete(ctx, e.key(k), nil)
 	if errCode(err) == client.ErrorCodeKeyNotFound {
 		return nil
 	}
-	return e.explain(err, e.key(subnet))
+	return e.explain(err, e.key(k))
 }
 
 func (e *etcd2) Watch(ctx context.Context, rev int64, changes func([]Change)) error {
@@ -182,9 +177,6 @@ func (e *etcd2) Watch(ctx context.Context, rev int64, changes func([]Change)) er
 		if err != nil {
 			e.log.Error("skipping malformed subnet key", zap.String("key", resp.Node.Key), zap.Error(err))
 			continue
-		}
-		if !subnet.IsValid() {
-			continue // IPv6-only: nothing for an IPv4 overlay
 		}
 		switch resp.Action {
 		case "delete", "expire", "compareAndDelete":

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,14 +140,10 @@ func (e *etcd3) List(ctx context.Context) (Listing, error) {
 			e.log.Error("skipping malformed subnet key", zap.ByteString("key", kv.Key), zap.Error(err))
 			continue
 		}
-		if !subnet.IsValid() {
-			e.log.Debug("skipping an IPv6-only lease", zap.ByteString("key", kv.Key))
-			continue
-		}
 		a, err := DecodeAttrs(kv.Value)
 		if err != nil {
 			e.log.Error("skipping malformed lease", zap.ByteString("key", kv.Key), zap.Error(err))
-			l.Unreadable = append(l.Unreadable, subnet)
+			l.Unreadable = append(l.Unreadable, Key{Subnet: subnet, IPv6Subnet: subnet6})
 			continue
 		}
 		l.Leases = append(l.Leases, Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a})
@@ -156,9 +151,9 @@ func (e *etcd3) List(ctx context.Context) (Listing, error) {
 	return l, nil
 }
 
-func (e *etcd3) key(p netip.Prefix) string { return e.opts.subnetsDir() + SubnetKey(p) }
+func (e *etcd3) key(k Key) string { return e.opts.subnetsDir() + k.String() }
 
-func (e *etcd3) Create(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.Duration) (time.Time, error) {
+func (e *etcd3) Create(ctx context.Context, k Key, a Attrs, ttl time.Duration) (time.Time, error) {
 	val, err := EncodeAttrs(a)
 	if err != nil {
 		return time.Time{}, err
@@ -167,7 +162,7 @@ func (e *etcd3) Create(ctx context.Context, subnet netip.Prefix, a Attrs, ttl ti
 	if err != nil {
 		return time.Time{}, err
 	}
-	key := e.key(subnet)
+	key := e.key(k)
 	grant, err := cli.Grant(ctx, int64(ttl/time.Second))
 	if err != nil {
 		return time.Time{}, e.opts.explain(err, key)
@@ -177,7 +172,7 @@ func (e *etcd3) Create(ctx context.Context, subnet netip.Prefix, a Attrs, ttl ti
 		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(grant.ID))).
 		Commit()
 	if err == nil && !resp.Succeeded {
-		err = fmt.Errorf("%w: %v", ErrTaken, subnet)
+		err = fmt.Errorf("%w: %v", ErrTaken, k)
 	}
 	if err != nil {
 		_, _ = cli.Revoke(context.WithoutCancel(ctx), grant.ID)
@@ -186,7 +181,7 @@ func (e *etcd3) Create(ctx context.Context, subnet netip.Prefix, a Attrs, ttl ti
 	return time.Now().Add(time.Duration(grant.TTL) * time.Second), nil
 }
 
-func (e *etcd3) Update(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.Duration) (time.Time, error) {
+func (e *etcd3) Update(ctx context.Context, k Key, a Attrs, ttl time.Duration) (time.Time, error) {
 	val, err := EncodeAttrs(a)
 	if err != nil {
 		return time.Time{}, err
@@ -195,13 +190,13 @@ func (e *etcd3) Update(ctx context.Context, subnet netip.Prefix, a Attrs, ttl ti
 	if err != nil {
 		return time.Time{}, err
 	}
-	key := e.key(subnet)
+	key := e.key(k)
 	cur, err := cli.Get(ctx, key)
 	if err != nil {
 		return time.Time{}, e.opts.explain(err, key)
 	}
 	if len(cur.Kvs) == 0 {
-		return time.Time{}, fmt.Errorf("%w: %v", ErrNotFound, subnet)
+		return time.Time{}, fmt.Errorf("%w: %v", ErrNotFound, k)
 	}
 	old := cur.Kvs[0]
 	grant, err := cli.Grant(ctx, int64(ttl/time.Second))
@@ -213,7 +208,7 @@ func (e *etcd3) Update(ctx context.Context, subnet netip.Prefix, a Attrs, ttl ti
 		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(grant.ID))).
 		Commit()
 	if err == nil && !resp.Succeeded {
-		err = fmt.Errorf("%w: %v changed while renewing", ErrNotFound, subnet)
+		err = fmt.Errorf("%w: %v changed while renewing", ErrNotFound, k)
 	}
 	if err != nil {
 		_, _ = cli.Revoke(context.WithoutCancel(ctx), grant.ID)
@@ -227,13 +222,13 @@ func (e *etcd3) Update(ctx context.Context, subnet netip.Prefix, a Attrs, ttl ti
 	return time.Now().Add(time.Duration(grant.TTL) * time.Second), nil
 }
 
-func (e *etcd3) Delete(ctx context.Context, subnet netip.Prefix) error {
+func (e *etcd3) Delete(ctx context.Context, k Key) error {
 	cli, err := e.client(ctx)
 	if err != nil {
 		return err
 	}
-	_, err = cli.Delete(ctx, e.key(subnet))
-	return e.opts.explain(err, e.key(subnet))
+	_, err = cli.Delete(ctx, e.key(k))
+	return e.opts.explain(err, e.key(k))
 }
 
 func (e *etcd3) Watch(ctx context.Context, rev int64, changes func([]Change)) error {
@@ -257,9 +252,6 @@ func (e *etcd3) Watch(ctx context.Context, rev int64, changes func([]Change)) er
 			if err != nil {
 				e.log.Error("skipping malformed subnet key", zap.ByteString("key", ev.Kv.Key), zap.Error(err))
 				continue
-			}
-			if !subnet.IsValid() {
-				continue // IPv6-only: nothing for an IPv4 overlay
 			}
 			if ev.Type == clientv3.EventTypeDelete {
 				batch = append(batch, Change{Type: Removed, Lease: Lease{Subnet: subnet, IPv6Subnet: subnet6}})

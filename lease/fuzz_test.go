@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -18,6 +19,9 @@ func FuzzParseConfig(f *testing.F) {
 		`{"Network":"198.18.0.0/16","SubnetLen":17}`,
 		`{"Network":"198.18.0.0/16","SubnetMin":"198.18.0.0","SubnetMax":"198.18.255.0"}`,
 		`{"Network":"198.18.0.1/16"}`, `{}`, `null`, `[]`, `{"Network":"198.18.0.0/16","Backend":"x"}`,
+		`{"Network":"198.18.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:db8::/48"}`,
+		`{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/124","IPv6SubnetLen":126}`,
+		`{"Network":"198.18.0.0/16","EnableIPv6":true,"IPv6Network":"fd00::/56","IPv6SubnetMin":"fd00:0:0:10::","IPv6SubnetMax":"fd00:0:0:20::"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -26,6 +30,18 @@ func FuzzParseConfig(f *testing.F) {
 		if err != nil {
 			if c != nil || !errors.Is(err, ErrBadConfig) {
 				t.Fatalf("error %v with config %+v, or not ErrBadConfig", err, c)
+			}
+			return
+		}
+		if c.BackendType == "" || !json.Valid(c.Backend) {
+			t.Fatalf("Backend %q %s", c.BackendType, c.Backend)
+		}
+		if c.EnableIPv6 {
+			checkV6Config(t, c)
+		}
+		if !c.EnableIPv4 {
+			if !c.EnableIPv6 || c.Network.IsValid() {
+				t.Fatalf("IPv4 off: EnableIPv6 %v, Network %v", c.EnableIPv6, c.Network)
 			}
 			return
 		}
@@ -39,8 +55,6 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("Count %d", c.Count())
 		case c.SubnetMax.Less(c.SubnetMin):
 			t.Fatalf("SubnetMax %v < SubnetMin %v", c.SubnetMax, c.SubnetMin)
-		case c.BackendType == "" || !json.Valid(c.Backend):
-			t.Fatalf("Backend %q %s", c.BackendType, c.Backend)
 		}
 		for _, a := range []struct {
 			name string
@@ -55,6 +69,27 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("SubnetMin/Max not on a /%d boundary: %+v", c.SubnetLen, c)
 		}
 	})
+}
+
+// checkV6Config checks what ParseConfig promises of an accepted IPv6 network: an
+// IPv6 prefix without host bits, a subnet length from its length + 2 to /126, and
+// IPv6SubnetMin <= IPv6SubnetMax, both leasable subnets.
+func checkV6Config(t *testing.T, c *Config) {
+	t.Helper()
+	n := c.IPv6Network
+	switch {
+	case !n.Addr().Is6() || n.Addr().Is4In6() || n.Masked() != n:
+		t.Fatalf("IPv6Network %v", n)
+	case c.IPv6SubnetLen < n.Bits()+2 || c.IPv6SubnetLen > 126:
+		t.Fatalf("IPv6SubnetLen %d for %v", c.IPv6SubnetLen, n)
+	case c.IPv6SubnetMax.Less(c.IPv6SubnetMin):
+		t.Fatalf("IPv6SubnetMax %v < IPv6SubnetMin %v", c.IPv6SubnetMax, c.IPv6SubnetMin)
+	}
+	for _, a := range []netip.Addr{c.IPv6SubnetMin, c.IPv6SubnetMax} {
+		if s := netip.PrefixFrom(a, c.IPv6SubnetLen); !c.InRangeV6(s) {
+			t.Fatalf("%v not leasable in %+v", s, c)
+		}
+	}
 }
 
 func FuzzParseSubnetKey(f *testing.F) {

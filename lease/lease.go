@@ -43,15 +43,32 @@ func (a Attrs) Equal(b Attrs) bool {
 		bytes.Equal(bytes.TrimSpace(a.BackendV6Data), bytes.TrimSpace(b.BackendV6Data))
 }
 
-// Lease is one host's claim on a subnet. Subnet is the IPv4 subnet; IPv6Subnet the
-// IPv6 one of a dual-stack (or IPv6-only) lease, zero when absent. A v4-only weftd
-// treats a dual-stack lease as a v4 lease.
+// Lease is one host's claim on a subnet. Subnet is the IPv4 subnet, zero on an
+// IPv6-only lease; IPv6Subnet the IPv6 one of a dual-stack (or IPv6-only) lease, zero
+// when absent. A lease is named by both (Key).
 type Lease struct {
 	Subnet     netip.Prefix
 	IPv6Subnet netip.Prefix
 	Attrs      Attrs
 	Expiration time.Time
 }
+
+// Key names a lease: its IPv4 subnet, its IPv6 subnet, or both (dual stack); the
+// absent one is the zero prefix. Its String is the lease's name under
+// <prefix>/subnets/ in flanneld's layout (LeaseKey), so one Key is one etcd key.
+type Key struct {
+	Subnet     netip.Prefix
+	IPv6Subnet netip.Prefix
+}
+
+// String is the key's name under <prefix>/subnets/.
+func (k Key) String() string { return LeaseKey(k.Subnet, k.IPv6Subnet) }
+
+// IsValid reports whether k names at least one subnet.
+func (k Key) IsValid() bool { return k.Subnet.IsValid() || k.IPv6Subnet.IsValid() }
+
+// Key is the name of l.
+func (l Lease) Key() Key { return Key{Subnet: l.Subnet, IPv6Subnet: l.IPv6Subnet} }
 
 // EventType says what happened to a lease.
 type EventType int
@@ -91,12 +108,12 @@ type Manager interface {
 	// it is deleted (preferring the same subnet) and calls changed with the new lease
 	// when it differs. It returns ctx's error.
 	Hold(ctx context.Context, own Lease, changed func(Lease)) error
-	// Watch sends the leases of the other hosts (never our own subnet): first one batch
+	// Watch sends the leases of the other hosts (never our own lease): first one batch
 	// of Added events for the current leases (possibly empty), then changes. After any
 	// gap it re-lists and sends exactly the difference. It never reports an error as an
 	// empty snapshot and keeps the last known leases while the store is unreachable.
 	// It returns ctx's error.
-	Watch(ctx context.Context, own netip.Prefix, events chan<- []Event) error
+	Watch(ctx context.Context, own Key, events chan<- []Event) error
 	// Close releases what the manager holds (its store's connection, informers) once
 	// every other call has returned.
 	Close() error

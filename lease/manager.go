@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,8 +131,9 @@ func (m *EtcdManager) config() (*Config, error) {
 	return m.cfg, nil
 }
 
-// Acquire leases a subnet: ours by PublicIP, else the previous one, else a random
-// free one. While etcd is unreachable it waits, retrying with backoff.
+// Acquire leases a subnet for each family the config enables (IPv4, IPv6 or both, in
+// one key): ours by PublicIP, else the previous ones, else random free ones. While
+// etcd is unreachable it waits, retrying with backoff.
 func (m *EtcdManager) Acquire(ctx context.Context, attrs Attrs) (Lease, error) {
 	cfg, err := m.config()
 	if err != nil {
@@ -151,6 +153,7 @@ func (m *EtcdManager) Acquire(ctx context.Context, attrs Attrs) (Lease, error) {
 		switch {
 		case err == nil:
 			st.Network, st.Subnet = cfg.Network, l.Subnet
+			st.IPv6Network, st.IPv6Subnet = cfg.IPv6Network, l.IPv6Subnet
 			if serr := saveState(m.opts.StateFile, st); serr != nil {
 				m.log.Warn("could not record the lease", zap.Error(serr))
 			}
@@ -176,62 +179,93 @@ func (m *EtcdManager) tryAcquire(ctx context.Context, cfg *Config, attrs Attrs) 
 	if err != nil {
 		return Lease{}, err
 	}
-	taken := map[netip.Prefix]bool{}
-	for _, s := range listing.Unreadable {
-		taken[s] = true
+	taken4 := map[netip.Prefix]bool{}
+	var taken6 []netip.Prefix
+	mark := func(k Key) {
+		if k.Subnet.IsValid() {
+			taken4[k.Subnet] = true
+		}
+		if k.IPv6Subnet.IsValid() {
+			taken6 = append(taken6, k.IPv6Subnet)
+		}
+	}
+	for _, k := range listing.Unreadable {
+		mark(k)
 	}
 	for _, l := range listing.Leases {
-		taken[l.Subnet] = true
+		mark(l.Key())
 	}
-	// 1. The lease that holds our PublicIP.
+	// 1. The lease that holds our PublicIP (our PublicIPv6 on an IPv6-only host).
 	for _, l := range listing.Leases {
-		if l.Attrs.PublicIP != attrs.PublicIP {
+		if !samePublicIP(l.Attrs, attrs) {
 			continue
 		}
 		if l.Attrs.HostID != "" && l.Attrs.HostID != attrs.HostID {
-			return Lease{}, fmt.Errorf("%w: %v holds %v with host id %s (ours is %s); if that host is gone, delete its key or wait for its lease to expire",
-				ErrPublicIPConflict, attrs.PublicIP, l.Subnet, l.Attrs.HostID, attrs.HostID)
-		}
-		if l.IPv6Subnet.IsValid() {
-			// A dual-stack lease (flanneld's, or ours from a dual-stack run): its key is
-			// not the one an IPv4 lease would have, so it is neither renewed nor
-			// deleted here; its subnet stays taken until it expires.
-			m.log.Warn("a dual-stack lease holds our PublicIP; leaving it to expire",
-				zap.Stringer("subnet", l.Subnet), zap.Stringer("ipv6_subnet", l.IPv6Subnet))
-			continue
+			return Lease{}, fmt.Errorf("%w: %s holds %v with host id %s (ours is %s); if that host is gone, delete its key or wait for its lease to expire",
+				ErrPublicIPConflict, publicName(attrs), l.Key(), l.Attrs.HostID, attrs.HostID)
 		}
 		ours := attrs.BackendType
 		if ours == "" {
 			ours = "udp"
 		}
 		// flanneld's udp leases carry no BackendType: compatible, not ours to drop.
-		if CompatibleWith(ours, l) && cfg.InRange(l.Subnet) {
-			exp, err := m.reg.Update(ctx, l.Subnet, attrs, m.opts.TTL)
+		if CompatibleWith(ours, l) && cfg.fits(l.Key()) {
+			exp, err := m.reg.Update(ctx, l.Key(), attrs, m.opts.TTL)
 			if err != nil {
 				return Lease{}, err
 			}
-			m.log.Info("reusing our lease", zap.Stringer("subnet", l.Subnet))
-			return Lease{Subnet: l.Subnet, Attrs: attrs, Expiration: exp}, nil
+			m.log.Info("reusing our lease", zap.Stringer("lease", l.Key()))
+			return Lease{Subnet: l.Subnet, IPv6Subnet: l.IPv6Subnet, Attrs: attrs, Expiration: exp}, nil
 		}
-		m.log.Info("removing our incompatible lease", zap.Stringer("subnet", l.Subnet),
+		// Another backend, or a lease of other families or lengths than the config's
+		// (IPv6 switched on or off): flanneld deletes it too.
+		m.log.Info("removing our incompatible lease", zap.Stringer("lease", l.Key()),
 			zap.String("backend", l.Attrs.BackendType))
-		if err := m.reg.Delete(ctx, l.Subnet); err != nil {
+		if err := m.reg.Delete(ctx, l.Key()); err != nil {
 			return Lease{}, err
 		}
-		delete(taken, l.Subnet)
+		delete(taken4, l.Subnet)
+		taken6 = slices.DeleteFunc(taken6, func(p netip.Prefix) bool { return p == l.IPv6Subnet })
 	}
-	// 2. The subnet we had before, if it is still free.
-	for _, prev := range m.previous() {
-		if cfg.InRange(prev) && !taken[prev] {
-			return m.create(ctx, prev, attrs, "previous subnet")
+	// 2. The subnets we had before, each family on its own, if still free.
+	var k Key
+	why := "previous subnet"
+	prev4, prev6 := m.previous()
+	if cfg.EnableIPv4 {
+		for _, p := range prev4 {
+			if cfg.InRange(p) && !taken4[p] {
+				k.Subnet = p
+				break
+			}
 		}
 	}
-	// 3. A random free one.
-	s, ok := pickFree(cfg, taken)
-	if !ok {
-		return Lease{}, fmt.Errorf("%w in %v between %v and %v", ErrNoFreeSubnet, cfg.Network, cfg.SubnetMin, cfg.SubnetMax)
+	if cfg.EnableIPv6 {
+		for _, p := range prev6 {
+			if _, hit := overlapping(p, taken6); cfg.InRangeV6(p) && !hit {
+				k.IPv6Subnet = p
+				break
+			}
+		}
 	}
-	return m.create(ctx, s, attrs, "free subnet")
+	// 3. Random free ones for the families still without a subnet.
+	if cfg.EnableIPv4 && !k.Subnet.IsValid() {
+		why = "free subnet"
+		s, ok := pickFree(cfg, taken4)
+		if !ok {
+			return Lease{}, fmt.Errorf("%w in %v between %v and %v", ErrNoFreeSubnet, cfg.Network, cfg.SubnetMin, cfg.SubnetMax)
+		}
+		k.Subnet = s
+	}
+	if cfg.EnableIPv6 && !k.IPv6Subnet.IsValid() {
+		why = "free subnet"
+		if k.IPv6Subnet, err = cfg.pickV6(taken6); err != nil {
+			return Lease{}, err
+		}
+	}
+	if !k.IsValid() {
+		return Lease{}, errors.New("lease manager: the network config enables neither IPv4 nor IPv6")
+	}
+	return m.create(ctx, k, attrs, why)
 }
 
 // pickFree returns a random subnet between SubnetMin and SubnetMax that taken does
@@ -267,29 +301,70 @@ func pickFree(cfg *Config, taken map[netip.Prefix]bool) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
-func (m *EtcdManager) create(ctx context.Context, s netip.Prefix, attrs Attrs, why string) (Lease, error) {
-	exp, err := m.reg.Create(ctx, s, attrs, m.opts.TTL)
+// samePublicIP reports whether two lease values name the same host: the same IPv4
+// PublicIP, or, where either has none (IPv6-only, PublicIP 0.0.0.0 as flanneld writes
+// it), the same PublicIPv6.
+func samePublicIP(a, b Attrs) bool {
+	has4 := func(x Attrs) bool { return x.PublicIP.IsValid() && !x.PublicIP.IsUnspecified() }
+	if has4(a) && has4(b) {
+		return a.PublicIP == b.PublicIP
+	}
+	return a.PublicIPv6.IsValid() && a.PublicIPv6 == b.PublicIPv6
+}
+
+// publicName is the address a names its host by, for messages.
+func publicName(a Attrs) string {
+	if a.PublicIP.IsValid() && !a.PublicIP.IsUnspecified() {
+		return a.PublicIP.String()
+	}
+	return a.PublicIPv6.String()
+}
+
+// fits reports whether a lease named k can be ours under c: a subnet in range for
+// each family c enables, none for a family it does not.
+func (c *Config) fits(k Key) bool {
+	ok4 := !k.Subnet.IsValid()
+	if c.EnableIPv4 {
+		ok4 = c.InRange(k.Subnet)
+	}
+	ok6 := !k.IPv6Subnet.IsValid()
+	if c.EnableIPv6 {
+		ok6 = c.InRangeV6(k.IPv6Subnet)
+	}
+	return ok4 && ok6
+}
+
+func (m *EtcdManager) create(ctx context.Context, k Key, attrs Attrs, why string) (Lease, error) {
+	exp, err := m.reg.Create(ctx, k, attrs, m.opts.TTL)
 	if err != nil {
 		return Lease{}, err
 	}
-	m.log.Info("leased "+why, zap.Stringer("subnet", s))
-	return Lease{Subnet: s, Attrs: attrs, Expiration: exp}, nil
+	m.log.Info("leased "+why, zap.Stringer("lease", k))
+	return Lease{Subnet: k.Subnet, IPv6Subnet: k.IPv6Subnet, Attrs: attrs, Expiration: exp}, nil
 }
 
-// previous lists the subnets we held before: from subnet.env, then the state file.
-func (m *EtcdManager) previous() []netip.Prefix {
-	var out []netip.Prefix
+// previous lists the subnets we held before, IPv4 and IPv6: from subnet.env, then
+// the state file.
+func (m *EtcdManager) previous() (v4, v6 []netip.Prefix) {
 	if m.opts.SubnetFile != "" {
-		if env, err := ReadSubnetEnv(m.opts.SubnetFile); err == nil && env.Subnet.IsValid() {
-			out = append(out, env.Subnet)
+		if env, err := ReadSubnetEnv(m.opts.SubnetFile); err == nil {
+			if env.Subnet.IsValid() {
+				v4 = append(v4, env.Subnet)
+			}
+			if env.IPv6Subnet.IsValid() {
+				v6 = append(v6, env.IPv6Subnet)
+			}
 		}
 	}
 	m.mu.Lock()
 	if m.st.Subnet.IsValid() {
-		out = append(out, m.st.Subnet)
+		v4 = append(v4, m.st.Subnet)
+	}
+	if m.st.IPv6Subnet.IsValid() {
+		v6 = append(v6, m.st.IPv6Subnet)
 	}
 	m.mu.Unlock()
-	return out
+	return v4, v6
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -42,7 +42,7 @@ func writeState(t *testing.T, path string, st state) {
 
 func create(t *testing.T, s *store, sub netip.Prefix, a Attrs) {
 	t.Helper()
-	if _, err := s.reg.Create(testCtx(t, 30*time.Second), sub, a, time.Hour); err != nil {
+	if _, err := s.reg.Create(testCtx(t, 30*time.Second), Key{Subnet: sub}, a, time.Hour); err != nil {
 		t.Fatalf("create %v: %v", sub, err)
 	}
 }

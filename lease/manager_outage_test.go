@@ -26,11 +26,11 @@ func TestWatchSurvivesEtcdOutage(t *testing.T) {
 			snapshot := evs(ev(Added, "198.18.1.0/24", peer1), ev(Added, "198.18.2.0/24", peer2))
 			m1 := newManager(t, s, cfg, ManagerOptions{})
 			m2 := newManager(t, s, "", ManagerOptions{})
-			ch1 := watchEvents(t, m1, pfx("198.18.100.0/24"))
+			ch1 := watchEvents(t, m1, Key{Subnet: pfx("198.18.100.0/24")})
 			expectBatch(t, ch1, snapshot)
 
 			srv.Stop()
-			ch2 := watchEvents(t, m2, pfx("198.18.100.0/24"))
+			ch2 := watchEvents(t, m2, Key{Subnet: pfx("198.18.100.0/24")})
 			down := time.NewTimer(outage)
 			defer down.Stop()
 			for stop := false; !stop; {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +13,7 @@ import (
 )
 
 // watchEvents runs m.Watch(own) until the test ends and returns its batches.
-func watchEvents(t *testing.T, m *EtcdManager, own netip.Prefix) <-chan []Event {
+func watchEvents(t *testing.T, m *EtcdManager, own Key) <-chan []Event {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan []Event, 64)
 	done := make(chan error, 1)
@@ -33,7 +32,7 @@ func watchEvents(t *testing.T, m *EtcdManager, own netip.Prefix) <-chan []Event 
 	return ch
 }
 
-// batch is the next batch of events, as sorted "added 198.18.1.0/24 192.0.2.10" lines.
+// batch is the next batch of events, as sorted "added 198.18.1.0-24 192.0.2.10" lines.
 func batch(t *testing.T, ch <-chan []Event) string {
 	t.Helper()
 	select {
@@ -48,7 +47,11 @@ func batch(t *testing.T, ch <-chan []Event) string {
 func describeEvents(evs []Event) string {
 	var out []string
 	for _, e := range evs {
-		out = append(out, fmt.Sprintf("%v %v %v%s", e.Type, e.Lease.Subnet, e.Lease.Attrs.PublicIP, e.Lease.Attrs.BackendData))
+		v6 := ""
+		if e.Lease.Attrs.PublicIPv6.IsValid() {
+			v6 = "," + e.Lease.Attrs.PublicIPv6.String()
+		}
+		out = append(out, fmt.Sprintf("%v %v %v%s%s", e.Type, e.Lease.Key(), e.Lease.Attrs.PublicIP, v6, e.Lease.Attrs.BackendData))
 	}
 	slices.Sort(out)
 	return strings.Join(out, "; ")
@@ -89,22 +92,22 @@ func TestWatchSnapshotAndChanges(t *testing.T) {
 			t.Fatal(err)
 		}
 		create(t, s, pfx("198.18.201.0/24"), peer1)
-		ch := watchEvents(t, m, own.Subnet)
+		ch := watchEvents(t, m, own.Key())
 		expectBatch(t, ch, ev(Added, "198.18.201.0/24", peer1)) // never our own subnet
 		create(t, s, pfx("198.18.202.0/24"), peer2)
 		expectBatch(t, ch, ev(Added, "198.18.202.0/24", peer2))
-		if _, err := s.reg.Update(ctx, pfx("198.18.202.0/24"), peer2b, time.Hour); err != nil {
+		if _, err := s.reg.Update(ctx, Key{Subnet: pfx("198.18.202.0/24")}, peer2b, time.Hour); err != nil {
 			t.Fatal(err)
 		}
 		expectBatch(t, ch, ev(Added, "198.18.202.0/24", peer2b))
 		// A renewal of our own lease, and one that changes nothing, send nothing.
-		if _, err := s.reg.Update(ctx, own.Subnet, own.Attrs, time.Hour); err != nil {
+		if _, err := s.reg.Update(ctx, own.Key(), own.Attrs, time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.reg.Update(ctx, pfx("198.18.201.0/24"), peer1, time.Hour); err != nil {
+		if _, err := s.reg.Update(ctx, Key{Subnet: pfx("198.18.201.0/24")}, peer1, time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.reg.Delete(ctx, pfx("198.18.201.0/24")); err != nil {
+		if err := s.reg.Delete(ctx, Key{Subnet: pfx("198.18.201.0/24")}); err != nil {
 			t.Fatal(err)
 		}
 		expectBatch(t, ch, ev(Removed, "198.18.201.0/24", peer1))
@@ -124,7 +127,7 @@ func TestWatchEmptySnapshot(t *testing.T) {
 	eachAPI(t, func(t *testing.T, srv *etcdproc.Server, api string) {
 		s := newStore(t, srv, api)
 		m := newManager(t, s, `{"Network":"198.18.0.0/16"}`, ManagerOptions{})
-		ch := watchEvents(t, m, pfx("198.18.1.0/24"))
+		ch := watchEvents(t, m, Key{Subnet: pfx("198.18.1.0/24")})
 		select {
 		case first := <-ch:
 			if first == nil || len(first) != 0 {
@@ -182,17 +185,17 @@ func TestWatchGapSendsDifference(t *testing.T) {
 		g := newGated(s.reg)
 		s.reg = g
 		m := newManager(t, s, `{"Network":"198.18.0.0/16"}`, ManagerOptions{})
-		ch := watchEvents(t, m, pfx("198.18.100.0/24"))
+		ch := watchEvents(t, m, Key{Subnet: pfx("198.18.100.0/24")})
 		expectBatch(t, ch, evs(ev(Added, "198.18.1.0/24", peer1), ev(Added, "198.18.2.0/24", peer2), ev(Added, "198.18.3.0/24", peer3)))
 		select {
 		case <-g.started:
 		case <-time.After(60 * time.Second):
 			t.Fatal("the manager did not start watching")
 		}
-		if err := s.reg.Delete(ctx, pfx("198.18.1.0/24")); err != nil {
+		if err := s.reg.Delete(ctx, Key{Subnet: pfx("198.18.1.0/24")}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.reg.Update(ctx, pfx("198.18.2.0/24"), peer2b, time.Hour); err != nil {
+		if _, err := s.reg.Update(ctx, Key{Subnet: pfx("198.18.2.0/24")}, peer2b, time.Hour); err != nil {
 			t.Fatal(err)
 		}
 		create(t, s, pfx("198.18.4.0/24"), peer1)
@@ -203,7 +206,7 @@ func TestWatchGapSendsDifference(t *testing.T) {
 		}
 		// One batch with exactly the difference; 198.18.3.0/24 is not sent again.
 		expectBatch(t, ch, evs(ev(Removed, "198.18.1.0/24", peer1), ev(Added, "198.18.2.0/24", peer2b), ev(Added, "198.18.4.0/24", peer1)))
-		if err := s.reg.Delete(ctx, pfx("198.18.3.0/24")); err != nil {
+		if err := s.reg.Delete(ctx, Key{Subnet: pfx("198.18.3.0/24")}); err != nil {
 			t.Fatal(err)
 		}
 		expectBatch(t, ch, ev(Removed, "198.18.3.0/24", peer3))

@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"time"
 )
 
@@ -22,14 +21,14 @@ var (
 // Listing is the set of leases at one point in the store's history.
 type Listing struct {
 	Leases []Lease
-	// Unreadable holds subnets whose key is valid but whose value is not: they are
-	// someone's, never free space.
-	Unreadable []netip.Prefix
+	// Unreadable holds the leases whose key is valid but whose value is not: their
+	// subnets are someone's, never free space.
+	Unreadable []Key
 	// Rev is the store revision (v3) or index (v2) the listing was taken at.
 	Rev int64
 }
 
-// Change is one change to a subnet key seen by a watch. Lease.Attrs is zero for
+// Change is one change to a lease key seen by a watch. Lease.Attrs is zero for
 // Removed; a change whose value cannot be decoded is reported with Bad set.
 type Change struct {
 	Type  EventType
@@ -38,13 +37,14 @@ type Change struct {
 }
 
 // Registry stores the network config and the leases (etcd v3 or v2, flannel's layout).
+// A lease is named by its Key: IPv4, dual-stack and IPv6-only leases alike.
 type Registry interface {
 	Config(ctx context.Context) ([]byte, error)
 	List(ctx context.Context) (Listing, error)
-	Create(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.Duration) (time.Time, error)
+	Create(ctx context.Context, k Key, a Attrs, ttl time.Duration) (time.Time, error)
 	// Update replaces the attrs of an existing lease and renews its TTL.
-	Update(ctx context.Context, subnet netip.Prefix, a Attrs, ttl time.Duration) (time.Time, error)
-	Delete(ctx context.Context, subnet netip.Prefix) error
+	Update(ctx context.Context, k Key, a Attrs, ttl time.Duration) (time.Time, error)
+	Delete(ctx context.Context, k Key) error
 	// Watch sends the changes after rev until ctx ends or an error; ErrGap means a
 	// re-list is needed.
 	Watch(ctx context.Context, rev int64, changes func([]Change)) error

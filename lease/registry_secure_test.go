@@ -91,7 +91,7 @@ func TestRegistryTLSAndAuth(t *testing.T) {
 			wdone := make(chan error, 1)
 			go func() { wdone <- reg.Watch(wctx, listing.Rev, func(c []Change) { changes <- c }) }()
 			t.Cleanup(func() { stop(); <-wdone })
-			if _, err := reg.Create(ctx, sub, attrsA, time.Hour); err != nil {
+			if _, err := reg.Create(ctx, Key{Subnet: sub}, attrsA, time.Hour); err != nil {
 				t.Fatalf("Create: %v", err)
 			}
 			select {
@@ -104,13 +104,13 @@ func TestRegistryTLSAndAuth(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("no watch event for the created lease")
 			}
-			if _, err := reg.Update(ctx, sub, attrsB, time.Hour); err != nil {
+			if _, err := reg.Update(ctx, Key{Subnet: sub}, attrsB, time.Hour); err != nil {
 				t.Fatalf("Update: %v", err)
 			}
 			if got := leaseMap(t, reg)[sub]; !got.Attrs.Equal(attrsB) {
 				t.Fatalf("after Update: %+v", got.Attrs)
 			}
-			if err := reg.Delete(ctx, sub); err != nil {
+			if err := reg.Delete(ctx, Key{Subnet: sub}); err != nil {
 				t.Fatalf("Delete: %v", err)
 			}
 		})
@@ -329,10 +329,10 @@ func TestRegistryClientCertificateAsUser(t *testing.T) {
 				t.Fatalf("Config as CN %s: %v", etcdtest.WeftdUser, err)
 			}
 			sub := pfx("198.18.9.0/24")
-			if _, err := reg.Create(ctx, sub, attrsA, time.Hour); err != nil {
+			if _, err := reg.Create(ctx, Key{Subnet: sub}, attrsA, time.Hour); err != nil {
 				t.Fatalf("Create as CN %s: %v", etcdtest.WeftdUser, err)
 			}
-			if err := reg.Delete(ctx, sub); err != nil {
+			if err := reg.Delete(ctx, Key{Subnet: sub}); err != nil {
 				t.Fatal(err)
 			}
 

@@ -37,14 +37,14 @@ func TestRegistryConformance(t *testing.T) {
 			ctx := testCtx(t, 30*time.Second)
 			sub := pfx("198.18.5.0/24")
 			before := time.Now()
-			exp, err := s.reg.Create(ctx, sub, attrsA, time.Hour)
+			exp, err := s.reg.Create(ctx, Key{Subnet: sub}, attrsA, time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if exp.Before(before.Add(time.Hour-5*time.Second)) || exp.After(time.Now().Add(time.Hour+5*time.Second)) {
 				t.Errorf("expiration %v is not an hour from %v", exp, before)
 			}
-			if _, err := s.reg.Create(ctx, sub, attrsB, time.Hour); !errors.Is(err, ErrTaken) {
+			if _, err := s.reg.Create(ctx, Key{Subnet: sub}, attrsB, time.Hour); !errors.Is(err, ErrTaken) {
 				t.Fatalf("second Create = %v, want ErrTaken", err)
 			}
 			if got := leaseMap(t, s.reg)[sub]; !got.Attrs.Equal(attrsA) {
@@ -54,29 +54,29 @@ func TestRegistryConformance(t *testing.T) {
 		{"update and delete", func(t *testing.T, s *store) {
 			ctx := testCtx(t, 30*time.Second)
 			sub := pfx("198.18.6.0/24")
-			if _, err := s.reg.Update(ctx, sub, attrsA, time.Hour); !errors.Is(err, ErrNotFound) {
+			if _, err := s.reg.Update(ctx, Key{Subnet: sub}, attrsA, time.Hour); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("Update of a missing lease = %v, want ErrNotFound", err)
 			}
 			// Delete is idempotent: a lease already gone is no error (both APIs alike).
-			if err := s.reg.Delete(ctx, sub); err != nil {
+			if err := s.reg.Delete(ctx, Key{Subnet: sub}); err != nil {
 				t.Fatalf("Delete of a missing lease = %v", err)
 			}
-			if _, err := s.reg.Create(ctx, sub, attrsA, time.Hour); err != nil {
+			if _, err := s.reg.Create(ctx, Key{Subnet: sub}, attrsA, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.reg.Update(ctx, sub, attrsB, time.Hour); err != nil {
+			if _, err := s.reg.Update(ctx, Key{Subnet: sub}, attrsB, time.Hour); err != nil {
 				t.Fatalf("Update: %v", err)
 			}
 			if got := leaseMap(t, s.reg)[sub]; !got.Attrs.Equal(attrsB) {
 				t.Errorf("after Update: %+v, want %+v", got.Attrs, attrsB)
 			}
-			if err := s.reg.Delete(ctx, sub); err != nil {
+			if err := s.reg.Delete(ctx, Key{Subnet: sub}); err != nil {
 				t.Fatal(err)
 			}
 			if _, ok := leaseMap(t, s.reg)[sub]; ok {
 				t.Error("lease listed after Delete")
 			}
-			if _, err := s.reg.Update(ctx, sub, attrsA, time.Hour); !errors.Is(err, ErrNotFound) {
+			if _, err := s.reg.Update(ctx, Key{Subnet: sub}, attrsA, time.Hour); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("Update after Delete = %v, want ErrNotFound", err)
 			}
 		}},
@@ -88,7 +88,7 @@ func TestRegistryConformance(t *testing.T) {
 		}},
 		{"list unreadable", func(t *testing.T, s *store) {
 			ctx := testCtx(t, 30*time.Second)
-			if _, err := s.reg.Create(ctx, pfx("198.18.1.0/24"), attrsA, time.Hour); err != nil {
+			if _, err := s.reg.Create(ctx, Key{Subnet: pfx("198.18.1.0/24")}, attrsA, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			s.put(t, "/subnets/198.18.2.0-24", `{"PublicIP":"192.0.2.11"}`) // flanneld udp
@@ -105,17 +105,17 @@ func TestRegistryConformance(t *testing.T) {
 				got = append(got, x.Subnet)
 			}
 			slices.SortFunc(got, netip.Prefix.Compare)
-			slices.SortFunc(l.Unreadable, netip.Prefix.Compare)
+			slices.SortFunc(l.Unreadable, func(a, b Key) int { return a.Subnet.Compare(b.Subnet) })
 			if want := []netip.Prefix{pfx("198.18.1.0/24"), pfx("198.18.2.0/24")}; !reflect.DeepEqual(got, want) {
 				t.Errorf("leases %v, want %v", got, want)
 			}
-			if want := []netip.Prefix{pfx("198.18.9.0/24"), pfx("198.18.10.0/24")}; !reflect.DeepEqual(l.Unreadable, want) {
+			if want := []Key{{Subnet: pfx("198.18.9.0/24")}, {Subnet: pfx("198.18.10.0/24")}}; !reflect.DeepEqual(l.Unreadable, want) {
 				t.Errorf("unreadable %v, want %v", l.Unreadable, want)
 			}
 		}},
 		{"ttl expiry", func(t *testing.T, s *store) {
 			sub := pfx("198.18.7.0/24")
-			if _, err := s.reg.Create(testCtx(t, 30*time.Second), sub, attrsA, 2*time.Second); err != nil {
+			if _, err := s.reg.Create(testCtx(t, 30*time.Second), Key{Subnet: sub}, attrsA, 2*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			if _, ok := leaseMap(t, s.reg)[sub]; !ok {

@@ -82,23 +82,23 @@ func TestRegistryWatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Half the changes happen before the watch starts: they come from history.
-			if _, err := s.reg.Create(ctx, a, attrsA, time.Hour); err != nil {
+			if _, err := s.reg.Create(ctx, Key{Subnet: a}, attrsA, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.reg.Create(ctx, b, attrsB, time.Hour); err != nil {
+			if _, err := s.reg.Create(ctx, Key{Subnet: b}, attrsB, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			w := startWatch(t, s.reg, l.Rev)
-			if _, err := s.reg.Update(ctx, a, attrsA2, time.Hour); err != nil {
+			if _, err := s.reg.Update(ctx, Key{Subnet: a}, attrsA2, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.reg.Delete(ctx, b); err != nil {
+			if err := s.reg.Delete(ctx, Key{Subnet: b}); err != nil {
 				t.Fatal(err)
 			}
 			s.put(t, "/subnets/not-a-subnet", `{"PublicIP":"192.0.2.99"}`)
 			s.put(t, "/subnets/198.18.3.0-24", "garbage")
 			s.put(t, "/config", `{"Network":"198.18.0.0/16"}`)
-			if _, err := s.reg.Create(ctx, b, attrsA, time.Hour); err != nil {
+			if _, err := s.reg.Create(ctx, Key{Subnet: b}, attrsA, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			for i, want := range []Change{
@@ -127,7 +127,7 @@ func TestRegistryWatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			w := startWatch(t, s.reg, l.Rev)
-			if _, err := s.reg.Create(ctx, sub, attrsA, 2*time.Second); err != nil {
+			if _, err := s.reg.Create(ctx, Key{Subnet: sub}, attrsA, 2*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			if c := w.next(t); c.Type != Added || c.Lease.Subnet != sub {
@@ -143,7 +143,7 @@ func TestRegistryWatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.reg.Create(ctx, pfx("198.18.5.0/24"), attrsA, time.Hour); err != nil {
+			if _, err := s.reg.Create(ctx, Key{Subnet: pfx("198.18.5.0/24")}, attrsA, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			s.gap(t)
@@ -159,7 +159,7 @@ func TestRegistryWatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			w := startWatch(t, s.reg, l.Rev)
-			if err := s.reg.Delete(ctx, pfx("198.18.5.0/24")); err != nil {
+			if err := s.reg.Delete(ctx, Key{Subnet: pfx("198.18.5.0/24")}); err != nil {
 				t.Fatal(err)
 			}
 			if c := w.next(t); c.Type != Removed || c.Lease.Subnet != pfx("198.18.5.0/24") {

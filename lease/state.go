@@ -17,7 +17,7 @@ type state struct {
 	HostID  string       `json:"HostID"`
 	Network netip.Prefix `json:"Network,omitzero"`
 	Subnet  netip.Prefix `json:"Subnet,omitzero"`
-	// The IPv6 network and subnet of a dual-stack lease (not written by weftd yet).
+	// The IPv6 network and subnet of a dual-stack or IPv6-only lease.
 	IPv6Network netip.Prefix `json:"IPv6Network,omitzero"`
 	IPv6Subnet  netip.Prefix `json:"IPv6Subnet,omitzero"`
 }

@@ -3,15 +3,22 @@ package lease
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"time"
 
 	"go.uber.org/zap"
 )
 
-// Watch sends the leases of every subnet but own: one snapshot batch, then changes.
-func (m *EtcdManager) Watch(ctx context.Context, own netip.Prefix, events chan<- []Event) error {
-	return m.follow(ctx, &m.cnt, func(p netip.Prefix) bool { return p != own }, func(evs []Event, _ bool) {
+// Watch sends every lease but own that has a subnet of a family the network config
+// enables (an IPv6-only lease means nothing to an IPv4 network): one snapshot batch,
+// then changes. Leases are told apart by their whole key, so IPv6-only and dual-stack
+// leases are followed alike.
+func (m *EtcdManager) Watch(ctx context.Context, own Key, events chan<- []Event) error {
+	cfg, err := m.config()
+	if err != nil {
+		return err
+	}
+	keep := func(k Key) bool { return k != own && cfg.Usable(k) }
+	return m.follow(ctx, &m.cnt, keep, func(evs []Event, _ bool) {
 		select {
 		case events <- evs:
 		case <-ctx.Done():
@@ -23,11 +30,11 @@ func (m *EtcdManager) Watch(ctx context.Context, own netip.Prefix, events chan<-
 // off, lists again and hands on exactly the difference to what it handed on before.
 // An error is never taken for an empty list: the last known leases stay until etcd
 // says otherwise. Re-lists and failures are counted in cnt unless it is nil.
-func (m *EtcdManager) follow(ctx context.Context, cnt *managerCounters, keep func(netip.Prefix) bool, handle func([]Event, bool)) error {
+func (m *EtcdManager) follow(ctx context.Context, cnt *managerCounters, keep func(Key) bool, handle func([]Event, bool)) error {
 	if cnt == nil {
 		cnt = &managerCounters{} // counted nowhere
 	}
-	known := map[netip.Prefix]Lease{}
+	known := map[Key]Lease{}
 	first := true
 	bo := newBackoff()
 	var lastLog time.Time
@@ -80,19 +87,20 @@ func (m *EtcdManager) follow(ctx context.Context, cnt *managerCounters, keep fun
 }
 
 // resync makes known match listing and returns the events that do so.
-func resync(known map[netip.Prefix]Lease, listing Listing, keep func(netip.Prefix) bool) []Event {
+func resync(known map[Key]Lease, listing Listing, keep func(Key) bool) []Event {
 	evs := []Event{}
-	seen := map[netip.Prefix]bool{}
-	for _, s := range listing.Unreadable {
-		seen[s] = true // unreadable now: keep what we knew of it
+	seen := map[Key]bool{}
+	for _, k := range listing.Unreadable {
+		seen[k] = true // unreadable now: keep what we knew of it
 	}
 	for _, l := range listing.Leases {
-		if !keep(l.Subnet) {
+		k := l.Key()
+		if !keep(k) {
 			continue
 		}
-		seen[l.Subnet] = true
-		if old, ok := known[l.Subnet]; !ok || !old.Attrs.Equal(l.Attrs) {
-			known[l.Subnet] = l
+		seen[k] = true
+		if old, ok := known[k]; !ok || !old.Attrs.Equal(l.Attrs) {
+			known[k] = l
 			evs = append(evs, Event{Type: Added, Lease: l})
 		}
 	}
@@ -105,16 +113,16 @@ func resync(known map[netip.Prefix]Lease, listing Listing, keep func(netip.Prefi
 	return evs
 }
 
-func (m *EtcdManager) apply(known map[netip.Prefix]Lease, chs []Change, keep func(netip.Prefix) bool) []Event {
+func (m *EtcdManager) apply(known map[Key]Lease, chs []Change, keep func(Key) bool) []Event {
 	var evs []Event
 	for _, c := range chs {
-		s := c.Lease.Subnet
+		s := c.Lease.Key()
 		if !keep(s) {
 			continue
 		}
 		switch {
 		case c.Bad != nil:
-			m.log.Error("skipping malformed lease", zap.Stringer("subnet", s), zap.Error(c.Bad))
+			m.log.Error("skipping malformed lease", zap.Stringer("key", s), zap.Error(c.Bad))
 		case c.Type == Removed:
 			if old, ok := known[s]; ok {
 				delete(known, s)
@@ -142,12 +150,12 @@ func (m *EtcdManager) Hold(ctx context.Context, own Lease, changed func(Lease)) 
 	hostID := own.Attrs.HostID
 	// watchOwn follows our key and signals when it is deleted or taken over; the
 	// function it returns stops the watch and waits for it.
-	watchOwn := func(s netip.Prefix) func() {
+	watchOwn := func(s Key) func() {
 		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_ = m.follow(wctx, nil, func(p netip.Prefix) bool { return p == s }, func(evs []Event, snapshot bool) {
+			_ = m.follow(wctx, nil, func(k Key) bool { return k == s }, func(evs []Event, snapshot bool) {
 				for _, e := range evs {
 					if e.Type == Removed || e.Lease.Attrs.HostID != hostID {
 						signal()
@@ -161,7 +169,7 @@ func (m *EtcdManager) Hold(ctx context.Context, own Lease, changed func(Lease)) 
 		}()
 		return func() { cancel(); <-done }
 	}
-	stopWatch := watchOwn(own.Subnet)
+	stopWatch := watchOwn(own.Key())
 	defer func() { stopWatch() }()
 
 	for {
@@ -173,12 +181,12 @@ func (m *EtcdManager) Hold(ctx context.Context, own Lease, changed func(Lease)) 
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(max(wait, 0)):
-			exp, err := m.reg.Update(ctx, own.Subnet, own.Attrs, m.opts.TTL)
+			exp, err := m.reg.Update(ctx, own.Key(), own.Attrs, m.opts.TTL)
 			if err == nil {
 				own.Expiration = exp
 				m.cnt.renewals.Add(1)
 				m.cnt.held(exp)
-				m.log.Info("lease renewed", zap.Stringer("subnet", own.Subnet), zap.Time("expires", exp))
+				m.log.Info("lease renewed", zap.Stringer("lease", own.Key()), zap.Time("expires", exp))
 				continue
 			}
 			if !errors.Is(err, ErrNotFound) {
@@ -194,7 +202,7 @@ func (m *EtcdManager) Hold(ctx context.Context, own Lease, changed func(Lease)) 
 			}
 		case <-lost:
 		}
-		m.log.Warn("our lease is gone; acquiring it again", zap.Stringer("subnet", own.Subnet))
+		m.log.Warn("our lease is gone; acquiring it again", zap.Stringer("lease", own.Key()))
 		next, err := m.Acquire(ctx, own.Attrs)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -207,9 +215,9 @@ func (m *EtcdManager) Hold(ctx context.Context, own Lease, changed func(Lease)) 
 			signal()
 			continue
 		}
-		if next.Subnet != own.Subnet {
+		if next.Key() != own.Key() {
 			stopWatch()
-			stopWatch = watchOwn(next.Subnet)
+			stopWatch = watchOwn(next.Key())
 			own = next
 			changed(next)
 			continue

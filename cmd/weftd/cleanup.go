@@ -22,10 +22,11 @@ import (
 const cleanupUsage = `usage: weftd cleanup [flags]
 
 Removes what weftd made on this host, for a host leaving the overlay or after weftd was
-killed: the devices flannel0 and flannel.<VNI> (and with them their addresses, routes,
-fdb and neighbour entries), host-gw and DirectRouting routes to the overlay, weft's
-firewall rules (iptables chains WEFT-POSTRTG and WEFT-FWD and the jumps to them, the
-forward rules in FORWARD, nftables table ip weft) and subnet.env. The lease stays in
+killed: the devices flannel0, flannel.<VNI> and flannel-v6.<VNI> (and with them their
+addresses, routes, fdb and neighbour entries), host-gw and DirectRouting routes to the
+overlay (IPv4 and IPv6), weft's firewall rules (iptables and ip6tables chains
+WEFT-POSTRTG and WEFT-FWD and the jumps to them, the forward rules in FORWARD, nftables
+tables ip weft and ip6 weft) and subnet.env. The lease stays in
 etcd for the next start unless --release-lease is given. Run it while weftd is stopped.
 `
 
@@ -98,7 +99,11 @@ func cleanup(ctx context.Context, co cleanupOptions, log *zap.Logger) error {
 	}
 	defer nl.Close()
 	if envErr == nil {
-		errs = append(errs, removeOverlayRoutes(nl, env.Network, log))
+		for _, n := range []netip.Prefix{env.Network, env.IPv6Network} {
+			if n.IsValid() {
+				errs = append(errs, removeOverlayRoutes(nl, n, log))
+			}
+		}
 	}
 	errs = append(errs, removeDevices(nl, log))
 	errs = append(errs, removeFirewall(ctx, log))
@@ -113,8 +118,9 @@ func cleanup(ctx context.Context, co cleanupOptions, log *zap.Logger) error {
 	return errors.Join(errs...)
 }
 
-// removeDevices deletes flannel0 (udp) and every vxlan device flannel.<VNI>; the
-// kernel takes their addresses, routes, neighbours and fdb entries with them.
+// removeDevices deletes flannel0 (udp) and every vxlan device flannel.<VNI> and
+// flannel-v6.<VNI> (flanneld's name for the IPv6 one); the kernel takes their
+// addresses, routes, neighbours and fdb entries with them.
 func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
 	links, err := nl.LinkList()
 	if err != nil {
@@ -124,7 +130,7 @@ func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
 	for _, l := range links {
 		name := l.Attrs().Name
 		ours := name == "flannel0" && l.Type() == "tuntap" ||
-			strings.HasPrefix(name, "flannel.") && l.Type() == "vxlan"
+			(strings.HasPrefix(name, "flannel.") || strings.HasPrefix(name, "flannel-v6.")) && l.Type() == "vxlan"
 		if !ours {
 			continue
 		}
@@ -138,10 +144,14 @@ func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
 }
 
 // removeOverlayRoutes deletes the routes weft adds outside its own devices: a subnet
-// of network via a peer's address (host-gw, vxlan DirectRouting). Routes without a
-// gateway (the CNI bridge's, the kernel's) are not weft's.
+// of network (IPv4 or IPv6) via a peer's address (host-gw, vxlan DirectRouting).
+// Routes without a gateway (the CNI bridge's, the kernel's) are not weft's.
 func removeOverlayRoutes(nl *netlink.Handle, network netip.Prefix, log *zap.Logger) error {
-	routes, err := nl.RouteList(nil, netlink.FAMILY_V4)
+	fam := netlink.FAMILY_V4
+	if network.Addr().Is6() {
+		fam = netlink.FAMILY_V6
+	}
+	routes, err := nl.RouteList(nil, fam)
 	if err != nil {
 		return fmt.Errorf("list routes: %w", err)
 	}
@@ -164,15 +174,16 @@ func routeKey(r netlink.Route) netip.Prefix {
 	if r.Dst == nil {
 		return netip.Prefix{}
 	}
-	ip, ok := netip.AddrFromSlice(r.Dst.IP.To4())
+	ip, ok := netip.AddrFromSlice(r.Dst.IP)
 	if !ok {
 		return netip.Prefix{}
 	}
 	ones, _ := r.Dst.Mask.Size()
-	return netip.PrefixFrom(ip, ones)
+	return netip.PrefixFrom(ip.Unmap(), ones)
 }
 
-// releaseLease deletes our lease (the subnet in subnet.env) from etcd.
+// releaseLease deletes our lease (named by the subnets in subnet.env: IPv4, IPv6 or
+// both) from etcd.
 func releaseLease(ctx context.Context, co cleanupOptions, env lease.SubnetEnv, envErr error, log *zap.Logger) error {
 	if envErr != nil {
 		return fmt.Errorf("--release-lease: which lease is ours comes from %s: %w", co.subnetFile, envErr)
@@ -186,11 +197,11 @@ func releaseLease(ctx context.Context, co cleanupOptions, env lease.SubnetEnv, e
 		return fmt.Errorf("--release-lease: etcd: %w", err)
 	}
 	defer reg.Close()
-	subnet := env.Subnet.Masked()
-	if err := reg.Delete(ctx, subnet); err != nil && !errors.Is(err, lease.ErrNotFound) {
-		return fmt.Errorf("--release-lease: delete %v: %w", subnet, err)
+	k := lease.Key{Subnet: env.Subnet.Masked(), IPv6Subnet: env.IPv6Subnet.Masked()}
+	if err := reg.Delete(ctx, k); err != nil && !errors.Is(err, lease.ErrNotFound) {
+		return fmt.Errorf("--release-lease: delete %v: %w", k, err)
 	}
-	log.Info("released the lease", zap.Stringer("subnet", subnet))
+	log.Info("released the lease", zap.Stringer("lease", k))
 	return nil
 }
 

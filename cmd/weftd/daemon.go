@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,21 +80,22 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 		return fmt.Errorf("network config: %w", err)
 	}
-	// The lease package reads IPv6 and dual-stack configs; the data path has no IPv6
-	// yet (issue 14), so such a config is refused here rather than half run.
-	if err := cfg.RequireIPv4Only(); err != nil {
+	if err := refuseIPv6(cfg); err != nil {
 		return fmt.Errorf("network config: %w", err)
 	}
-	publicIP, err := d.publicIP(ctx, mgr)
+	publicIP, publicIPv6, err := d.publicIPs(ctx, mgr, cfg)
 	if err != nil {
 		return err
 	}
-	ext, err := externalInterface(d.opts.ifaceChoice(publicIP))
+	choice := d.opts.ifaceChoice(publicIP)
+	choice.publicIPv6, choice.ipv6, choice.noIPv4 = publicIPv6, cfg.EnableIPv6, !cfg.EnableIPv4
+	ext, err := externalInterface(choice)
 	if err != nil {
 		return err
 	}
 	d.log.Info("using external interface", zap.String("iface", ext.Name),
-		zap.Stringer("iface-ip", ext.IfaceIP), zap.Stringer("public-ip", ext.PublicIP), zap.Int("mtu", ext.MTU))
+		zap.Stringer("iface-ip", ext.IfaceIP), zap.Stringer("public-ip", ext.PublicIP),
+		zap.Stringer("iface-ipv6", ext.IfaceIPv6), zap.Stringer("public-ipv6", ext.PublicIPv6), zap.Int("mtu", ext.MTU))
 	be, err := encap.New(cfg, ext, d.opts.tuning, d.log)
 	if err != nil {
 		return err
@@ -102,11 +103,11 @@ func (d *daemon) run(ctx context.Context) error {
 	d.be.Store(&be)
 	defer be.Close()
 
-	data, err := be.BackendData(ctx)
+	attrs, err := leaseAttrs(ctx, be, ext)
 	if err != nil {
-		return fmt.Errorf("%s backend: %w", be.Type(), err)
+		return err
 	}
-	own, err := mgr.Acquire(ctx, lease.Attrs{PublicIP: ext.PublicIP, BackendType: be.Type(), BackendData: data})
+	own, err := mgr.Acquire(ctx, attrs)
 	if err != nil {
 		if ctx.Err() != nil {
 			d.log.Info("stopped while acquiring a lease")
@@ -114,7 +115,8 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 		return fmt.Errorf("acquire lease: %w", err)
 	}
-	d.log.Info("lease acquired", zap.Stringer("subnet", own.Subnet), zap.Time("expires", own.Expiration))
+	d.log.Info("lease acquired", zap.Stringer("subnet", own.Subnet), zap.Stringer("ipv6-subnet", own.IPv6Subnet),
+		zap.Stringer("key", own.Key()), zap.Time("expires", own.Expiration))
 	d.held.Store(&own)
 	if err := be.Register(ctx, own); err != nil {
 		return fmt.Errorf("%s backend: %w", be.Type(), err)
@@ -123,10 +125,11 @@ func (d *daemon) run(ctx context.Context) error {
 	// once the file is there must not send a packet unmasqueraded. They outlive weftd:
 	// the kernel keeps forwarding for vxlan and host-gw while weftd restarts, which a
 	// FORWARD DROP policy would otherwise cut off. `weftd cleanup` removes them.
-	if err := d.setupFirewall(ctx, cfg, own.Subnet); err != nil {
+	if err := d.setupFirewall(ctx, cfg, own); err != nil {
 		return err
 	}
-	env := lease.SubnetEnv{Network: cfg.Network, Subnet: own.Subnet, MTU: be.MTU(), IPMasq: d.opts.ipMasq}
+	env := lease.SubnetEnv{Network: cfg.Network, Subnet: own.Subnet, IPv6Network: cfg.IPv6Network, IPv6Subnet: own.IPv6Subnet,
+		MTU: be.MTU(), IPMasq: d.opts.ipMasq}
 	if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
 		return err
 	}
@@ -145,6 +148,24 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 	}
 	return d.serve(ctx, mgr, be, own, env)
+}
+
+// refuseIPv6 stops a dual-stack or IPv6-only network on a backend whose data path
+// carries IPv4 only: the udp backend (flanneld's is IPv4-only too).
+func refuseIPv6(cfg *lease.Config) error {
+	if cfg.EnableIPv4 && !cfg.EnableIPv6 {
+		return nil
+	}
+	switch strings.ToLower(cfg.BackendType) {
+	case "udp", "":
+		what := "EnableIPv6: true"
+		if !cfg.EnableIPv4 {
+			what = "EnableIPv4: false (an IPv6-only network)"
+		}
+		return fmt.Errorf("%w: the udp backend carries IPv4 only, and the config says %s; use vxlan or host-gw",
+			lease.ErrIPv6NotSupported, what)
+	}
+	return nil
 }
 
 // etcdMonitor is implemented by managers that can report their store's reachability
@@ -191,12 +212,12 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 		events := make(chan []lease.Event, 16)
 		wctx, stopWatch := context.WithCancel(ctx)
 		wdone := make(chan struct{})
-		go func(subnet netip.Prefix) {
+		go func(k lease.Key) {
 			defer close(wdone)
-			_ = mgr.Watch(wctx, subnet, events)
-		}(own.Subnet)
+			_ = mgr.Watch(wctx, k, events)
+		}(own.Key())
 		d.ready.Store(true)
-		d.notify.ready(readyStatus(own.Subnet, be.Type()))
+		d.notify.ready(readyStatus(leaseName(own), be.Type()))
 		next, err := d.feed(ctx, be, events, changed, errc)
 		stopWatch()
 		<-wdone
@@ -206,19 +227,19 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 		}
 		// Our lease changed under us (deleted and re-acquired): configure the backend
 		// for it, rewrite subnet.env if it differs, and watch again without it.
-		d.log.Warn("our lease changed", zap.Stringer("old", own.Subnet), zap.Stringer("new", next.Subnet))
+		d.log.Warn("our lease changed", zap.Stringer("old", own.Key()), zap.Stringer("new", next.Key()))
 		if err := be.Register(ctx, next); err != nil {
 			return fmt.Errorf("%s backend: %w", be.Type(), err)
 		}
-		if next.Subnet != own.Subnet {
-			env.Subnet = next.Subnet
+		if next.Key() != own.Key() {
+			env.Subnet, env.IPv6Subnet = next.Subnet, next.IPv6Subnet
 			if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
 				return err
 			}
-			if d.opts.ipMasq {
-				if err := d.fw.SetMasq(ctx, env.Network, next.Subnet); err != nil {
-					return fmt.Errorf("--ip-masq: %w", err)
-				}
+		}
+		if d.opts.ipMasq && (next.Subnet != own.Subnet || next.IPv6Subnet != own.IPv6Subnet) {
+			if err := d.setMasq(ctx, env.Network, env.IPv6Network, next); err != nil {
+				return err
 			}
 		}
 		own = next
@@ -240,8 +261,9 @@ func (d *daemon) feed(ctx context.Context, be encap.Backend, events <-chan []lea
 			return l, nil
 		case evs := <-events:
 			for _, ev := range evs {
-				d.log.Info("lease "+ev.Type.String(), zap.Stringer("subnet", ev.Lease.Subnet),
-					zap.Stringer("public-ip", ev.Lease.Attrs.PublicIP), zap.String("backend", ev.Lease.Attrs.BackendType))
+				d.log.Info("lease "+ev.Type.String(), zap.Stringer("subnet", ev.Lease.Subnet), zap.Stringer("ipv6-subnet", ev.Lease.IPv6Subnet),
+					zap.Stringer("public-ip", ev.Lease.Attrs.PublicIP), zap.Stringer("public-ipv6", ev.Lease.Attrs.PublicIPv6),
+					zap.String("backend", ev.Lease.Attrs.BackendType))
 			}
 			be.HandleEvents(ctx, evs)
 		}
@@ -272,3 +294,18 @@ func (d *daemon) manager() (lease.Manager, error) {
 		RenewMargin: time.Duration(d.opts.renewMargin) * time.Minute,
 	}, d.log), nil
 }
+
+// leaseName names own for status lines: its IPv4 subnet, its IPv6 subnet, or both.
+func leaseName(own lease.Lease) fmt.Stringer {
+	switch {
+	case !own.IPv6Subnet.IsValid():
+		return own.Subnet
+	case !own.Subnet.IsValid():
+		return own.IPv6Subnet
+	}
+	return stringer(own.Subnet.String() + " and " + own.IPv6Subnet.String())
+}
+
+type stringer string
+
+func (s stringer) String() string { return string(s) }

@@ -14,30 +14,55 @@ import (
 // setupFirewall writes the forward rules (--iptables-forward-rules) and the masquerade rules
 // (--ip-masq) with iptables, or with nftables when the network config sets
 // EnableNFTables, and keeps the firewall in d.fw for the resync.
-func (d *daemon) setupFirewall(ctx context.Context, cfg *lease.Config, subnet netip.Prefix) error {
+func (d *daemon) setupFirewall(ctx context.Context, cfg *lease.Config, own lease.Lease) error {
 	if !d.opts.ipMasq && !d.opts.iptablesForwardRules {
 		return nil
 	}
-	fw, err := firewall.New(ctx, cfg.EnableNFTables, firewall.Options{FullyRandom: !d.opts.ipMasqNotRandom, Log: d.log})
+	fw, err := firewall.New(ctx, cfg.EnableNFTables, firewall.Options{FullyRandom: !d.opts.ipMasqNotRandom, IPv6: cfg.EnableIPv6, Log: d.log})
 	if err != nil {
 		return fmt.Errorf("--ip-masq/--iptables-forward-rules: %w (install it or pass --iptables-forward-rules=false)", err)
 	}
 	d.log.Info("firewall rules", zap.String("firewall", fw.Name()), zap.Bool("forward", d.opts.iptablesForwardRules), zap.Bool("ip-masq", d.opts.ipMasq))
 	d.fw = fw
+	var v6net netip.Prefix
+	if cfg.EnableIPv6 {
+		v6net = cfg.IPv6Network
+	}
 	if d.opts.iptablesForwardRules {
-		if err := fw.SetForward(ctx, cfg.Network); err != nil {
-			return fmt.Errorf("--iptables-forward-rules: %w", err)
+		for _, n := range []netip.Prefix{cfg.Network, v6net} {
+			if !n.IsValid() {
+				continue
+			}
+			if err := fw.SetForward(ctx, n); err != nil {
+				return fmt.Errorf("--iptables-forward-rules: %w", err)
+			}
 		}
 	}
 	if d.opts.ipMasq {
-		if err := fw.SetMasq(ctx, cfg.Network, subnet); err != nil {
-			return fmt.Errorf("--ip-masq: %w", err)
+		if err := d.setMasq(ctx, cfg.Network, v6net, own); err != nil {
+			return err
 		}
 	}
 	// A host switched from flanneld: its chains go once ours are in place (never a
 	// moment without accept rules), so no rule is there twice.
 	if err := firewall.TakeOver(ctx, firewall.Options{Log: d.log}); err != nil {
 		d.log.Warn("could not remove flanneld's firewall rules", zap.Error(err))
+	}
+	return nil
+}
+
+// setMasq writes the masquerade rules of each family the network has (an invalid
+// network: the family is off) for our lease.
+func (d *daemon) setMasq(ctx context.Context, network, v6network netip.Prefix, own lease.Lease) error {
+	if network.IsValid() && own.Subnet.IsValid() {
+		if err := d.fw.SetMasq(ctx, network, own.Subnet); err != nil {
+			return fmt.Errorf("--ip-masq: %w", err)
+		}
+	}
+	if v6network.IsValid() && own.IPv6Subnet.IsValid() {
+		if err := d.fw.SetMasq(ctx, v6network, own.IPv6Subnet); err != nil {
+			return fmt.Errorf("--ip-masq (IPv6): %w", err)
+		}
 	}
 	return nil
 }

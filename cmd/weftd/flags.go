@@ -16,9 +16,6 @@ import (
 // flagHelp is returned when -h or --help was asked for (usage is already printed).
 var flagHelp = flag.ErrHelp
 
-// errUnsupported is wrapped by errors for flags whose behaviour weft does not have.
-var errUnsupported = errors.New("not supported by weft")
-
 // options are weftd's settings: flanneld's flags with flanneld's defaults, plus weft's own.
 type options struct {
 	etcdEndpoints string
@@ -95,7 +92,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.Var(&o.ifaceRegex, "iface-regex", "regular expression matching an interface's IP or name; repeatable, tried after every --iface")
 	fs.StringVar(&o.canReach, "iface-can-reach", "", "use the interface of the route to this IPv4 address (as `ip route get`), after --iface and --iface-regex")
 	fs.StringVar(&o.publicIP, "public-ip", "", "IP peers reach this host at (default: the interface's)")
-	fs.StringVar(&o.publicIPv6, "public-ipv6", "", "IPv6 public address (not supported by weft)")
+	fs.StringVar(&o.publicIPv6, "public-ipv6", "", "IPv6 address peers reach this host at on a dual-stack or IPv6-only network (default: the interface's)")
 	fs.StringVar(&o.subnetFile, "subnet-file", "/run/flannel/subnet.env", "file the subnet lease is written to")
 	fs.IntVar(&o.renewMargin, "subnet-lease-renew-margin", 60, "minutes before expiry at which the lease is renewed")
 	fs.BoolVar(&o.ipMasq, "ip-masq", false, "masquerade traffic leaving the overlay (iptables nat chain "+firewall.MasqChain+", or nftables table "+firewall.NFTTable+")")
@@ -163,8 +160,8 @@ func (o *options) check() error {
 	switch {
 	case o.etcdAPI != "v3" && o.etcdAPI != "v2":
 		return fmt.Errorf("--etcd-api=%q: must be v3 or v2", o.etcdAPI)
-	case o.publicIPv6 != "":
-		return fmt.Errorf("--public-ipv6: IPv6 overlays are %w", errUnsupported)
+	case o.publicIPv6 != "" && !isIPv6(o.publicIPv6):
+		return fmt.Errorf("--public-ipv6=%q: not an IPv6 address", o.publicIPv6)
 	case o.renewMargin <= 0 || time.Duration(o.renewMargin)*time.Minute >= 24*time.Hour:
 		return fmt.Errorf("--subnet-lease-renew-margin=%d: must be between 1 and 1439 minutes", o.renewMargin)
 	case o.healthzPort < 0 || o.healthzPort > 65535:
@@ -175,6 +172,11 @@ func (o *options) check() error {
 		return errors.New("--kube-subnet-mgr needs the node: set POD_NAME and POD_NAMESPACE (as kube-flannel.yml does), NODE_NAME or --node-name")
 	}
 	return nil
+}
+
+func isIPv6(s string) bool {
+	_, err := parseIPv6(s)
+	return err == nil
 }
 
 // splitList splits a comma-separated list, dropping blanks.

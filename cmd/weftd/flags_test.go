@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -46,7 +45,7 @@ func TestParseFlags(t *testing.T) {
 		{name: "ip-masq without random-fully", args: []string{"--ip-masq", "--ip-masq-fully-random-disable"},
 			check: func(o *options) bool { return o.ipMasq && o.ipMasqNotRandom }},
 		{name: "ip-masq from env", env: map[string]string{"FLANNELD_IP_MASQ": "true"}, check: func(o *options) bool { return o.ipMasq }},
-		{name: "ipv6 not built", args: []string{"--public-ipv6=2001:db8::1"}, wantErr: "--public-ipv6"},
+		{name: "public-ipv6 not IPv6", args: []string{"--public-ipv6=192.0.2.1"}, wantErr: "--public-ipv6"},
 		{name: "renew margin too large", args: []string{"--subnet-lease-renew-margin=1440"}, wantErr: "renew-margin"},
 		{name: "kube needs node name", args: []string{"--kube-subnet-mgr"}, wantErr: "NODE_NAME"},
 		{name: "kube node from env", args: []string{"--kube-subnet-mgr"}, env: map[string]string{"NODE_NAME": "n1"},
@@ -82,9 +81,26 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-func TestUnsupportedIsTyped(t *testing.T) {
-	_, err := parseFlags([]string{"--public-ipv6=2001:db8::1"}, func(string) string { return "" }, io.Discard)
-	if !errors.Is(err, errUnsupported) {
-		t.Fatalf("error %v does not wrap errUnsupported", err)
+// TestPublicIPv6Flag: --public-ipv6 (or FLANNELD_PUBLIC_IPV6) takes an IPv6 address
+// and nothing else.
+func TestPublicIPv6Flag(t *testing.T) {
+	o, err := parseFlags([]string{"--public-ipv6=2001:db8::1"}, func(string) string { return "" }, io.Discard)
+	if err != nil || o.publicIPv6 != "2001:db8::1" {
+		t.Fatalf("--public-ipv6=2001:db8::1: %+v, %v", o, err)
+	}
+	env := func(k string) string {
+		if k == "FLANNELD_PUBLIC_IPV6" {
+			return "2001:db8::2"
+		}
+		return ""
+	}
+	if o, err = parseFlags(nil, env, io.Discard); err != nil || o.publicIPv6 != "2001:db8::2" {
+		t.Fatalf("FLANNELD_PUBLIC_IPV6: %+v, %v", o, err)
+	}
+	for _, bad := range []string{"192.0.2.1", "::ffff:192.0.2.1", "fe80::1%eth0", "x"} {
+		if _, err := parseFlags([]string{"--public-ipv6=" + bad}, func(string) string { return "" }, io.Discard); err == nil ||
+			!strings.Contains(err.Error(), "--public-ipv6") {
+			t.Errorf("--public-ipv6=%s: error %v, want one naming the flag", bad, err)
+		}
 	}
 }

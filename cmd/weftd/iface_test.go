@@ -97,3 +97,89 @@ func TestExternalInterface(t *testing.T) {
 		})
 	}
 }
+
+// TestExternalInterfaceIPv6 picks interfaces and their IPv6 addresses, as flanneld
+// does on dual-stack and IPv6-only networks, in a namespace holding eth0
+// (192.0.2.10/24, 2001:db8:1::10/64, both default routes), eth12 (198.51.100.5/24,
+// 2001:db8:12::5/64) and v4only (192.0.2.77/32, no IPv6).
+func TestExternalInterfaceIPv6(t *testing.T) {
+	ns := netnstest.New(t, "weft-iface6")
+	ctx := context.Background()
+	for _, cmd := range [][]string{
+		{"link", "add", "eth0", "type", "veth", "peer", "name", "p0"},
+		{"link", "add", "eth12", "type", "veth", "peer", "name", "p12"},
+		{"link", "add", "v4only", "type", "veth", "peer", "name", "pv"},
+		{"addr", "add", "192.0.2.10/24", "dev", "eth0"},
+		{"addr", "add", "2001:db8:1::10/64", "dev", "eth0", "nodad"},
+		{"addr", "add", "198.51.100.5/24", "dev", "eth12"},
+		{"addr", "add", "2001:db8:12::5/64", "dev", "eth12", "nodad"},
+		{"addr", "add", "192.0.2.77/32", "dev", "v4only"},
+		{"link", "set", "p0", "up"}, {"link", "set", "p12", "up"}, {"link", "set", "pv", "up"},
+		{"link", "set", "eth0", "up"}, {"link", "set", "eth12", "up"}, {"link", "set", "v4only", "up"},
+		{"route", "add", "default", "via", "192.0.2.1", "dev", "eth0"},
+		{"-6", "route", "add", "default", "via", "2001:db8:1::1", "dev", "eth0"},
+	} {
+		if out, err := ns.Run(ctx, "ip", cmd...); err != nil {
+			t.Fatalf("ip %v: %v: %s", cmd, err, out)
+		}
+	}
+	dual := func(c ifaceChoice) ifaceChoice { c.ipv6 = true; return c }
+	v6only := func(c ifaceChoice) ifaceChoice { c.ipv6, c.noIPv4 = true, true; return c }
+	tests := []struct {
+		name    string
+		c       ifaceChoice
+		want    string // "name ip public-ip ipv6 public-ipv6"
+		wantErr string
+	}{
+		{name: "dual default route", c: dual(ifaceChoice{}), want: "eth0 192.0.2.10 192.0.2.10 2001:db8:1::10 2001:db8:1::10"},
+		{name: "v6-only default route", c: v6only(ifaceChoice{}), want: "eth0 invalid IP 0.0.0.0 2001:db8:1::10 2001:db8:1::10"},
+		{name: "dual by name", c: dual(ifaceChoice{ifaces: []string{"eth12"}}), want: "eth12 198.51.100.5 198.51.100.5 2001:db8:12::5 2001:db8:12::5"},
+		{name: "dual by IPv6 address", c: dual(ifaceChoice{ifaces: []string{"2001:db8:12::5"}}), want: "eth12 198.51.100.5 198.51.100.5 2001:db8:12::5 2001:db8:12::5"},
+		{name: "v6-only by IPv6 address", c: v6only(ifaceChoice{ifaces: []string{"2001:db8:12::5"}}), want: "eth12 invalid IP 0.0.0.0 2001:db8:12::5 2001:db8:12::5"},
+		{name: "v6-only regex on the IPv6 address", c: v6only(ifaceChoice{regexes: []string{`^2001:db8:12:`}}), want: "eth12 invalid IP 0.0.0.0 2001:db8:12::5 2001:db8:12::5"},
+		{name: "dual regex needs both families to match", c: dual(ifaceChoice{regexes: []string{`^(198\.51\.|2001:db8:12:)`}}),
+			want: "eth12 198.51.100.5 198.51.100.5 2001:db8:12::5 2001:db8:12::5"},
+		{name: "v6-only public IPv6 names the interface", c: v6only(ifaceChoice{publicIPv6: "2001:db8:12::5"}), want: "eth12 invalid IP 0.0.0.0 2001:db8:12::5 2001:db8:12::5"},
+		{name: "public IPv6 held by no interface", c: dual(ifaceChoice{ifaces: []string{"eth0"}, publicIPv6: "2001:db8:99::1"}),
+			want: "eth0 192.0.2.10 192.0.2.10 2001:db8:1::10 2001:db8:99::1"},
+		{name: "can-reach an IPv6 address", c: v6only(ifaceChoice{canReach: "2001:db8:12::99"}), want: "eth12 invalid IP 0.0.0.0 2001:db8:12::5 2001:db8:12::5"},
+		{name: "dual interface without IPv6", c: dual(ifaceChoice{ifaces: []string{"v4only"}}), wantErr: "v4only has no IPv6 address"},
+		{name: "bad public IPv6", c: dual(ifaceChoice{ifaces: []string{"eth0"}, publicIPv6: "192.0.2.1"}), wantErr: "--public-ipv6"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got string
+			var err error
+			if derr := ns.Do(func() error {
+				e, ferr := externalInterface(tt.c)
+				err = ferr
+				got = strings.Join([]string{e.Name, e.IfaceIP.String(), e.PublicIP.String(), e.IfaceIPv6.String(), e.PublicIPv6.String()}, " ")
+				return nil
+			}); derr != nil {
+				t.Fatal(derr)
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want one naming %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+
+	// Dual stack with the two default routes on different interfaces: refused, as
+	// flanneld refuses it.
+	if out, err := ns.Run(ctx, "ip", "-6", "route", "replace", "default", "via", "2001:db8:12::1", "dev", "eth12"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var err error
+	if derr := ns.Do(func() error { _, err = externalInterface(ifaceChoice{ipv6: true}); return nil }); derr != nil {
+		t.Fatal(derr)
+	}
+	if !errors.Is(err, errNoInterface) || !strings.Contains(err.Error(), "different interfaces") {
+		t.Fatalf("split default routes: %v, want errNoInterface naming both", err)
+	}
+}

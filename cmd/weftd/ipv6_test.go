@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,17 +16,18 @@ import (
 	"github.com/weftnet/weft/lease"
 )
 
-// TestRunRefusesIPv6Config: the lease package parses IPv6 configs, but weftd has no
-// IPv6 data path yet, so it stops at start with ErrIPv6NotSupported and writes no
-// subnet.env (issue 14).
-func TestRunRefusesIPv6Config(t *testing.T) {
+// TestRunRefusesIPv6OnUDP: the udp backend carries IPv4 only, so a dual-stack or
+// IPv6-only network on it stops weftd at start with ErrIPv6NotSupported, an error
+// naming the backend, and no subnet.env.
+func TestRunRefusesIPv6OnUDP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a real etcd server")
 	}
 	srv := etcdtest.Start(t)
 	for name, cfg := range map[string]string{
-		"dual-stack": `{"Network":"198.18.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:db8::/48","Backend":{"Type":"alloc"}}`,
-		"IPv6-only":  `{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:db8::/48","Backend":{"Type":"alloc"}}`,
+		"dual-stack":         `{"Network":"198.18.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:db8::/48","Backend":{"Type":"udp"}}`,
+		"IPv6-only":          `{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:db8::/48","Backend":{"Type":"UDP"}}`,
+		"dual-stack-no-type": `{"Network":"198.18.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:db8::/48"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			prefix := "/weft-test/ipv6-" + name
@@ -44,8 +46,8 @@ func TestRunRefusesIPv6Config(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			d := &daemon{opts: opts, log: zaptest.NewLogger(t)}
-			if err := d.run(ctx); !errors.Is(err, lease.ErrIPv6NotSupported) {
-				t.Fatalf("run = %v, want ErrIPv6NotSupported", err)
+			if err := d.run(ctx); !errors.Is(err, lease.ErrIPv6NotSupported) || !strings.Contains(err.Error(), "udp backend") {
+				t.Fatalf("run = %v, want ErrIPv6NotSupported naming the udp backend", err)
 			}
 			if _, err := os.Stat(opts.subnetFile); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("subnet.env after the refusal: %v", err)

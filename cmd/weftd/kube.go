@@ -32,22 +32,41 @@ type nodePublicIPer interface {
 	NodePublicIP(ctx context.Context) (netip.Addr, error)
 }
 
-// publicIP is the address peers should send to: the store's choice when it makes one
-// (it wins over --public-ip, as in flanneld), else --public-ip ("" for the interface's).
-func (d *daemon) publicIP(ctx context.Context, mgr lease.Manager) (string, error) {
-	p, ok := mgr.(nodePublicIPer)
-	if !ok {
-		return d.opts.publicIP, nil
+// nodePublicIPv6er is nodePublicIPer for the IPv6 address (node-public-ipv6).
+type nodePublicIPv6er interface {
+	NodePublicIPv6(ctx context.Context) (netip.Addr, error)
+}
+
+// publicIPs are the addresses peers should send to, IPv4 and IPv6 (the latter only
+// on a network with IPv6): the store's choice when it makes one (it wins over
+// --public-ip and --public-ipv6, as in flanneld), else the flag ("" for the
+// interface's).
+func (d *daemon) publicIPs(ctx context.Context, mgr lease.Manager, cfg *lease.Config) (string, string, error) {
+	v4, v6 := d.opts.publicIP, d.opts.publicIPv6
+	if p, ok := mgr.(nodePublicIPer); ok && cfg.EnableIPv4 {
+		ip, err := p.NodePublicIP(ctx)
+		if err != nil {
+			return "", "", fmt.Errorf("public IP: %w", err)
+		}
+		v4 = d.overridden("--public-ip", v4, ip)
 	}
-	ip, err := p.NodePublicIP(ctx)
-	if err != nil {
-		return "", fmt.Errorf("public IP: %w", err)
+	if p, ok := mgr.(nodePublicIPv6er); ok && cfg.EnableIPv6 {
+		ip, err := p.NodePublicIPv6(ctx)
+		if err != nil {
+			return "", "", fmt.Errorf("public IPv6: %w", err)
+		}
+		v6 = d.overridden("--public-ipv6", v6, ip)
 	}
+	return v4, v6, nil
+}
+
+// overridden is the store's address ip when valid, else flagValue.
+func (d *daemon) overridden(flag, flagValue string, ip netip.Addr) string {
 	if !ip.IsValid() {
-		return d.opts.publicIP, nil
+		return flagValue
 	}
-	if d.opts.publicIP != "" && d.opts.publicIP != ip.String() {
-		d.log.Info("the node's annotation overrides --public-ip", zap.String("--public-ip", d.opts.publicIP), zap.Stringer("public-ip", ip))
+	if flagValue != "" && flagValue != ip.String() {
+		d.log.Info("the node's annotation overrides "+flag, zap.String(flag, flagValue), zap.Stringer("address", ip))
 	}
-	return ip.String(), nil
+	return ip.String()
 }

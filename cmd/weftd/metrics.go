@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,7 +70,7 @@ func newWeftCollector(d *daemon) *weftCollector {
 		reconcileRepairs: desc("reconcile_repairs_total", "Kernel entries the vxlan or host-gw reconcile loop found removed or changed and wrote again, by object (device, route, neigh, fdb).", "backend", "object"),
 		firewallRepairs:  desc("firewall_repairs_total", "Times weftd found its firewall rules (forward and masquerade) removed or changed and wrote them again, by kind (iptables, nftables).", "firewall"),
 		peers:            desc("peers", "Other hosts' subnets the backend carries traffic to."),
-		subnetD:          desc("lease_info", "Always 1 while a lease is held; the labels name it.", "subnet", "backend"),
+		subnetD:          desc("lease_info", "Always 1 while a lease is held; the labels name it (a family the network lacks: empty).", "subnet", "ipv6_subnet", "backend"),
 	}
 }
 
@@ -117,7 +118,7 @@ func (c *weftCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	be := *bp
 	if h := c.d.held.Load(); h != nil {
-		gauge(c.subnetD, 1, h.Subnet.String(), be.Type())
+		gauge(c.subnetD, 1, prefixLabel(h.Subnet), prefixLabel(h.IPv6Subnet), be.Type())
 	}
 	if pc, ok := be.(encap.PeerCounter); ok {
 		gauge(c.peers, float64(pc.Peers()))
@@ -171,4 +172,12 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// prefixLabel is p as a label value: empty when p is absent.
+func prefixLabel(p netip.Prefix) string {
+	if !p.IsValid() {
+		return ""
+	}
+	return p.String()
 }

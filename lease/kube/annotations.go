@@ -25,6 +25,12 @@ const (
 	annPublicIPOverwrite = "public-ip-overwrite"
 	// annNodePublicIP, set on a node by its operator, replaces --public-ip.
 	annNodePublicIP = "node-public-ip"
+
+	// The IPv6 counterparts, on dual-stack and IPv6-only networks.
+	annBackendV6Data       = "backend-v6-data"
+	annPublicIPv6          = "public-ipv6"
+	annPublicIPv6Overwrite = "public-ipv6-overwrite"
+	annNodePublicIPv6      = "node-public-ipv6"
 )
 
 // keyPrefix turns --kube-annotation-prefix into the text every annotation key starts

@@ -37,8 +37,8 @@ func (m *Manager) Health(now time.Time) error {
 	if !ok {
 		return fmt.Errorf("%w: node %s is gone", errLeaseLost, m.name())
 	}
-	if subnet, err := podCIDR(n); err != nil || subnet != held.Subnet {
-		return fmt.Errorf("%w: node %s has podCIDR %q, we hold %s", errLeaseLost, n.Name, n.Spec.PodCIDR, held.Subnet)
+	if l, err := m.ownLease(n); err != nil || l.Key() != held.Key() {
+		return fmt.Errorf("%w: node %s has podCIDRs %q, we hold %s", errLeaseLost, n.Name, n.Spec.PodCIDRs, held.Key())
 	}
 	if !m.published(n, held.Attrs) {
 		return fmt.Errorf("%w: our annotations are missing on node %s (publishing them again)", errLeaseLost, n.Name)

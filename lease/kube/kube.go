@@ -75,7 +75,10 @@ type Manager struct {
 	contact  *contact
 	held     atomic.Pointer[lease.Lease]
 
-	badOverwrite atomic.Pointer[string] // last bad public-ip-overwrite logged
+	cfgMu sync.Mutex
+	cfg   *lease.Config // the network config, once Config read it
+
+	badOverwrite atomic.Pointer[string] // last bad public-ip(v6)-overwrite logged
 	stop         chan struct{}          // closed by Close: the informer stops
 	done         sync.WaitGroup
 }
@@ -136,7 +139,25 @@ func (m *Manager) Config(ctx context.Context) (*lease.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--net-config-path: %w", err)
 	}
-	return lease.ParseConfig(data)
+	cfg, err := lease.ParseConfig(data)
+	if err != nil {
+		return nil, err
+	}
+	m.cfgMu.Lock()
+	m.cfg = cfg
+	m.cfgMu.Unlock()
+	return cfg, nil
+}
+
+// families returns which address families the network config enables (IPv4 alone
+// before Config was called).
+func (m *Manager) families() (v4, v6 bool) {
+	m.cfgMu.Lock()
+	defer m.cfgMu.Unlock()
+	if m.cfg == nil {
+		return true, false
+	}
+	return m.cfg.EnableIPv4, m.cfg.EnableIPv6
 }
 
 // name returns our node's name ("" before nodeNameOf found it).
@@ -230,29 +251,53 @@ func (m *Manager) node() (*corev1.Node, bool) {
 // of --public-ip, as flanneld reads it at start; the zero Addr when there is none or
 // the node cannot be read (that is logged).
 func (m *Manager) NodePublicIP(ctx context.Context) (netip.Addr, error) {
+	return m.nodeAnnotatedIP(ctx, annNodePublicIP, false)
+}
+
+// NodePublicIPv6 is NodePublicIP for node-public-ipv6, which replaces --public-ipv6.
+func (m *Manager) NodePublicIPv6(ctx context.Context) (netip.Addr, error) {
+	return m.nodeAnnotatedIP(ctx, annNodePublicIPv6, true)
+}
+
+func (m *Manager) nodeAnnotatedIP(ctx context.Context, ann string, v6 bool) (netip.Addr, error) {
 	name, err := m.nodeNameOf(ctx)
 	if err != nil {
 		return netip.Addr{}, err
 	}
 	n, err := m.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		m.log.Warn("cannot read our node's "+m.key(annNodePublicIP)+" annotation", zap.String("node", name), zap.Error(err))
+		m.log.Warn("cannot read our node's "+m.key(ann)+" annotation", zap.String("node", name), zap.Error(err))
 		return netip.Addr{}, nil
 	}
-	v, ok := n.Annotations[m.key(annNodePublicIP)]
+	v, ok := n.Annotations[m.key(ann)]
 	if !ok || v == "" {
 		return netip.Addr{}, nil
 	}
-	ip, err := netip.ParseAddr(v)
-	if err != nil || !ip.Is4() {
-		return netip.Addr{}, fmt.Errorf("%w: node %s: %s=%q is not an IPv4 address", ErrBadAnnotation, name, m.key(annNodePublicIP), v)
+	ip, err := parseFamily(v, v6)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%w: node %s: %s=%q: %w", ErrBadAnnotation, name, m.key(ann), v, err)
 	}
-	m.log.Info("public IP from the node's annotation", zap.String("node", name), zap.String("annotation", m.key(annNodePublicIP)), zap.Stringer("public-ip", ip))
+	m.log.Info("public IP from the node's annotation", zap.String("node", name), zap.String("annotation", m.key(ann)), zap.Stringer("public-ip", ip))
 	return ip, nil
 }
 
-// Acquire waits until our node has a podCIDR, then publishes our attributes as the
-// node's annotations.
+// parseFamily parses an IPv4 address, or an IPv6 one when v6.
+func parseFamily(s string, v6 bool) (netip.Addr, error) {
+	ip, err := netip.ParseAddr(s)
+	switch {
+	case err != nil:
+		return ip, err
+	case v6 && (!ip.Is6() || ip.Is4In6() || ip.Zone() != ""):
+		return ip, errors.New("not an IPv6 address")
+	case !v6 && !ip.Is4():
+		return ip, errors.New("not an IPv4 address")
+	}
+	return ip, nil
+}
+
+// Acquire waits until our node has a podCIDR of each family the network config
+// enables (spec.podCIDRs of a dual-stack node has one of each), then publishes our
+// attributes as the node's annotations.
 func (m *Manager) Acquire(ctx context.Context, attrs lease.Attrs) (lease.Lease, error) {
 	if err := m.start(ctx); err != nil {
 		return lease.Lease{}, err
@@ -269,11 +314,11 @@ func (m *Manager) Acquire(ctx context.Context, attrs lease.Attrs) (lease.Lease, 
 	var lastLog time.Time
 	for {
 		if n, ok := m.node(); ok {
-			if subnet, err := podCIDR(n); err == nil {
+			if l, err := m.ownLease(n); err == nil {
 				if err := m.annotate(ctx, n, attrs); err != nil {
 					return lease.Lease{}, err
 				}
-				l := lease.Lease{Subnet: subnet, Attrs: attrs}
+				l.Attrs = attrs
 				m.held.Store(&l)
 				return l, nil
 			} else if time.Since(lastLog) > 30*time.Second {
@@ -301,51 +346,97 @@ func notify(c chan struct{}) {
 	}
 }
 
-// errNoPodCIDR is returned for nodes without a (valid IPv4) podCIDR.
+// errNoPodCIDR is returned for nodes without a podCIDR of a family the network needs.
 var errNoPodCIDR = errors.New("no podCIDR")
 
-func podCIDR(n *corev1.Node) (netip.Prefix, error) {
+// podCIDRs returns a node's IPv4 and IPv6 podCIDRs (zero when absent): spec.podCIDRs,
+// one per family on a dual-stack node, else spec.podCIDR.
+func podCIDRs(n *corev1.Node) (v4, v6 netip.Prefix) {
 	cidrs := n.Spec.PodCIDRs
 	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
 		cidrs = []string{n.Spec.PodCIDR}
 	}
 	for _, c := range cidrs {
-		if p, err := netip.ParsePrefix(c); err == nil && p.Addr().Is4() {
-			return p.Masked(), nil
+		p, err := netip.ParsePrefix(c)
+		switch {
+		case err != nil:
+		case p.Addr().Is4() && !v4.IsValid():
+			v4 = p.Masked()
+		case p.Addr().Is6() && !p.Addr().Is4In6() && !v6.IsValid():
+			v6 = p.Masked()
 		}
 	}
-	return netip.Prefix{}, fmt.Errorf("%w on node %s", errNoPodCIDR, n.Name)
+	return v4, v6
+}
+
+// ownLease is our node's lease: its podCIDR of each family the network enables.
+func (m *Manager) ownLease(n *corev1.Node) (lease.Lease, error) {
+	want4, want6 := m.families()
+	v4, v6 := podCIDRs(n)
+	switch {
+	case want4 && !v4.IsValid():
+		return lease.Lease{}, fmt.Errorf("%w of IPv4 on node %s", errNoPodCIDR, n.Name)
+	case want6 && !v6.IsValid():
+		return lease.Lease{}, fmt.Errorf("%w of IPv6 on node %s (a dual-stack cluster gives each node one per family)", errNoPodCIDR, n.Name)
+	}
+	var l lease.Lease
+	if want4 {
+		l.Subnet = v4
+	}
+	if want6 {
+		l.IPv6Subnet = v6
+	}
+	return l, nil
 }
 
 // wanted are the annotations that publish attrs on node n, as flanneld writes them:
-// the node's public-ip-overwrite annotation, when set, is published as its public-ip.
+// the IPv4 ones (backend-data, public-ip) unless a vxlan host has no IPv4 device
+// (IPv6-only), the IPv6 ones (backend-v6-data, public-ipv6) when a vxlan host has a
+// v6 device or another backend a PublicIPv6. A node's public-ip(v6)-overwrite
+// annotation, when set, is published as its public-ip(v6).
 func (m *Manager) wanted(n *corev1.Node, attrs lease.Attrs) map[string]string {
-	data := string(attrs.BackendData)
-	if data == "" {
-		data = "null"
-	}
-	return map[string]string{
-		m.key(annBackendData):       data,
+	w := map[string]string{
 		m.key(annBackendType):       attrs.BackendType,
 		m.key(annKubeSubnetManager): "true",
-		m.key(annPublicIP):          m.publicIP(n, attrs).String(),
 	}
+	vxlan := attrs.BackendType == "vxlan"
+	if !vxlan || len(attrs.BackendData) > 0 {
+		w[m.key(annBackendData)] = jsonOrNull(attrs.BackendData)
+		ip := attrs.PublicIP
+		if !ip.IsValid() {
+			ip = netip.IPv4Unspecified() // flanneld's zero IPv4 address
+		}
+		w[m.key(annPublicIP)] = m.overwritten(n, annPublicIPOverwrite, ip, false).String()
+	}
+	if vxlan && len(attrs.BackendV6Data) > 0 || !vxlan && attrs.PublicIPv6.IsValid() {
+		w[m.key(annBackendV6Data)] = jsonOrNull(attrs.BackendV6Data)
+		w[m.key(annPublicIPv6)] = m.overwritten(n, annPublicIPv6Overwrite, attrs.PublicIPv6, true).String()
+	}
+	return w
 }
 
-// publicIP is the address published for us: the node's public-ip-overwrite when it is
-// a valid IPv4 address, else ours. A bad value is logged once and ignored.
-func (m *Manager) publicIP(n *corev1.Node, attrs lease.Attrs) netip.Addr {
-	v := n.Annotations[m.key(annPublicIPOverwrite)]
-	if v == "" {
-		return attrs.PublicIP
+func jsonOrNull(d json.RawMessage) string {
+	if len(d) == 0 {
+		return "null"
 	}
-	ip, err := netip.ParseAddr(v)
-	if err != nil || !ip.Is4() {
+	return string(d)
+}
+
+// overwritten is the address published for us: the node's overwrite annotation ann
+// when it holds a valid address of the family, else ours. A bad value is logged once
+// and ignored.
+func (m *Manager) overwritten(n *corev1.Node, ann string, ours netip.Addr, v6 bool) netip.Addr {
+	v := n.Annotations[m.key(ann)]
+	if v == "" {
+		return ours
+	}
+	ip, err := parseFamily(v, v6)
+	if err != nil {
 		if last := m.badOverwrite.Swap(&v); last == nil || *last != v {
-			m.log.Error("ignoring the node's public IP overwrite: not an IPv4 address",
-				zap.String("node", n.Name), zap.String("annotation", m.key(annPublicIPOverwrite)), zap.String("value", v))
+			m.log.Error("ignoring the node's public IP overwrite", zap.Error(err),
+				zap.String("node", n.Name), zap.String("annotation", m.key(ann)), zap.String("value", v))
 		}
-		return attrs.PublicIP
+		return ours
 	}
 	return ip
 }

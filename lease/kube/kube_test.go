@@ -88,8 +88,14 @@ func createNode(t *testing.T, cs kubernetes.Interface, name, cidr string, annota
 // newManager runs as weftd would, with the flannel identity's kubeconfig.
 func newManager(t *testing.T, id kubetest.Identity, o Options) *Manager {
 	t.Helper()
+	return newManagerConf(t, id, o, `{"Network":"198.18.0.0/16","Backend":{"Type":"vxlan"}}`)
+}
+
+// newManagerConf is newManager on the network config netConf.
+func newManagerConf(t *testing.T, id kubetest.Identity, o Options, netConf string) *Manager {
+	t.Helper()
 	conf := filepath.Join(t.TempDir(), "net-conf.json")
-	if err := os.WriteFile(conf, []byte(`{"Network":"198.18.0.0/16","Backend":{"Type":"vxlan"}}`), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(netConf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	o.Kubeconfig, o.NetConfPath, o.SetNodeNetworkUnavailable = id.Kubeconfig, conf, true
@@ -146,7 +152,7 @@ func TestKubeSubnetManager(t *testing.T) {
 	}
 
 	events := make(chan []lease.Event, 16)
-	go m1.Watch(ctx, l1.Subnet, events)
+	go m1.Watch(ctx, l1.Key(), events)
 	if got := <-events; len(got) != 0 {
 		t.Fatalf("snapshot before n2 published: %v", got)
 	}

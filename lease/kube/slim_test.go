@@ -106,7 +106,7 @@ func TestNodeCacheIsSlim(t *testing.T) {
 	}
 	m := newManager(t, id, Options{NodeName: "n1"})
 	events := make(chan []lease.Event, 4)
-	go m.Watch(ctx, netip.MustParsePrefix("198.18.1.0/24"), events)
+	go m.Watch(ctx, lease.Key{Subnet: netip.MustParsePrefix("198.18.1.0/24")}, events)
 	expect(t, events, lease.Added, "198.18.2.0/24", "192.0.2.10")
 	obj, ok, err := m.informer.GetStore().GetByKey("n2")
 	if err != nil || !ok {
@@ -187,5 +187,42 @@ func BenchmarkNodeCache(b *testing.B) {
 			b.ReportMetric(perNode, "heapB/node")
 			b.ReportMetric(perNode*nodes/(1<<20), "heapMiB")
 		})
+	}
+}
+
+// TestSlimKeepsDualStack: the node cache's transform keeps what a dual-stack peer's
+// lease is read from (both podCIDRs, the IPv6 annotations) and drops the rest; the
+// lease read off the slim Node is the one read off the whole Node.
+func TestSlimKeepsDualStack(t *testing.T) {
+	m := &Manager{log: zap.NewNop(), prefix: DefaultAnnotationPrefix + "/",
+		cfg: &lease.Config{EnableIPv4: true, EnableIPv6: true}}
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n2", Labels: map[string]string{"zone": "a"}, Annotations: map[string]string{
+			"flannel.alpha.coreos.com/backend-type":    "vxlan",
+			"flannel.alpha.coreos.com/backend-data":    `{"VNI":1,"VtepMAC":"0e:00:00:00:00:02"}`,
+			"flannel.alpha.coreos.com/public-ip":       "192.0.2.20",
+			"flannel.alpha.coreos.com/backend-v6-data": `{"VNI":1,"VtepMAC":"0e:00:00:01:00:02"}`,
+			"flannel.alpha.coreos.com/public-ipv6":     "2001:db8::20",
+			"node.alpha.kubernetes.io/ttl":             "0",
+		}},
+		Spec:   corev1.NodeSpec{PodCIDR: "198.18.2.0/24", PodCIDRs: []string{"198.18.2.0/24", "fd00:18:0:2::/64"}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.20"}}},
+	}
+	whole, ok := m.leaseOf(n)
+	if !ok || !whole.Subnet.IsValid() || !whole.IPv6Subnet.IsValid() || !whole.Attrs.PublicIPv6.IsValid() || len(whole.Attrs.BackendV6Data) == 0 {
+		t.Fatalf("the whole node gives no dual-stack lease: %+v", whole)
+	}
+	obj, err := m.slim(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := obj.(*corev1.Node)
+	if len(s.Annotations) != 5 || len(s.Labels) != 0 || len(s.Status.Addresses) != 0 || len(s.Spec.PodCIDRs) != 2 {
+		t.Fatalf("slim node: annotations %v, labels %v, addresses %v, podCIDRs %v",
+			s.Annotations, s.Labels, s.Status.Addresses, s.Spec.PodCIDRs)
+	}
+	got, ok := m.leaseOf(s)
+	if !ok || got.Key() != whole.Key() || !got.Attrs.Equal(whole.Attrs) {
+		t.Fatalf("lease of the slim node %+v, of the whole node %+v", got, whole)
 	}
 }

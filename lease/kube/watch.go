@@ -13,32 +13,58 @@ import (
 	"github.com/weftnet/weft/lease"
 )
 
-// leaseOf reads a peer's lease off its node: a podCIDR and flannel's annotations.
+// leaseOf reads a peer's lease off its node: its podCIDRs and flannel's annotations,
+// for each family the network enables. A family whose podCIDR or public address is
+// missing is left out; a node with neither family gives no lease.
 func (m *Manager) leaseOf(n *corev1.Node) (lease.Lease, bool) {
-	subnet, err := podCIDR(n)
-	if err != nil {
+	typ, ok := n.Annotations[m.key(annBackendType)]
+	if !ok {
 		return lease.Lease{}, false
 	}
-	typ, okT := n.Annotations[m.key(annBackendType)]
-	ipStr, okIP := n.Annotations[m.key(annPublicIP)]
-	data, okD := n.Annotations[m.key(annBackendData)]
-	if !okT || !okIP || !okD {
-		return lease.Lease{}, false
-	}
-	ip, err := netip.ParseAddr(ipStr)
-	if err != nil || !ip.Is4() {
-		m.log.Error("skipping node with a bad public-ip annotation", zap.String("node", n.Name), zap.String("public-ip", ipStr))
-		return lease.Lease{}, false
-	}
-	attrs := lease.Attrs{PublicIP: ip, BackendType: typ}
-	if data != "" && data != "null" {
-		if !json.Valid([]byte(data)) {
-			m.log.Error("skipping node with bad backend-data", zap.String("node", n.Name))
-			return lease.Lease{}, false
+	want4, want6 := m.families()
+	v4, v6 := podCIDRs(n)
+	l := lease.Lease{Attrs: lease.Attrs{BackendType: typ}}
+	if want4 && v4.IsValid() {
+		ip, data, ok := m.family(n, annPublicIP, annBackendData, false)
+		if ok {
+			l.Subnet, l.Attrs.PublicIP, l.Attrs.BackendData = v4, ip, data
 		}
-		attrs.BackendData = json.RawMessage(data)
 	}
-	return lease.Lease{Subnet: subnet, Attrs: attrs}, true
+	if want6 && v6.IsValid() {
+		ip, data, ok := m.family(n, annPublicIPv6, annBackendV6Data, true)
+		if ok {
+			l.IPv6Subnet, l.Attrs.PublicIPv6, l.Attrs.BackendV6Data = v6, ip, data
+		}
+	}
+	if !l.Subnet.IsValid() && !l.IPv6Subnet.IsValid() {
+		return lease.Lease{}, false
+	}
+	if !l.Attrs.PublicIP.IsValid() {
+		l.Attrs.PublicIP = netip.IPv4Unspecified() // as in flanneld's IPv6-only leases
+	}
+	return l, true
+}
+
+// family reads one family's public address and backend data annotations of n.
+func (m *Manager) family(n *corev1.Node, ipAnn, dataAnn string, v6 bool) (netip.Addr, json.RawMessage, bool) {
+	ipStr, okIP := n.Annotations[m.key(ipAnn)]
+	data, okD := n.Annotations[m.key(dataAnn)]
+	if !okIP || !okD {
+		return netip.Addr{}, nil, false
+	}
+	ip, err := parseFamily(ipStr, v6)
+	if err != nil {
+		m.log.Error("skipping a node's bad "+ipAnn+" annotation", zap.String("node", n.Name), zap.String("value", ipStr), zap.Error(err))
+		return netip.Addr{}, nil, false
+	}
+	if data == "" || data == "null" {
+		return ip, nil, true
+	}
+	if !json.Valid([]byte(data)) {
+		m.log.Error("skipping a node's bad "+dataAnn+" annotation", zap.String("node", n.Name))
+		return netip.Addr{}, nil, false
+	}
+	return ip, json.RawMessage(data), true
 }
 
 // changedNodes collects the names of the nodes the informer reported changed since
@@ -94,7 +120,7 @@ func (m *Manager) subscribe(ctx context.Context) (*changedNodes, func(), error) 
 
 // Watch sends the other nodes' leases: a snapshot, then the differences for the nodes
 // the informer reports changed (a change costs the same with 100 nodes as with 5,000).
-func (m *Manager) Watch(ctx context.Context, own netip.Prefix, events chan<- []lease.Event) error {
+func (m *Manager) Watch(ctx context.Context, own lease.Key, events chan<- []lease.Event) error {
 	c, unsubscribe, err := m.subscribe(ctx)
 	if err != nil {
 		return err
@@ -128,7 +154,7 @@ func (m *Manager) Watch(ctx context.Context, own netip.Prefix, events chan<- []l
 }
 
 // diff makes known (node name -> lease) match the informer's store.
-func (m *Manager) diff(known map[string]lease.Lease, own netip.Prefix) []lease.Event {
+func (m *Manager) diff(known map[string]lease.Lease, own lease.Key) []lease.Event {
 	evs := []lease.Event{}
 	seen := map[string]bool{}
 	for _, obj := range m.informer.GetStore().List() {
@@ -147,7 +173,7 @@ func (m *Manager) diff(known map[string]lease.Lease, own netip.Prefix) []lease.E
 }
 
 // diffNodes makes known match the informer's store for the named nodes alone.
-func (m *Manager) diffNodes(known map[string]lease.Lease, own netip.Prefix, names map[string]struct{}) []lease.Event {
+func (m *Manager) diffNodes(known map[string]lease.Lease, own lease.Key, names map[string]struct{}) []lease.Event {
 	evs := []lease.Event{}
 	store := m.informer.GetStore()
 	for name := range names {
@@ -162,12 +188,12 @@ func (m *Manager) diffNodes(known map[string]lease.Lease, own netip.Prefix, name
 
 // diffOne brings known[name] in line with node n (nil: gone), appending the events
 // that do so; it reports whether the node holds a peer's lease.
-func (m *Manager) diffOne(known map[string]lease.Lease, own netip.Prefix, name string, n *corev1.Node, evs *[]lease.Event) bool {
+func (m *Manager) diffOne(known map[string]lease.Lease, own lease.Key, name string, n *corev1.Node, evs *[]lease.Event) bool {
 	var l lease.Lease
 	ok := n != nil && name != m.opts.NodeName
 	if ok {
 		l, ok = m.leaseOf(n)
-		ok = ok && l.Subnet != own
+		ok = ok && l.Key() != own
 	}
 	old, had := known[name]
 	if !ok {
@@ -177,10 +203,10 @@ func (m *Manager) diffOne(known map[string]lease.Lease, own netip.Prefix, name s
 		}
 		return false
 	}
-	if had && old.Subnet == l.Subnet && old.Attrs.Equal(l.Attrs) {
+	if had && old.Key() == l.Key() && old.Attrs.Equal(l.Attrs) {
 		return true
 	}
-	if had && old.Subnet != l.Subnet {
+	if had && old.Key() != l.Key() {
 		*evs = append(*evs, lease.Event{Type: lease.Removed, Lease: old})
 	}
 	known[name] = l

@@ -47,7 +47,8 @@ func eventStrings(evs []lease.Event) []string {
 // finds (a node changed, one gone, one new, one losing its annotations, one moving to
 // our subnet), and leave known the same.
 func TestDiffNodes(t *testing.T) {
-	own := netip.MustParsePrefix("198.18.0.0/29") // node-0's, ours
+	ownSubnet := netip.MustParsePrefix("198.18.0.0/29") // node-0's, ours
+	own := lease.Key{Subnet: ownSubnet}
 	full, part := storeManager(20), storeManager(20)
 	kFull, kPart := map[string]lease.Lease{}, map[string]lease.Lease{}
 	if a, b := eventStrings(full.diff(kFull, own)), eventStrings(part.diff(kPart, own)); len(a) != 19 || !slices.Equal(a, b) {
@@ -62,7 +63,7 @@ func TestDiffNodes(t *testing.T) {
 		bare.Annotations = nil
 		_ = st.Update(bare)
 		moved := peerNode(6, "192.0.2.10")
-		moved.Spec.PodCIDR, moved.Spec.PodCIDRs = own.String(), []string{own.String()}
+		moved.Spec.PodCIDR, moved.Spec.PodCIDRs = ownSubnet.String(), []string{ownSubnet.String()}
 		_ = st.Update(moved)
 		_ = st.Update(peerNode(7, "192.0.2.10")) // unchanged
 	}
@@ -86,7 +87,7 @@ func TestDiffNodes(t *testing.T) {
 // BenchmarkKubeNodeChange: one node's change among n, as Watch handles it now (the
 // changed node alone) and as it did (a diff over every node).
 func BenchmarkKubeNodeChange(b *testing.B) {
-	own := netip.MustParsePrefix("198.18.0.0/29")
+	own := lease.Key{Subnet: netip.MustParsePrefix("198.18.0.0/29")}
 	for _, n := range []int{100, 5000} {
 		m := storeManager(n)
 		known := map[string]lease.Lease{}
