@@ -32,6 +32,7 @@ func TestIPv6Pods(t *testing.T) {
 		{"vxlan-dual-stack", dual, "vxlan", weftd, true, true},
 		{"host-gw-dual-stack", dual, "host-gw", weftd, true, false},
 		{"vxlan-ipv6-only", v6only, "vxlan", weftd, false, true},
+		{"udp-dual-stack", dual, "udp", weftd, true, true},
 		{"vxlan-dual-stack-flanneld", dual, "vxlan", flannel, true, false},
 		{"host-gw-dual-stack-flanneld", dual, "host-gw", flannel, true, false},
 	} {

@@ -135,6 +135,9 @@ func NewUDP(cfg *lease.Config, ext ExternalInterface, tuning UDPTuning, log *zap
 			return nil, fmt.Errorf("udp backend: %w", err)
 		}
 		pcfg.IPv6 = true
+		if ext.IfaceIPv6.Is6() && !ext.IfaceIPv6.Is4In6() {
+			pcfg.Addr6 = ext.IfaceIPv6
+		}
 	}
 	return &udpBackend{cfg: cfg, opts: opts, pcfg: pcfg, tunOffload: !tuning.NoTUNOffload, tunNoUSO: tuning.NoTUNUSO, log: log, table: table,
 		ready: make(chan struct{})}, nil

@@ -150,20 +150,17 @@ func (d *daemon) run(ctx context.Context) error {
 	return d.serve(ctx, mgr, be, own, env)
 }
 
-// refuseIPv6 stops a dual-stack or IPv6-only network on a backend whose data path
-// carries IPv4 only: the udp backend (flanneld's is IPv4-only too).
+// refuseIPv6 stops an IPv6-only network on the udp backend: its data path carries
+// IPv6 (weft's addition; flanneld's udp is IPv4-only) beside an IPv4 Network, not
+// without one.
 func refuseIPv6(cfg *lease.Config) error {
-	if cfg.EnableIPv4 && !cfg.EnableIPv6 {
+	if cfg.EnableIPv4 {
 		return nil
 	}
 	switch strings.ToLower(cfg.BackendType) {
 	case "udp", "":
-		what := "EnableIPv6: true"
-		if !cfg.EnableIPv4 {
-			what = "EnableIPv4: false (an IPv6-only network)"
-		}
-		return fmt.Errorf("%w: the udp backend carries IPv4 only, and the config says %s; use vxlan or host-gw",
-			lease.ErrIPv6NotSupported, what)
+		return fmt.Errorf("%w: the udp backend needs an IPv4 Network, and the config says EnableIPv4: false (an IPv6-only network); use vxlan or host-gw, or give udp an IPv4 Network beside the IPv6 one",
+			lease.ErrIPv6NotSupported)
 	}
 	return nil
 }
