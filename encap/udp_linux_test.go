@@ -2,6 +2,7 @@ package encap
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"strings"
 	"sync"
@@ -33,40 +34,8 @@ func TestUDPBackendTwoHosts(t *testing.T) {
 	}
 	cfg := &lease.Config{Network: netip.MustParsePrefix("198.18.0.0/16"), SubnetLen: 24, BackendType: "udp",
 		Backend: []byte(`{"Type":"udp","Workers":2}`)}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var bes [2]Backend
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		for _, be := range bes {
-			if be != nil {
-				if err := be.Close(); err != nil {
-					t.Errorf("close: %v", err)
-				}
-			}
-		}
-	})
-	for i, n := range nss {
-		ext := ExternalInterface{Name: "eth0", MTU: 1500, IfaceIP: under[i], PublicIP: under[i]}
-		be, err := NewUDP(cfg, ext, UDPTuning{}, zaptest.NewLogger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		bes[i] = be
-		if be.MTU() != 1472 {
-			t.Fatalf("MTU %d, want 1472", be.MTU())
-		}
-		if err := n.Do(func() error { return be.Register(ctx, leases[i]) }); err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := be.Run(ctx); err != nil {
-				t.Errorf("run: %v", err)
-			}
-		}()
+	ctx, bes, stop := startUDPPair(t, cfg, nss, under, leases, 1472)
+	for i, be := range bes {
 		other := leases[1-i]
 		vx := lease.Lease{Subnet: netip.MustParsePrefix("198.18.40.0/24"),
 			Attrs: lease.Attrs{PublicIP: netip.MustParseAddr("192.0.2.40"), BackendType: "vxlan"}}
@@ -101,13 +70,10 @@ func TestUDPBackendTwoHosts(t *testing.T) {
 		t.Fatalf("no net unreachable after removal: %s", out)
 	}
 
-	cancel()
-	wg.Wait()
-	for i, be := range bes {
-		if err := be.Close(); err != nil {
-			t.Fatal(err)
-		}
-		bes[i] = nil
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range bes {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			out, err := nss[i].Run(context.Background(), "ip", "link", "show", UDPDevice)
@@ -147,40 +113,9 @@ func TestUDPBackendIPv6(t *testing.T) {
 	cfg := &lease.Config{EnableIPv4: true, EnableIPv6: true, Network: netip.MustParsePrefix("198.18.0.0/16"), SubnetLen: 24,
 		IPv6Network: netip.MustParsePrefix("fd00:20::/48"), IPv6SubnetLen: 64, BackendType: "udp",
 		Backend: []byte(`{"Type":"udp","Workers":1}`)}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var bes [2]Backend
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		for _, be := range bes {
-			if be != nil {
-				if err := be.Close(); err != nil {
-					t.Errorf("close: %v", err)
-				}
-			}
-		}
-	})
-	for i, n := range nss {
-		ext := ExternalInterface{Name: "eth0", MTU: 1500, IfaceIP: under[i], PublicIP: under[i]}
-		be, err := NewUDP(cfg, ext, UDPTuning{}, zaptest.NewLogger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		bes[i] = be
-		if be.MTU() != 1452 {
-			t.Fatalf("MTU %d, want 1452 (room for the IPv6 underlay)", be.MTU())
-		}
-		if err := n.Do(func() error { return be.Register(ctx, leases[i]) }); err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := be.Run(ctx); err != nil {
-				t.Errorf("run: %v", err)
-			}
-		}()
+	ctx, bes, _ := startUDPPair(t, cfg, nss, under, leases, 1452) // room for the IPv6 underlay
+	for i, be := range bes {
+		n := nss[i]
 		be.HandleEvents(ctx, []lease.Event{{Type: lease.Added, Lease: leases[1-i]}, {Type: lease.Added, Lease: leases[i]}})
 		routes := be.(*udpBackend).table.Load().Routes()
 		if len(routes) != 2 || routes[0].PublicIP != under6[1-i] || routes[1].PublicIP != under6[1-i] {
@@ -211,4 +146,56 @@ func TestUDPBackendIPv6(t *testing.T) {
 	if n := bes[0].(*udpBackend).table.Load().Len(); n != 0 {
 		t.Fatalf("%d routes after the lease's removal", n)
 	}
+}
+
+// startUDPPair starts a udp backend of cfg in each of the two namespaces (eth0 with the
+// underlay address under[i]), registers lease i there and runs it; each must offer
+// wantMTU. stop ends and closes both (the first Close error); the test's end calls it
+// too.
+func startUDPPair(t *testing.T, cfg *lease.Config, nss [2]*netns.NS, under [2]netip.Addr, leases [2]lease.Lease, wantMTU int) (context.Context, [2]Backend, func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var bes [2]Backend
+	var once sync.Once
+	var closeErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			for _, be := range bes {
+				if be != nil {
+					closeErr = errors.Join(closeErr, be.Close())
+				}
+			}
+		})
+		return closeErr
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	for i, n := range nss {
+		ext := ExternalInterface{Name: "eth0", MTU: 1500, IfaceIP: under[i], PublicIP: under[i]}
+		be, err := NewUDP(cfg, ext, UDPTuning{}, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bes[i] = be
+		if be.MTU() != wantMTU {
+			t.Fatalf("MTU %d, want %d", be.MTU(), wantMTU)
+		}
+		if err := n.Do(func() error { return be.Register(ctx, leases[i]) }); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := be.Run(ctx); err != nil {
+				t.Errorf("run: %v", err)
+			}
+		}()
+	}
+	return ctx, bes, stop
 }

@@ -81,37 +81,7 @@ func (w *worker) egressBatch(n int) {
 // a run of them goes in one message and the kernel cuts the datagrams apart.
 func (w *worker) stageTSO(u *udpConn, pkt []byte, p *Peer, gsoSize int) bool {
 	ihl, hl, ok := tsoLayout(pkt)
-	payload := pkt[hl:]
-	if !ok || gsoSize == 0 || len(payload) == 0 {
-		return false
-	}
-	segLen := hl + gsoSize
-	per := 1
-	if u.gso {
-		per = max(1, min(udpMaxSegments, maxUDPPayload/segLen))
-	}
-	nsegs := (len(payload) + gsoSize - 1) / gsoSize
-	for i := 0; i < nsegs; {
-		k := min(per, nsegs-i)
-		if !u.room(2*k) || w.nhdr+k > len(w.seghdr) {
-			w.flush()
-		}
-		u.begin(p.ip)
-		for range k {
-			off := i * gsoSize
-			seg := payload[off:min(off+gsoSize, len(payload))]
-			h := w.seghdr[w.nhdr][:hl]
-			w.nhdr++
-			segmentHeaders(h, pkt, ihl, hl, i, off, seg, i == nsegs-1)
-			u.addIov(h)
-			u.addIov(seg)
-			w.pending += hl + len(seg)
-			i++
-		}
-		u.end(k, segLen)
-		w.pendingDgrams += k
-	}
-	return true
+	return ok && w.stageSegments(u, pkt, p, gsoSize, ihl, hl, false)
 }
 
 // stageUSO cuts a UDPv4 super packet (TUN USO: an application sent many datagrams
@@ -120,8 +90,15 @@ func (w *worker) stageTSO(u *udpConn, pkt []byte, p *Peer, gsoSize int) bool {
 // one message.
 func (w *worker) stageUSO(u *udpConn, pkt []byte, p *Peer, gsoSize int) bool {
 	ihl, hl, ok := usoLayout(pkt)
+	return ok && w.stageSegments(u, pkt, p, gsoSize, ihl, hl, true)
+}
+
+// stageSegments stages pkt's payload after its hl bytes of IPv4 (ihl) and TCP or UDP
+// headers as segments of gsoSize bytes, each behind headers of its own written by
+// segmentUDPHeaders (udp) or segmentHeaders (TCP).
+func (w *worker) stageSegments(u *udpConn, pkt []byte, p *Peer, gsoSize, ihl, hl int, udp bool) bool {
 	payload := pkt[hl:]
-	if !ok || gsoSize == 0 || len(payload) == 0 {
+	if gsoSize == 0 || len(payload) == 0 {
 		return false
 	}
 	segLen := hl + gsoSize
@@ -141,7 +118,11 @@ func (w *worker) stageUSO(u *udpConn, pkt []byte, p *Peer, gsoSize int) bool {
 			seg := payload[off:min(off+gsoSize, len(payload))]
 			h := w.seghdr[w.nhdr][:hl]
 			w.nhdr++
-			segmentUDPHeaders(h, pkt, ihl, hl, i, seg)
+			if udp {
+				segmentUDPHeaders(h, pkt, ihl, hl, i, seg)
+			} else {
+				segmentHeaders(h, pkt, ihl, hl, i, off, seg, i == nsegs-1)
+			}
 			u.addIov(h)
 			u.addIov(seg)
 			w.pending += hl + len(seg)
