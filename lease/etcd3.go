@@ -154,43 +154,20 @@ func (e *etcd3) List(ctx context.Context) (Listing, error) {
 func (e *etcd3) key(k Key) string { return e.opts.subnetsDir() + k.String() }
 
 func (e *etcd3) Create(ctx context.Context, k Key, a Attrs, ttl time.Duration) (time.Time, error) {
-	val, err := EncodeAttrs(a)
+	cli, key, val, err := e.begin(ctx, k, a)
 	if err != nil {
 		return time.Time{}, err
 	}
-	cli, err := e.client(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
-	key := e.key(k)
-	grant, err := cli.Grant(ctx, int64(ttl/time.Second))
-	if err != nil {
-		return time.Time{}, e.opts.explain(err, key)
-	}
-	resp, err := cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Version(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(grant.ID))).
-		Commit()
-	if err == nil && !resp.Succeeded {
-		err = fmt.Errorf("%w: %v", ErrTaken, k)
-	}
-	if err != nil {
-		_, _ = cli.Revoke(context.WithoutCancel(ctx), grant.ID)
-		return time.Time{}, e.opts.explain(err, key)
-	}
-	return time.Now().Add(time.Duration(grant.TTL) * time.Second), nil
+	exp, err := e.putLeased(ctx, cli, key, val, clientv3.Compare(clientv3.Version(key), "=", 0), ttl,
+		fmt.Errorf("%w: %v", ErrTaken, k))
+	return exp, err
 }
 
 func (e *etcd3) Update(ctx context.Context, k Key, a Attrs, ttl time.Duration) (time.Time, error) {
-	val, err := EncodeAttrs(a)
+	cli, key, val, err := e.begin(ctx, k, a)
 	if err != nil {
 		return time.Time{}, err
 	}
-	cli, err := e.client(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
-	key := e.key(k)
 	cur, err := cli.Get(ctx, key)
 	if err != nil {
 		return time.Time{}, e.opts.explain(err, key)
@@ -199,25 +176,47 @@ func (e *etcd3) Update(ctx context.Context, k Key, a Attrs, ttl time.Duration) (
 		return time.Time{}, fmt.Errorf("%w: %v", ErrNotFound, k)
 	}
 	old := cur.Kvs[0]
-	grant, err := cli.Grant(ctx, int64(ttl/time.Second))
+	exp, err := e.putLeased(ctx, cli, key, val, clientv3.Compare(clientv3.ModRevision(key), "=", old.ModRevision), ttl,
+		fmt.Errorf("%w: %v changed while renewing", ErrNotFound, k))
 	if err != nil {
-		return time.Time{}, e.opts.explain(err, key)
-	}
-	resp, err := cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(key), "=", old.ModRevision)).
-		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(grant.ID))).
-		Commit()
-	if err == nil && !resp.Succeeded {
-		err = fmt.Errorf("%w: %v changed while renewing", ErrNotFound, k)
-	}
-	if err != nil {
-		_, _ = cli.Revoke(context.WithoutCancel(ctx), grant.ID)
-		return time.Time{}, e.opts.explain(err, key)
+		return time.Time{}, err
 	}
 	if old.Lease != 0 {
 		if _, err := cli.Revoke(ctx, clientv3.LeaseID(old.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			e.log.Warn("could not revoke the previous etcd lease", zap.Error(err))
 		}
+	}
+	return exp, nil
+}
+
+// begin encodes a lease's attributes and finds the client and the etcd key to write.
+func (e *etcd3) begin(ctx context.Context, k Key, a Attrs) (*clientv3.Client, string, string, error) {
+	val, err := EncodeAttrs(a)
+	if err != nil {
+		return nil, "", "", err
+	}
+	cli, err := e.client(ctx)
+	if err != nil {
+		return nil, "", "", err
+	}
+	return cli, e.key(k), string(val), nil
+}
+
+// putLeased writes val at key under a new etcd lease of ttl if cmp holds, and returns
+// when that lease expires. When cmp does not hold the error is lost; on any failure the
+// new etcd lease is revoked.
+func (e *etcd3) putLeased(ctx context.Context, cli *clientv3.Client, key, val string, cmp clientv3.Cmp, ttl time.Duration, lost error) (time.Time, error) {
+	grant, err := cli.Grant(ctx, int64(ttl/time.Second))
+	if err != nil {
+		return time.Time{}, e.opts.explain(err, key)
+	}
+	resp, err := cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, val, clientv3.WithLease(grant.ID))).Commit()
+	if err == nil && !resp.Succeeded {
+		err = lost
+	}
+	if err != nil {
+		_, _ = cli.Revoke(context.WithoutCancel(ctx), grant.ID)
+		return time.Time{}, e.opts.explain(err, key)
 	}
 	return time.Now().Add(time.Duration(grant.TTL) * time.Second), nil
 }
