@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/netnstest"
 	"github.com/weftnet/weft/internal/testenv"
 	"github.com/weftnet/weft/lease"
 )
@@ -56,18 +55,8 @@ func newKernelLab(t testing.TB, typ string, log *zap.Logger) *kernelLab {
 // newKernelLabIn is newKernelLab, on a dual-stack network when dual is set.
 func newKernelLabIn(t testing.TB, typ string, log *zap.Logger, dual bool) *kernelLab {
 	t.Helper()
-	ns := netnstest.New(t, "weft-apply")
+	ns := uplinkNS(t, "weft-apply")
 	ctx := context.Background()
-	for _, cmd := range [][]string{
-		{"link", "add", "eth0", "type", "veth", "peer", "name", "p0"},
-		{"addr", "add", "192.0.2.10/24", "dev", "eth0"},
-		{"link", "set", "eth0", "up"},
-		{"link", "set", "p0", "up"},
-	} {
-		if out, err := ns.Run(ctx, "ip", cmd...); err != nil {
-			t.Fatalf("ip %v: %v: %s", cmd, err, out)
-		}
-	}
 	if dual {
 		if out, err := ns.Run(ctx, "ip", "-6", "addr", "add", "2001:db8::10/64", "dev", "eth0", "nodad"); err != nil {
 			t.Fatalf("ip -6 addr add: %v: %s", err, out)
@@ -286,6 +275,45 @@ func (l *kernelLab) waitKernel(t testing.TB, peers map[netip.Prefix]lease.Lease)
 	})
 }
 
+// runQuiet runs the backend until the test ends, with a period of an hour: nothing but
+// the events a test hands it (and the start) changes the kernel.
+func (l *kernelLab) runQuiet(t testing.TB) context.Context {
+	l.k.period = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = l.be.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return ctx
+}
+
+// checkBatch hands a batch of events to the backend and waits for the kernel to hold
+// peers, failing if that took a full pass or a netlink listing; a full pass forced
+// afterwards must then find nothing to repair.
+func (l *kernelLab) checkBatch(ctx context.Context, t testing.TB, events []lease.Event, peers map[netip.Prefix]lease.Lease) {
+	t.Helper()
+	fulls, lists := l.stat("full_reconciles"), l.stat("netlink_lists")
+	l.be.HandleEvents(ctx, events)
+	l.waitKernel(t, peers)
+	if f, n := l.stat("full_reconciles"), l.stat("netlink_lists"); f != fulls || n != lists {
+		t.Fatalf("the batch took full passes %d -> %d, netlink lists %d -> %d; want none", fulls, f, lists, n)
+	}
+	if l.stat("applies") == 0 {
+		t.Fatal("no apply pass counted")
+	}
+	l.k.repair()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if f := l.stat("full_reconciles"); f == fulls {
+			return fmt.Errorf("no full pass yet")
+		}
+		return nil
+	})
+	l.waitKernel(t, peers)
+	if r := l.k.Repairs(); r["route"]+r["neigh"]+r["fdb"] != 0 {
+		t.Fatalf("the full pass after the batch repaired %v; the batch left the kernel as wanted", r)
+	}
+}
+
 // TestKernelApplyEvents: after the first full pass, a batch of lease events (a peer
 // gone, one new, a VtepMAC and PublicIP changed, one turned incompatible, one moved to
 // another subnet keeping its VtepMAC, one with bad BackendData, one added and removed
@@ -296,12 +324,7 @@ func TestKernelApplyEvents(t *testing.T) {
 	for _, typ := range []string{"vxlan", "host-gw"} {
 		t.Run(typ, func(t *testing.T) {
 			l := newKernelLab(t, typ, zaptest.NewLogger(t))
-			l.k.period = time.Hour
-			ctx, cancel := context.WithCancel(context.Background())
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() { defer wg.Done(); _ = l.be.Run(ctx) }()
-			t.Cleanup(func() { cancel(); wg.Wait() })
+			ctx := l.runQuiet(t)
 
 			peers := map[netip.Prefix]lease.Lease{}
 			var events []lease.Event
@@ -312,7 +335,6 @@ func TestKernelApplyEvents(t *testing.T) {
 			}
 			l.be.HandleEvents(ctx, events)
 			l.waitKernel(t, peers)
-			fulls, lists := l.stat("full_reconciles"), l.stat("netlink_lists")
 
 			add := func(p lease.Lease) {
 				peers[p.Subnet] = p
@@ -338,26 +360,7 @@ func TestKernelApplyEvents(t *testing.T) {
 			}
 			add(applyPeer(typ, 502, 502, "192.0.2.202"))
 			remove(applyPeer(typ, 502, 502, "192.0.2.202"))
-			l.be.HandleEvents(ctx, events)
-			l.waitKernel(t, peers)
-			if f, n := l.stat("full_reconciles"), l.stat("netlink_lists"); f != fulls || n != lists {
-				t.Fatalf("the batch took full passes %d -> %d, netlink lists %d -> %d; want none", fulls, f, lists, n)
-			}
-			if l.stat("applies") == 0 {
-				t.Fatal("no apply pass counted")
-			}
-
-			l.k.repair()
-			testenv.Eventually(t, 10*time.Second, func() error {
-				if f := l.stat("full_reconciles"); f == fulls {
-					return fmt.Errorf("no full pass yet")
-				}
-				return nil
-			})
-			l.waitKernel(t, peers)
-			if r := l.k.Repairs(); r["route"]+r["neigh"]+r["fdb"] != 0 {
-				t.Fatalf("the full pass after the batch repaired %v; the batch left the kernel as wanted", r)
-			}
+			l.checkBatch(ctx, t, events, peers)
 		})
 	}
 }
@@ -425,12 +428,7 @@ func TestKernelApplyEventsDualStack(t *testing.T) {
 	for _, typ := range []string{"vxlan", "host-gw"} {
 		t.Run(typ, func(t *testing.T) {
 			l := newKernelLabIn(t, typ, zaptest.NewLogger(t), true)
-			l.k.period = time.Hour
-			ctx, cancel := context.WithCancel(context.Background())
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() { defer wg.Done(); _ = l.be.Run(ctx) }()
-			t.Cleanup(func() { cancel(); wg.Wait() })
+			ctx := l.runQuiet(t)
 
 			peers := map[netip.Prefix]lease.Lease{}
 			var events []lease.Event
@@ -456,7 +454,6 @@ func TestKernelApplyEventsDualStack(t *testing.T) {
 			if n := len(l.wantEntries(t, peers)); typ == "vxlan" && n != 3*(30+29+1) || typ == "host-gw" && n != 30+29+1 {
 				t.Fatalf("the first snapshot should put %d entries in the kernel for both families", n)
 			}
-			fulls, lists := l.stat("full_reconciles"), l.stat("netlink_lists")
 
 			events = nil
 			remove(applyPeer6(typ, 0, 0, 0, pub(0), 0, 100))
@@ -475,26 +472,7 @@ func TestKernelApplyEventsDualStack(t *testing.T) {
 			// Turning IPv6-only changes the peer's key, not its IPv6 entries.
 			remove(applyPeer6(typ, 8, 8, 8, pub(8), 8, 108))
 			add(v6only(typ, 8, 8, 108))
-			l.be.HandleEvents(ctx, events)
-			l.waitKernel(t, peers)
-			if f, n := l.stat("full_reconciles"), l.stat("netlink_lists"); f != fulls || n != lists {
-				t.Fatalf("the batch took full passes %d -> %d, netlink lists %d -> %d; want none", fulls, f, lists, n)
-			}
-			if l.stat("applies") == 0 {
-				t.Fatal("no apply pass counted")
-			}
-
-			l.k.repair()
-			testenv.Eventually(t, 10*time.Second, func() error {
-				if f := l.stat("full_reconciles"); f == fulls {
-					return fmt.Errorf("no full pass yet")
-				}
-				return nil
-			})
-			l.waitKernel(t, peers)
-			if r := l.k.Repairs(); r["route"]+r["neigh"]+r["fdb"] != 0 {
-				t.Fatalf("the full pass after the batch repaired %v; the batch left the kernel as wanted", r)
-			}
+			l.checkBatch(ctx, t, events, peers)
 		})
 	}
 }

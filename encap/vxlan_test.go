@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/weftnet/weft/internal/netns"
 	"github.com/weftnet/weft/internal/netnstest"
 	"github.com/weftnet/weft/lease"
 )
@@ -67,10 +68,11 @@ func TestVXLANOptions(t *testing.T) {
 	}
 }
 
-// TestVXLANDevice makes flannel.<VNI> in a namespace: its MTU, VNI, port, GBP and
-// Learning follow the options and BackendData carries VNI and VtepMAC as flanneld's.
-func TestVXLANDevice(t *testing.T) {
-	ns := netnstest.New(t, "weft-vxlan")
+// uplinkNS makes a namespace whose eth0 (a veth, up, its peer p0 up too) has
+// 192.0.2.10/24.
+func uplinkNS(t testing.TB, name string) *netns.NS {
+	t.Helper()
+	ns := netnstest.New(t, name)
 	ctx := context.Background()
 	for _, cmd := range [][]string{
 		{"link", "add", "eth0", "type", "veth", "peer", "name", "p0"},
@@ -82,6 +84,14 @@ func TestVXLANDevice(t *testing.T) {
 			t.Fatalf("ip %v: %v: %s", cmd, err, out)
 		}
 	}
+	return ns
+}
+
+// TestVXLANDevice makes flannel.<VNI> in a namespace: its MTU, VNI, port, GBP and
+// Learning follow the options and BackendData carries VNI and VtepMAC as flanneld's.
+func TestVXLANDevice(t *testing.T) {
+	ns := uplinkNS(t, "weft-vxlan")
+	ctx := context.Background()
 	for _, c := range []struct {
 		raw           string
 		name          string
