@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -15,7 +16,9 @@ import (
 // weftd (host a) and weftd or the upstream flanneld v0.28.10 (host b) on one etcd; pods
 // attached by the real flannel CNI plugin from each daemon's subnet.env reach each other
 // both ways in every family the network has (ping and ping6): dual-stack vxlan and
-// host-gw, IPv6-only vxlan, and dual-stack vxlan and host-gw mixed with flanneld. With
+// host-gw and udp, IPv6-only vxlan, host-gw and udp (which then carries everything
+// over the IPv6 underlay: checked by the kernel's UDP6 counters and an iperf3 transfer),
+// and dual-stack vxlan and host-gw mixed with flanneld. With
 // --ip-masq weftd writes its masquerade rules for each family (ip6tables too, and only
 // ip6tables on IPv6-only), and `weftd cleanup` takes them away again with flannel-v6.<VNI>.
 func TestIPv6Pods(t *testing.T) {
@@ -33,6 +36,8 @@ func TestIPv6Pods(t *testing.T) {
 		{"host-gw-dual-stack", dual, "host-gw", weftd, true, false},
 		{"vxlan-ipv6-only", v6only, "vxlan", weftd, false, true},
 		{"udp-dual-stack", dual, "udp", weftd, true, true},
+		{"host-gw-ipv6-only", v6only, "host-gw", weftd, false, false},
+		{"udp-ipv6-only", v6only, "udp", weftd, false, true},
 		{"vxlan-dual-stack-flanneld", dual, "vxlan", flannel, true, false},
 		{"host-gw-dual-stack-flanneld", dual, "host-gw", flannel, true, false},
 	} {
@@ -64,6 +69,7 @@ func TestIPv6Pods(t *testing.T) {
 				}
 			}
 			podA, podB := c.cniPodBoth(a), c.cniPodBoth(b)
+			udp6Before := udp6Out(c, a.ns)
 			for _, dir := range []struct {
 				from *netns.NS
 				to   *lab.Pod
@@ -75,6 +81,16 @@ func TestIPv6Pods(t *testing.T) {
 					c.ping(dir.from, dir.to.Addr.String())
 				}
 				c.ping(dir.from, dir.to.Addr6.String())
+			}
+			if tc.backend == "udp" && !tc.v4 {
+				// Every packet went over the IPv6 underlay: a's UDP6 socket sent at least
+				// the pings, and a TCP transfer crosses it.
+				if n := udp6Out(c, a.ns) - udp6Before; n < 2 {
+					t.Errorf("host a sent %d UDP6 datagrams for the pings; want them over the IPv6 underlay", n)
+				}
+				if bps := iperfTCP(t, podA.NS, podB.NS, podB.Addr6.String(), 1); bps <= 0 {
+					t.Fatalf("iperf3 over IPv6-only udp: %v bit/s", bps)
+				}
 			}
 			if tc.backend == "vxlan" {
 				links := c.sh(a.ns, "ip -o link show")
@@ -117,4 +133,21 @@ func (c *cluster) cniPodBoth(h *host) *lab.Pod {
 		c.t.Fatalf("pod on %s has no IPv6 address", h.name)
 	}
 	return p
+}
+
+// udp6Out returns the UDP datagrams the kernel of ns has sent over IPv6
+// (Udp6OutDatagrams in /proc/net/snmp6, which is the namespace's own).
+func udp6Out(c *cluster, ns *netns.NS) uint64 {
+	c.t.Helper()
+	for _, line := range strings.Split(c.sh(ns, "cat /proc/net/snmp6"), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "Udp6OutDatagrams" {
+			n, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				c.t.Fatalf("Udp6OutDatagrams %q: %v", f[1], err)
+			}
+			return n
+		}
+	}
+	c.t.Fatalf("no Udp6OutDatagrams in /proc/net/snmp6 of %s", ns.Name)
+	return 0
 }

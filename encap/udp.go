@@ -111,7 +111,9 @@ type udpBackend struct {
 // With cfg.EnableIPv6 (weft only: flannel's udp backend is IPv4-only) the table gets
 // the IPv6 network, flannel0 an IPv6 address and route, and each worker an IPv6
 // socket on the same port, for peers whose lease has only a PublicIPv6; the default
-// MTU leaves room for the IPv6 underlay's longer header.
+// MTU leaves room for the IPv6 underlay's longer header. Without a cfg.Network (an
+// IPv6-only network) flannel0 and the table have only the IPv6 side, and every peer
+// is reached over the IPv6 underlay.
 func NewUDP(cfg *lease.Config, ext ExternalInterface, tuning UDPTuning, log *zap.Logger) (Backend, error) {
 	extMTU := ext.MTU
 	if cfg.EnableIPv6 {
@@ -126,6 +128,7 @@ func NewUDP(cfg *lease.Config, ext ExternalInterface, tuning UDPTuning, log *zap
 	if ext.IfaceIP.Is4() {
 		pcfg.Addr = ext.IfaceIP
 	}
+	// An IPv6-only network has no Network: the table gets no IPv4 side.
 	table, err := proxy.NewTable(cfg.Network, cfg.SubnetLen)
 	if err != nil {
 		return nil, fmt.Errorf("udp backend: %w", err)
@@ -154,8 +157,10 @@ func (b *udpBackend) MTU() int { return b.opts.MTU }
 func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.table.SetLocal(own.Subnet); err != nil {
-		return fmt.Errorf("udp backend: own subnet: %w", err)
+	if b.cfg.Network.IsValid() {
+		if err := b.table.SetLocal(own.Subnet); err != nil {
+			return fmt.Errorf("udp backend: own subnet: %w", err)
+		}
 	}
 	v6 := b.cfg.EnableIPv6 && own.IPv6Subnet.IsValid()
 	if v6 {
@@ -170,7 +175,11 @@ func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 		}
 		b.dev = dev
 	}
-	setup := tun.Setup{Addr: own.Subnet.Masked().Addr(), MTU: b.opts.MTU, Routes: []netip.Prefix{b.cfg.Network}}
+	setup := tun.Setup{MTU: b.opts.MTU}
+	if b.cfg.Network.IsValid() {
+		setup.Addr = own.Subnet.Masked().Addr()
+		setup.Routes = append(setup.Routes, b.cfg.Network)
+	}
 	if v6 {
 		setup.Addr6 = own.IPv6Subnet.Masked().Addr()
 		setup.Routes = append(setup.Routes, b.cfg.IPv6Network)
@@ -188,8 +197,8 @@ func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 		queues[i] = q
 	}
 	px, err := proxy.New(b.pcfg, b.table, queues, b.log)
-	if err != nil && b.pcfg.IPv6 {
-		// A host without IPv6 sockets still carries everything over IPv4.
+	if err != nil && b.pcfg.IPv6 && b.cfg.Network.IsValid() {
+		// A dual-stack host without IPv6 sockets still carries everything over IPv4.
 		b.log.Warn("udp backend: no IPv6 underlay", zap.Error(err))
 		b.pcfg.IPv6 = false
 		px, err = proxy.New(b.pcfg, b.table, queues, b.log)
@@ -205,14 +214,14 @@ func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 // HandleEvents updates the subnet table in one copy-on-write step per batch.
 func (b *udpBackend) HandleEvents(_ context.Context, events []lease.Event) {
 	b.mu.Lock()
-	own, ownPub := b.own.Subnet, b.own.Attrs.PublicIP
+	own, ownPub := b.own, b.own.Attrs.PublicIP
 	b.mu.Unlock()
 	var set []proxy.Route
 	var remove []netip.Prefix
 	for _, e := range events {
 		l := e.Lease
-		if l.Subnet == own {
-			continue
+		if own.Subnet.IsValid() && l.Subnet == own.Subnet || own.IPv6Subnet.IsValid() && l.IPv6Subnet == own.IPv6Subnet {
+			continue // our own lease (or an earlier form of it)
 		}
 		subnets := []netip.Prefix{l.Subnet}
 		if !l.Subnet.IsValid() || l.Subnet.Bits() == 0 { // an IPv6-only lease

@@ -1,14 +1,6 @@
 package lease
 
-import (
-	"errors"
-	"net/netip"
-)
-
-// ErrIPv6NotSupported is returned for a network weftd cannot run on the backend it
-// names: one with EnableIPv6, or with EnableIPv4 false, on a backend that carries
-// IPv4 only (udp). ParseConfig accepts such configs; the daemon refuses them at start.
-var ErrIPv6NotSupported = errors.New("IPv6 is not supported by this backend")
+import "net/netip"
 
 // parseIPv6 checks IPv6Network, IPv6SubnetLen, IPv6SubnetMin and IPv6SubnetMax and fills
 // in flanneld's defaults: a /64 per host when the network is /62 or wider, else the

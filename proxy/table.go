@@ -47,6 +47,7 @@ type Snapshot struct {
 	routes    int
 	localPref netip.Prefix
 	v6        *table6 // the IPv6 side, nil without an IPv6 network
+	no4       bool    // no IPv4 network: an IPv6-only table
 }
 
 // Table maps overlay subnets to the public addresses of their hosts. Readers load a
@@ -56,8 +57,16 @@ type Table struct {
 	snap atomic.Pointer[Snapshot]
 }
 
-// NewTable makes an empty table for network, whose leases are all /subnetLen.
+// NewTable makes an empty table for network, whose leases are all /subnetLen. A zero
+// network makes a table without an IPv4 side, for an IPv6-only network: no IPv4
+// address is in it, and EnableIPv6 gives it its only side.
 func NewTable(network netip.Prefix, subnetLen int) (*Table, error) {
+	if network == (netip.Prefix{}) {
+		// A mask of 0 against a network of 1 matches no address.
+		t := &Table{}
+		t.snap.Store(&Snapshot{network: 1, no4: true, byIP: map[uint32]int{}, byIP6: map[[16]byte]int{}})
+		return t, nil
+	}
 	if !network.Addr().Is4() {
 		return nil, fmt.Errorf("%w: network %v is not IPv4", ErrBadRoute, network)
 	}
@@ -111,6 +120,9 @@ func (s *Snapshot) clone() *Snapshot {
 // index returns the slot of a subnet, or -1 if it is not one of the network's
 // subnets.
 func (s *Snapshot) index(p netip.Prefix) (int, error) {
+	if s.no4 {
+		return -1, fmt.Errorf("%w: subnet %v: the table has no IPv4 network", ErrBadRoute, p)
+	}
 	if !p.Addr().Is4() || p.Bits() != 32-int(s.shift) {
 		return -1, fmt.Errorf("%w: subnet %v is not a /%d", ErrBadRoute, p, 32-s.shift)
 	}

@@ -291,3 +291,41 @@ func TestSegmentUDP6(t *testing.T) {
 		t.Error("usoLayout took an IPv6 TCP packet")
 	}
 }
+
+// TestTableIPv6Only: a table made without an IPv4 network (an IPv6-only overlay)
+// holds no IPv4 address, refuses IPv4 subnets with a clear error, and carries its
+// IPv6 side as a dual-stack table does.
+func TestTableIPv6Only(t *testing.T) {
+	tb, err := NewTable(netip.Prefix{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.EnableIPv6(t6Network, 64); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.SetLocal(t6Local); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []netip.Prefix{tLocal, netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("0.0.0.0/32")} {
+		if err := tb.SetLocal(p); !errors.Is(err, ErrBadRoute) {
+			t.Errorf("SetLocal(%v) = %v, want ErrBadRoute", p, err)
+		}
+	}
+	err = tb.Apply([]Route{{tPeer, tPeerIP}, {t6Peer3, tPeer6IP}}, nil)
+	if !errors.Is(err, ErrBadRoute) {
+		t.Errorf("Apply with an IPv4 subnet = %v, want ErrBadRoute", err)
+	}
+	s := tb.Load()
+	if s.Len() != 1 {
+		t.Fatalf("table holds %d routes, want the IPv6 one: %v", s.Len(), s.Routes())
+	}
+	for _, a := range []string{"0.0.0.0", "0.0.0.1", "10.0.0.1", "192.0.2.5", "255.255.255.255"} {
+		u := binary.BigEndian.Uint32(netip.MustParseAddr(a).AsSlice())
+		if s.Lookup(u) != nil || s.InNetwork(u) || s.IsLocal(u) {
+			t.Errorf("IPv4 %s is found in an IPv6-only table", a)
+		}
+	}
+	if p := lookup6(s, t6Pod3); p == nil || p.PublicIP != tPeer6IP {
+		t.Fatalf("Lookup6(%v) = %v, want the peer behind %v", t6Pod3, p, tPeer6IP)
+	}
+}

@@ -41,6 +41,7 @@ type Config struct {
 // Setup is the layer-3 configuration of an open device.
 type Setup struct {
 	// Addr is given to the device as a /32 (flannel: the subnet's network address).
+	// It may be left out when Addr6 is given (an IPv6-only network).
 	Addr netip.Addr
 	// Addr6, when valid, is given to the device as a /128 (weft's IPv6 overlay: the
 	// IPv6 subnet's first address).

@@ -134,23 +134,10 @@ func (d *Device) Configure(s Setup) error {
 			return fmt.Errorf("tun %s: set mtu %d: %w", d.name, s.MTU, err)
 		}
 	}
-	if !s.Addr.Is4() {
-		return fmt.Errorf("tun %s: address %v is not IPv4", d.name, s.Addr)
-	}
-	addrs, err := d.h.AddrList(link, unix.AF_INET)
-	if err != nil {
-		return fmt.Errorf("tun %s: list addresses: %w", d.name, err)
-	}
-	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok && ip != s.Addr {
-			if err := d.h.AddrDel(link, &a); err != nil {
-				return fmt.Errorf("tun %s: remove old address %v: %w", d.name, ip, err)
-			}
+	if s.Addr.IsValid() || !s.Addr6.IsValid() {
+		if err := d.setAddr4(link, s.Addr); err != nil {
+			return err
 		}
-	}
-	addr := &netlink.Addr{IPNet: ipconv.IPNet(netip.PrefixFrom(s.Addr, 32))}
-	if err := d.h.AddrReplace(link, addr); err != nil {
-		return fmt.Errorf("tun %s: add address %v/32: %w", d.name, s.Addr, err)
 	}
 	if s.Addr6.IsValid() {
 		if !s.Addr6.Is6() || s.Addr6.Is4In6() {
@@ -183,6 +170,29 @@ func (d *Device) Configure(s Setup) error {
 		if err := d.h.RouteReplace(rt); err != nil {
 			return fmt.Errorf("tun %s: route %v: %w", d.name, r, err)
 		}
+	}
+	return nil
+}
+
+// setAddr4 gives the device addr as its only IPv4 address, a /32.
+func (d *Device) setAddr4(link netlink.Link, addr netip.Addr) error {
+	if !addr.Is4() {
+		return fmt.Errorf("tun %s: address %v is not IPv4", d.name, addr)
+	}
+	addrs, err := d.h.AddrList(link, unix.AF_INET)
+	if err != nil {
+		return fmt.Errorf("tun %s: list addresses: %w", d.name, err)
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok && ip != addr {
+			if err := d.h.AddrDel(link, &a); err != nil {
+				return fmt.Errorf("tun %s: remove old address %v: %w", d.name, ip, err)
+			}
+		}
+	}
+	a := &netlink.Addr{IPNet: ipconv.IPNet(netip.PrefixFrom(addr, 32))}
+	if err := d.h.AddrReplace(link, a); err != nil {
+		return fmt.Errorf("tun %s: add address %v/32: %w", d.name, addr, err)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,9 +79,6 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 		return fmt.Errorf("network config: %w", err)
 	}
-	if err := refuseIPv6(cfg); err != nil {
-		return fmt.Errorf("network config: %w", err)
-	}
 	publicIP, publicIPv6, err := d.publicIPs(ctx, mgr, cfg)
 	if err != nil {
 		return err
@@ -148,21 +144,6 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 	}
 	return d.serve(ctx, mgr, be, own, env)
-}
-
-// refuseIPv6 stops an IPv6-only network on the udp backend: its data path carries
-// IPv6 (weft's addition; flanneld's udp is IPv4-only) beside an IPv4 Network, not
-// without one.
-func refuseIPv6(cfg *lease.Config) error {
-	if cfg.EnableIPv4 {
-		return nil
-	}
-	switch strings.ToLower(cfg.BackendType) {
-	case "udp", "":
-		return fmt.Errorf("%w: the udp backend needs an IPv4 Network, and the config says EnableIPv4: false (an IPv6-only network); use vxlan or host-gw, or give udp an IPv4 Network beside the IPv6 one",
-			lease.ErrIPv6NotSupported)
-	}
-	return nil
 }
 
 // etcdMonitor is implemented by managers that can report their store's reachability
