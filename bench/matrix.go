@@ -17,11 +17,14 @@ import (
 
 // Options configure a matrix run.
 type Options struct {
-	Subjects  []Subject
-	Reps      int           // default 3
-	Duration  time.Duration // per iperf3 workload; default 5 s
-	Pings     int           // default 200, every 10 ms
-	StateFile string        // passed to the lab, for `lab down` after a crash
+	Subjects []Subject
+	Reps     int           // default 3
+	Duration time.Duration // per iperf3 workload; default 5 s
+	Pings    int           // default 200, every 10 ms
+	// Family is the IP version of the traffic: 4 (the default) or 6 (IPv6 pods on an
+	// IPv6-only network over an IPv6 underlay).
+	Family    int
+	StateFile string // passed to the lab, for `lab down` after a crash
 	// Progress receives one line per step while the matrix runs (may be nil).
 	Progress io.Writer
 }
@@ -54,11 +57,17 @@ func Run(ctx context.Context, o Options, log *zap.Logger) (*Report, error) {
 	if o.Pings <= 0 {
 		o.Pings = 200
 	}
+	if o.Family == 0 {
+		o.Family = 4
+	}
+	if o.Family != 4 && o.Family != 6 {
+		return nil, fmt.Errorf("family %d: want 4 or 6", o.Family)
+	}
 	progress := o.Progress
 	if progress == nil {
 		progress = io.Discard
 	}
-	rep := &Report{Started: time.Now(), Reps: o.Reps, DurationS: o.Duration.Seconds(), CPUs: runtime.NumCPU(), Kernel: kernel()}
+	rep := &Report{Started: time.Now(), Reps: o.Reps, Family: o.Family, DurationS: o.Duration.Seconds(), CPUs: runtime.NumCPU(), Kernel: kernel()}
 	for _, s := range o.Subjects {
 		rep.Rows = append(rep.Rows, Row{Subject: s.Name, Kind: s.Kind})
 	}
@@ -70,8 +79,13 @@ func Run(ctx context.Context, o Options, log *zap.Logger) (*Report, error) {
 	defer l.Close()
 	paths := make([]*Path, len(o.Subjects))
 	for i, s := range o.Subjects {
+		if why := s.NotApplicable(o.Family); why != "" {
+			rep.Rows[i].NotApplicable = why
+			fmt.Fprintf(progress, "  setup %-16s n/a: %s\n", s.Name, why)
+			continue
+		}
 		start := time.Now()
-		p, err := s.Setup(ctx, l)
+		p, err := s.Setup(ctx, l, o.Family)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()

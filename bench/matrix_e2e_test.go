@@ -44,7 +44,13 @@ func labNamespaces(t *testing.T) map[string]bool {
 // TestTinyMatrix runs every subject (and the upstream flanneld as a --daemon row) for
 // one repetition of one second, and checks every row has non-zero figures and that
 // nothing is left behind.
-func TestTinyMatrix(t *testing.T) {
+func TestTinyMatrix(t *testing.T) { tinyMatrix(t, 4) }
+
+// TestTinyMatrixIPv6 is TestTinyMatrix with --family 6: every row carries IPv6 pod to
+// pod over an IPv6 underlay, and flanneld's udp row is n/a (flannel's udp is IPv4-only).
+func TestTinyMatrixIPv6(t *testing.T) { tinyMatrix(t, 6) }
+
+func tinyMatrix(t *testing.T, family int) {
 	if testing.Short() {
 		t.Skip("e2e")
 	}
@@ -56,7 +62,7 @@ func TestTinyMatrix(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	state := filepath.Join(t.TempDir(), "run.json")
-	rep, err := Run(ctx, Options{Subjects: subjects, Reps: 1, Duration: time.Second, Pings: 50,
+	rep, err := Run(ctx, Options{Subjects: subjects, Reps: 1, Duration: time.Second, Pings: 50, Family: family,
 		StateFile: state, Progress: &progress}, zaptest.NewLogger(t))
 	t.Cleanup(func() { _ = lab.Down(state) })
 	if err != nil {
@@ -66,12 +72,21 @@ func TestTinyMatrix(t *testing.T) {
 	var table strings.Builder
 	_ = rep.WriteTable(&table)
 	t.Logf("\n%s", table.String())
-	if len(rep.Rows) != len(subjects) {
-		t.Fatalf("%d rows for %d subjects", len(rep.Rows), len(subjects))
+	if len(rep.Rows) != len(subjects) || rep.Family != family {
+		t.Fatalf("%d rows for %d subjects, family %d (want %d)", len(rep.Rows), len(subjects), rep.Family, family)
 	}
 	for i, row := range rep.Rows {
 		if row.Subject != subjects[i].Name {
 			t.Errorf("row %d is %s, want %s", i, row.Subject, subjects[i].Name)
+		}
+		if wantNA := family == 6 && row.Subject == "flanneld"; (row.NotApplicable != "") != wantNA {
+			t.Errorf("%s: not applicable %q, want n/a: %v", row.Subject, row.NotApplicable, wantNA)
+		}
+		if row.NotApplicable != "" {
+			if len(row.Reps) > 0 || len(row.Errors) > 0 {
+				t.Errorf("%s: n/a but measured: %+v", row.Subject, row)
+			}
+			continue
 		}
 		if len(row.Errors) > 0 {
 			t.Errorf("%s: %s", row.Subject, strings.Join(row.Errors, "\n"))

@@ -54,12 +54,15 @@ type Row struct {
 	VsKernelVXLAN Figures   `json:"vs_kernel_vxlan,omitempty"`
 	VsUnderlay    Figures   `json:"vs_underlay,omitempty"`
 	Errors        []string  `json:"errors,omitempty"`
+	// NotApplicable says why the subject cannot carry the report's family (no figures).
+	NotApplicable string `json:"not_applicable,omitempty"`
 }
 
 // Report is a matrix run's result.
 type Report struct {
 	Started   time.Time `json:"started"`
 	Reps      int       `json:"reps"`
+	Family    int       `json:"family"` // 4 or 6 (0 in reports from before: 4)
 	DurationS float64   `json:"duration_s"`
 	Kernel    string    `json:"kernel,omitempty"`
 	CPUs      int       `json:"cpus,omitempty"`
@@ -180,6 +183,9 @@ func (r *Report) cells() ([]string, [][]string) {
 		if len(row.Errors) > 0 && len(row.Median) == 0 {
 			c[0] += " (failed)"
 		}
+		if row.NotApplicable != "" {
+			c[0] += " (n/a)"
+		}
 		rows = append(rows, c)
 	}
 	return head, rows
@@ -200,6 +206,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	head, rows := r.cells()
 	width := columnWidths(append([][]string{head}, rows...))
 	var b strings.Builder
+	if t := r.familyTitle(); t != "" {
+		b.WriteString(strings.TrimPrefix(t, ": ") + "\n")
+	}
 	line := func(c []string) { writeAligned(&b, c, width) }
 	line(head)
 	total := len(head)*2 - 2
@@ -217,6 +226,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 
 func (r *Report) writeErrors(b *strings.Builder) {
 	for _, row := range r.Rows {
+		if row.NotApplicable != "" {
+			fmt.Fprintf(b, "%s: n/a: %s\n", row.Subject, row.NotApplicable)
+		}
 		for _, e := range row.Errors {
 			fmt.Fprintf(b, "%s: %s\n", row.Subject, firstLine(e))
 		}
@@ -232,7 +244,7 @@ func firstLine(s string) string {
 // with ratios, the ratios of every figure, and the errors.
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
-	b.WriteString("# weft benchmark\n\n")
+	b.WriteString("# weft benchmark" + r.familyTitle() + "\n\n")
 	fmt.Fprintf(&b, "Run %s: %d repetition(s) of %gs per workload, subjects alternated across repetitions, medians shown.",
 		r.Started.UTC().Format(time.RFC3339), r.Reps, r.DurationS)
 	if r.Kernel != "" {
@@ -309,4 +321,20 @@ func writeAligned(b *strings.Builder, row []string, width []int) {
 		}
 	}
 	b.WriteString("\n")
+}
+
+// familyShort is "" for IPv4 reports, " (IPv6)" otherwise.
+func (r *Report) familyShort() string {
+	if r.Family != 6 {
+		return ""
+	}
+	return " (IPv6)"
+}
+
+// familyTitle is "" for IPv4 reports and says how the IPv6 rows were made otherwise.
+func (r *Report) familyTitle() string {
+	if r.Family != 6 {
+		return ""
+	}
+	return ": IPv6 (pods on an IPv6-only network, IPv6 underlay; the kernel references in their IPv6 forms)"
 }

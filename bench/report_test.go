@@ -216,3 +216,41 @@ func TestOrderPositions(t *testing.T) {
 		}
 	}
 }
+
+// TestFamilyReport: an IPv6 report says so in every form, and a row that cannot carry
+// IPv6 is marked n/a with its reason, not failed and not missing.
+func TestFamilyReport(t *testing.T) {
+	r := fixedReport()
+	r.Family = 6
+	r.Rows = append(r.Rows, Row{Subject: "flanneld", Kind: KindDaemon, NotApplicable: "IPv4-only: flannel's udp backend carries no IPv6"})
+	r.Finish()
+	var table, md, svg, js bytes.Buffer
+	if err := errors.Join(r.WriteTable(&table), r.WriteMarkdown(&md), r.WriteSVG(&svg), r.WriteJSON(&js)); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"table": table.String(), "markdown": md.String(), "svg": svg.String()} {
+		if !strings.Contains(out, "IPv6") {
+			t.Errorf("%s does not say IPv6:\n%s", name, out)
+		}
+	}
+	for name, out := range map[string]string{"table": table.String(), "markdown": md.String()} {
+		if !strings.Contains(out, "flanneld (n/a)") || !strings.Contains(out, "flanneld: n/a: IPv4-only") {
+			t.Errorf("%s does not mark flanneld n/a with its reason:\n%s", name, out)
+		}
+		if strings.Contains(out, "flanneld (failed)") {
+			t.Errorf("%s calls the n/a row failed:\n%s", name, out)
+		}
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Family != 6 || back.Row("flanneld").NotApplicable == "" {
+		t.Errorf("JSON lost the family or the n/a reason: family %d, row %+v", back.Family, back.Row("flanneld"))
+	}
+	r.Family = 4
+	var v4 bytes.Buffer
+	if err := r.WriteTable(&v4); err != nil || strings.HasPrefix(v4.String(), "IPv6") {
+		t.Errorf("an IPv4 report is titled IPv6 (%v):\n%s", err, v4.String())
+	}
+}

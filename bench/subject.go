@@ -64,35 +64,66 @@ func HostSpecs(subjects []Subject) []lab.HostSpec {
 	return hs
 }
 
+// NotApplicable says why the subject cannot carry family (4 or 6), or "" when it can.
+func (s Subject) NotApplicable(family int) string {
+	if family == 6 && s.Kind == KindDaemon && s.Backend == "udp" {
+		return "IPv4-only: flannel's udp backend carries no IPv6"
+	}
+	return ""
+}
+
 // Setup configures the subject on its two hosts in l and returns the path its
 // workloads use: pod to pod (host to host for the underlay). Each daemon subject
-// has its own etcd prefix, so every subject can stay up side by side.
-func (s Subject) Setup(ctx context.Context, l *lab.Lab) (Path, error) {
+// has its own etcd prefix, so every subject can stay up side by side. With family 6
+// the hosts get IPv6 underlay addresses, daemons an IPv6-only network and the
+// references their IPv6 forms, and the path runs over IPv6 alone.
+func (s Subject) Setup(ctx context.Context, l *lab.Lab, family int) (Path, error) {
 	a, b := l.Host(s.Name+"-a"), l.Host(s.Name+"-b")
 	if a == nil || b == nil {
 		return Path{}, fmt.Errorf("subject %s: hosts missing from the lab", s.Name)
 	}
+	v6 := family == 6
+	if v6 {
+		for _, h := range []*lab.Host{a, b} {
+			if err := l.EnableIPv6(ctx, h); err != nil {
+				return Path{}, fmt.Errorf("subject %s: %w", s.Name, err)
+			}
+		}
+	}
 	if s.Name == Underlay {
-		return Path{Client: a.NS, Server: b.NS, Addr: b.Addr}, nil
+		p := Path{Client: a.NS, Server: b.NS, Addr: b.Addr}
+		if v6 {
+			p.Addr = lab.HostAddr6(b)
+		}
+		return p, nil
 	}
 	var envs []lease.SubnetEnv
 	var daemons []*lab.Daemon
 	var err error
+	hosts := []*lab.Host{a, b}
 	switch {
+	case s.Name == KernelVXLAN && v6:
+		envs, err = l.KernelVXLAN6(ctx, hosts)
 	case s.Name == KernelVXLAN:
-		envs, err = l.KernelVXLAN(ctx, []*lab.Host{a, b})
+		envs, err = l.KernelVXLAN(ctx, hosts)
+	case s.Name == KernelHostGW && v6:
+		envs, err = l.KernelHostGW6(ctx, hosts)
 	case s.Name == KernelHostGW:
-		envs, err = l.KernelHostGW(ctx, []*lab.Host{a, b})
+		envs, err = l.KernelHostGW(ctx, hosts)
 	case s.Binary != "":
 		prefix := "/weft-bench/" + s.Name
 		bt := s.Backend
-		if s.Options != "" {
-			if err := l.SetBackendWith(ctx, prefix, s.Backend, s.Options); err != nil {
+		if s.Options != "" || v6 {
+			cfg := lab.NetworkConfigWith(s.Backend, s.Options)
+			if v6 {
+				cfg = lab.NetworkConfigV6With(s.Backend, s.Options)
+			}
+			if err := l.SetConfig(ctx, prefix, cfg); err != nil {
 				return Path{}, fmt.Errorf("subject %s: %w", s.Name, err)
 			}
-			bt = "" // set above, with the options
+			bt = "" // set above, with the options and family
 		}
-		for _, h := range []*lab.Host{a, b} {
+		for _, h := range hosts {
 			start := l.StartDaemon
 			if s.Kind == KindWeft {
 				start = l.StartWeftd
@@ -125,6 +156,9 @@ func (s Subject) Setup(ctx context.Context, l *lab.Lab) (Path, error) {
 		return Path{}, fmt.Errorf("subject %s: %w", s.Name, err)
 	}
 	p := Path{Client: pa.NS, Server: pb.NS, Addr: pb.Addr, Daemons: daemons}
+	if v6 != pb.Addr.Is6() {
+		return Path{}, fmt.Errorf("subject %s: pod address %v is not of IPv%d", s.Name, pb.Addr, family)
+	}
 	// Daemons learn each other's lease through etcd's watch: wait for the path.
 	if err := WaitPing(ctx, p.Client, p.Addr, 20*time.Second); err != nil {
 		for _, d := range daemons {

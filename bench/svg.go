@@ -36,7 +36,7 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="13">`+"\n",
 		width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
-	fmt.Fprintf(&b, `<text x="10" y="24" font-size="16" font-weight="bold">weft benchmark: medians of %d repetition(s), %gs each</text>`+"\n", r.Reps, r.DurationS)
+	fmt.Fprintf(&b, `<text x="10" y="24" font-size="16" font-weight="bold">weft benchmark%s: medians of %d repetition(s), %gs each</text>`+"\n", esc(r.familyShort()), r.Reps, r.DurationS)
 	y := top
 	for _, m := range panels {
 		maxV := 0.0

@@ -141,8 +141,14 @@ func (l *Lab) SetBackend(ctx context.Context, prefix, bt string) error {
 
 // SetBackendWith is SetBackend with backend options (see NetworkConfigWith).
 func (l *Lab) SetBackendWith(ctx context.Context, prefix, bt, opts string) error {
-	if !json.Valid([]byte(NetworkConfigWith(bt, opts))) {
-		return fmt.Errorf("backend %s options %s: not JSON members", bt, opts)
+	return l.SetConfig(ctx, prefix, NetworkConfigWith(bt, opts))
+}
+
+// SetConfig writes config (a network config's JSON) as prefix/config and removes the
+// leases under prefix/subnets/ (they may be of another backend or family).
+func (l *Lab) SetConfig(ctx context.Context, prefix, config string) error {
+	if !json.Valid([]byte(config)) {
+		return fmt.Errorf("network config %s: not JSON", config)
 	}
 	if prefix == "" {
 		prefix = lease.DefaultPrefix
@@ -150,10 +156,10 @@ func (l *Lab) SetBackendWith(ctx context.Context, prefix, bt, opts string) error
 	if err := l.DeletePrefix(ctx, prefix+"/subnets/"); err != nil {
 		return err
 	}
-	if err := l.Put(ctx, prefix+"/config", NetworkConfigWith(bt, opts)); err != nil {
+	if err := l.Put(ctx, prefix+"/config", config); err != nil {
 		return err
 	}
-	l.log.Debug("network config", zap.String("prefix", prefix), zap.String("backend", bt), zap.String("options", opts))
+	l.log.Debug("network config", zap.String("prefix", prefix), zap.String("config", config))
 	return nil
 }
 

@@ -46,7 +46,7 @@ const usage = `usage: weft-bench <command> [flags]
   lab up [--hosts N] [--lan2 N] [--backend udp|vxlan|host-gw|none] [--weftd PATH]
   lab down
   lab status
-  run  [--reps N] [--duration D] [--out DIR] [--subjects a,b] [--daemon NAME=PATH]... [--weftd PATH]
+  run  [--reps N] [--duration D] [--out DIR] [--subjects a,b] [--family 4|6] [--daemon NAME=PATH]... [--weftd PATH]
   demo [--weftd PATH] [--duration D] [--daemon NAME=PATH]...
   scale [--hosts N] [--sizes a,b] [--backend vxlan|host-gw|udp|alloc] [--churn D] [--rate R]
         [--idle D] [--no-restart] [--no-overtake] [--report-from scale.json] [--out DIR] [--daemon NAME=PATH]... [--weftd PATH]
@@ -161,6 +161,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	weftd := fs.String("weftd", defaultWeftd(), "weftd binary")
 	only := fs.String("subjects", "", "comma-separated subset of subjects (default all)")
 	verbose := fs.Bool("v", false, "debug logging")
+	family := fs.Int("family", 4, "IP version of the traffic: 4, or 6 (IPv6 pods on an IPv6-only network over an IPv6 underlay)")
 	var extra daemonFlag
 	fs.Var(&extra, "daemon", "NAME=PATH of another flanneld-compatible daemon, run with backend udp (repeatable)")
 	if err := parseFlags(fs, args); err != nil {
@@ -168,6 +169,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: run takes no arguments, got %q", errUsage, fs.Args())
+	}
+	if *family != 4 && *family != 6 {
+		return fmt.Errorf("%w: --family %d: want 4 or 6", errUsage, *family)
 	}
 	subjects, err := pick(bench.Subjects(*weftd, extra), *only)
 	if err != nil {
@@ -182,7 +186,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	rep, err := bench.Run(ctx, bench.Options{
-		Subjects: subjects, Reps: *reps, Duration: *dur, Pings: *pings,
+		Subjects: subjects, Reps: *reps, Duration: *dur, Pings: *pings, Family: *family,
 		StateFile: filepath.Join(stateDir(), "run.json"), Progress: stderr,
 	}, newLogger(stderr, *verbose))
 	if err != nil {

@@ -31,6 +31,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--subjects", "nope"}, 2, "unknown subject"},
 		{[]string{"run", "--daemon", "noequals"}, 2, "NAME=PATH"},
 		{[]string{"run", "extra"}, 2, "no arguments"},
+		{[]string{"run", "--family", "5"}, 2, "want 4 or 6"},
 		{[]string{"run", "--subjects", "weftd-udp", "--weftd", "/nonexistent/weftd"}, 1, "weftd not found"},
 		{[]string{"help"}, 0, "usage"},
 	} {
