@@ -62,7 +62,7 @@ func (w *worker) egressBatch(n int) {
 		}
 		ok := false
 		switch vh.gsoType &^ vnetGSOECN {
-		case vnetGSOTCPv4:
+		case vnetGSOTCPv4, vnetGSOTCPv6:
 			ok = w.stageTSO(u, pkt, p, int(vh.gsoSize))
 		case vnetGSOUDPL4:
 			ok = w.stageUSO(u, pkt, p, int(vh.gsoSize))
@@ -76,7 +76,7 @@ func (w *worker) egressBatch(n int) {
 	w.cnt.txHist[bucket(n)].Add(1)
 }
 
-// stageTSO cuts a TCPv4 super packet into segments of gsoSize payload bytes, each a
+// stageTSO cuts a TCP super packet (IPv4 or IPv6) into segments of gsoSize payload bytes, each a
 // datagram of its own headers (in seghdr) and a slice of pkt's payload. With UDP GSO
 // a run of them goes in one message and the kernel cuts the datagrams apart.
 func (w *worker) stageTSO(u *udpConn, pkt []byte, p *Peer, gsoSize int) bool {

@@ -24,7 +24,8 @@ const (
 // groRun is the run being coalesced: its first packet and what the next must match.
 type groRun struct {
 	first   []byte // first packet (in its receive buffer)
-	hl      int    // IPv4 + TCP header length of the run
+	ihl     int    // IP header length: 20 (IPv4) or 40 (IPv6)
+	hl      int    // IP + TCP (or UDP) header length of the run
 	segSize int    // payload size of every segment but the last
 	nextSeq uint32
 	total   int // bytes of the run (headers once + payloads)
@@ -34,10 +35,13 @@ type groRun struct {
 	udp     bool   // a run of UDP datagrams (else TCP segments)
 }
 
-// groCandidate reports whether pkt (a checked IPv4 packet) may start or join a run:
-// TCP with a payload, no IP options, not fragmented, flags ACK (and PSH); with uso
-// also UDP with a payload, no IP options, not fragmented, its length field matching.
+// groCandidate reports whether pkt (a checked IPv4 or IPv6 packet) may start or join a
+// run: TCP with a payload, no IP options or extension headers, not fragmented, flags
+// ACK (and PSH); with uso also UDP with a payload, its length field matching.
 func groCandidate(pkt []byte, uso bool) (hl int, udp, ok bool) {
+	if pkt[0]>>4 == 6 {
+		return groCandidate6(pkt, uso)
+	}
 	if pkt[0] != 0x45 || binary.BigEndian.Uint16(pkt[6:8])&0x3fff != 0 {
 		return 0, false, false
 	}
@@ -61,11 +65,38 @@ func groCandidate(pkt []byte, uso bool) (hl int, udp, ok bool) {
 	return 0, false, false
 }
 
+// groCandidate6 is groCandidate for IPv6 (no extension headers: the next header is
+// TCP or UDP).
+func groCandidate6(pkt []byte, uso bool) (hl int, udp, ok bool) {
+	const ihl = ipv6HeaderLen
+	switch pkt[6] {
+	case protoTCP:
+		if len(pkt) < ihl+20 {
+			return 0, false, false
+		}
+		hl = ihl + int(pkt[ihl+12]>>4)*4
+		if hl < ihl+20 || hl >= len(pkt) || pkt[ihl+13]&^tcpFlagPSH != tcpFlagACK {
+			return 0, false, false
+		}
+		return hl, false, true
+	case protoUDP:
+		hl = ihl + udpHeaderLen
+		if !uso || len(pkt) <= hl || int(binary.BigEndian.Uint16(pkt[ihl+4:ihl+6])) != len(pkt)-ihl {
+			return 0, false, false
+		}
+		return hl, true, true
+	}
+	return 0, false, false
+}
+
 // groJoins reports whether pkt (of kind udp) continues run r.
 func groJoins(r *groRun, pkt []byte, hl int, udp bool) bool {
 	f := r.first
-	if r.closed || udp != r.udp || hl != r.hl || r.total+len(pkt)-hl > groMaxLen || len(pkt)-hl > r.segSize {
+	if r.closed || udp != r.udp || hl != r.hl || pkt[0]>>4 != f[0]>>4 || r.total+len(pkt)-hl > groMaxLen || len(pkt)-hl > r.segSize {
 		return false
+	}
+	if r.ihl == ipv6HeaderLen {
+		return groJoins6(r, pkt, hl, udp)
 	}
 	if udp {
 		// Same TOS, DF, TTL, addresses and ports.
@@ -82,12 +113,31 @@ func groJoins(r *groRun, pkt []byte, hl int, udp bool) bool {
 	return true
 }
 
+// groJoins6 is groJoins for IPv6: same version, traffic class and flow label, next
+// header, hop limit, addresses and ports; for TCP the same ack, window and options, and
+// in sequence.
+func groJoins6(r *groRun, pkt []byte, hl int, udp bool) bool {
+	f := r.first
+	if !bytes.Equal(pkt[0:4], f[0:4]) || pkt[6] != f[6] || pkt[7] != f[7] || !bytes.Equal(pkt[8:44], f[8:44]) {
+		return false
+	}
+	if udp {
+		return r.count < groMaxUDPSegs
+	}
+	return bytes.Equal(pkt[48:52], f[48:52]) && bytes.Equal(pkt[54:56], f[54:56]) &&
+		bytes.Equal(pkt[60:hl], f[60:hl]) && binary.BigEndian.Uint32(pkt[44:48]) == r.nextSeq
+}
+
 // groStart makes pkt (of kind udp) the first packet of a run.
 func groStart(r *groRun, pkt []byte, hl int, udp bool) {
-	*r = groRun{first: pkt, hl: hl, segSize: len(pkt) - hl, total: len(pkt), count: 1, udp: udp}
+	ihl := ipv4HeaderLen
+	if pkt[0]>>4 == 6 {
+		ihl = ipv6HeaderLen
+	}
+	*r = groRun{first: pkt, ihl: ihl, hl: hl, segSize: len(pkt) - hl, total: len(pkt), count: 1, udp: udp}
 	if !udp {
-		r.nextSeq = binary.BigEndian.Uint32(pkt[24:28]) + uint32(len(pkt)-hl)
-		r.closed = pkt[33]&tcpFlagPSH != 0
+		r.nextSeq = binary.BigEndian.Uint32(pkt[ihl+4:]) + uint32(len(pkt)-hl)
+		r.closed = pkt[ihl+13]&tcpFlagPSH != 0
 	}
 }
 
@@ -106,8 +156,9 @@ func groAppend(r *groRun, pkt []byte, buf []byte) {
 		return
 	}
 	r.nextSeq += uint32(len(pkt) - r.hl)
-	if len(pkt)-r.hl < r.segSize || pkt[33]&tcpFlagPSH != 0 {
-		r.buf[Headroom+33] |= pkt[33] & tcpFlagPSH
+	fl := r.ihl + 13
+	if len(pkt)-r.hl < r.segSize || pkt[fl]&tcpFlagPSH != 0 {
+		r.buf[Headroom+fl] |= pkt[fl] & tcpFlagPSH
 		r.closed = true
 	}
 }
@@ -116,6 +167,9 @@ func groAppend(r *groRun, pkt []byte, buf []byte) {
 // checksum, partial TCP checksum) and its virtio-net header, and returns the buffer
 // to write (from 0, packet at Headroom).
 func groFinish(r *groRun) []byte {
+	if r.ihl == ipv6HeaderLen {
+		return groFinish6(r)
+	}
 	be := binary.BigEndian
 	p := r.buf[Headroom : Headroom+r.total]
 	be.PutUint16(p[2:], uint16(r.total))
@@ -135,5 +189,25 @@ func groFinish(r *groRun) []byte {
 	be.PutUint16(p[36:], fold(sum(p[12:20], uint64(protoTCP)+uint64(r.total-20))))
 	vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv4, hdrLen: uint16(r.hl), gsoSize: uint16(r.segSize),
 		csumStart: 20, csumOffset: 16}.put(r.buf[Headroom-vnetHdrLen : Headroom])
+	return r.buf[:Headroom+r.total]
+}
+
+// groFinish6 is groFinish for IPv6: payload length, the partial TCP or UDP checksum
+// over the IPv6 pseudo header, GSO type TCPv6 or UDP_L4.
+func groFinish6(r *groRun) []byte {
+	be := binary.BigEndian
+	const ihl = ipv6HeaderLen
+	p := r.buf[Headroom : Headroom+r.total]
+	plen := r.total - ihl
+	be.PutUint16(p[4:], uint16(plen))
+	h := vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv6, hdrLen: uint16(r.hl), gsoSize: uint16(r.segSize),
+		csumStart: ihl, csumOffset: 16}
+	proto := uint64(protoTCP)
+	if r.udp {
+		be.PutUint16(p[ihl+4:], uint16(plen))
+		h.gsoType, h.csumOffset, proto = vnetGSOUDPL4, 6, protoUDP
+	}
+	be.PutUint16(p[ihl+int(h.csumOffset):], fold(sum(p[8:40], proto+uint64(plen))))
+	h.put(r.buf[Headroom-vnetHdrLen : Headroom])
 	return r.buf[:Headroom+r.total]
 }

@@ -14,6 +14,7 @@ const (
 	vnetNeedsCsum  = 1
 	vnetGSONone    = 0
 	vnetGSOTCPv4   = 1
+	vnetGSOTCPv6   = 4
 	vnetGSOUDPL4   = 5
 	vnetGSOECN     = 0x80
 	tcpFlagFIN     = 0x01
@@ -95,10 +96,21 @@ func finishChecksum(pkt []byte, h vnetHdr) bool {
 	return true
 }
 
-// tsoLayout checks a TCPv4 super packet and returns its header lengths.
+// tsoLayout checks a TCP super packet (IPv4, or IPv6 without extension headers: the
+// kernel's TSO6 gives those) and returns its header lengths.
 func tsoLayout(pkt []byte) (ihl, hl int, ok bool) {
-	ihl = int(pkt[0]&0x0f) * 4
-	if pkt[0]>>4 != 4 || ihl < ipv4HeaderLen || pkt[9] != protoTCP || len(pkt) < ihl+20 {
+	switch {
+	case pkt[0]>>4 == 6:
+		if len(pkt) < ipv6HeaderLen+20 || pkt[6] != protoTCP {
+			return 0, 0, false
+		}
+		ihl = ipv6HeaderLen
+	case pkt[0]>>4 == 4:
+		ihl = int(pkt[0]&0x0f) * 4
+		if ihl < ipv4HeaderLen || pkt[9] != protoTCP || len(pkt) < ihl+20 {
+			return 0, 0, false
+		}
+	default:
 		return 0, 0, false
 	}
 	thl := int(pkt[ihl+12]>>4) * 4
@@ -108,18 +120,26 @@ func tsoLayout(pkt []byte) (ihl, hl int, ok bool) {
 	return ihl, ihl + thl, true
 }
 
-// segmentHeaders writes into h the IPv4 and TCP headers of segment i (payload seg,
-// at byte off of the super packet's payload) of the super packet pkt, whose headers
-// are hl bytes (IPv4 header ihl). last marks the final segment. The TCP checksum
-// covers seg.
+// segmentHeaders writes into h the IP and TCP headers of segment i (payload seg, at
+// byte off of the super packet's payload) of the super packet pkt, whose headers are
+// hl bytes (IP header ihl: IPv4, or IPv6 when 40 bytes of version 6). last marks the
+// final segment. The TCP checksum covers seg.
 func segmentHeaders(h, pkt []byte, ihl, hl, i, off int, seg []byte, last bool) {
 	copy(h, pkt[:hl])
 	be := binary.BigEndian
-	be.PutUint16(h[2:], uint16(hl+len(seg)))
-	be.PutUint16(h[4:], be.Uint16(pkt[4:])+uint16(i))
-	be.PutUint16(h[10:], 0)
-	be.PutUint16(h[10:], ^fold(sum(h[:ihl], 0)))
 	t := h[ihl:hl]
+	tcpLen := uint64(len(t) + len(seg))
+	var ac uint64 // pseudo header: addresses, protocol, TCP length
+	if pkt[0]>>4 == 6 {
+		be.PutUint16(h[4:], uint16(tcpLen))
+		ac = sum(h[8:40], protoTCP+tcpLen)
+	} else {
+		be.PutUint16(h[2:], uint16(hl+len(seg)))
+		be.PutUint16(h[4:], be.Uint16(pkt[4:])+uint16(i))
+		be.PutUint16(h[10:], 0)
+		be.PutUint16(h[10:], ^fold(sum(h[:ihl], 0)))
+		ac = sum(h[12:20], protoTCP+tcpLen)
+	}
 	be.PutUint32(t[4:], be.Uint32(pkt[ihl+4:])+uint32(off))
 	fl := pkt[ihl+13]
 	if !last {
@@ -130,8 +150,6 @@ func segmentHeaders(h, pkt []byte, ihl, hl, i, off int, seg []byte, last bool) {
 	}
 	t[13] = fl
 	be.PutUint16(t[16:], 0)
-	// pseudo header: addresses, protocol, TCP length
-	ac := sum(h[12:20], uint64(protoTCP)+uint64(len(t)+len(seg)))
 	ac = sum(t, ac)
 	ac = sum(seg, ac)
 	be.PutUint16(t[16:], ^fold(ac))

@@ -11,6 +11,7 @@ import (
 const (
 	tunFCsum = 0x01
 	tunFTSO4 = 0x02
+	tunFTSO6 = 0x04
 	// UDP segmentation offload, kernel 6.2 and later; the kernel takes the two only
 	// together (the data path sees IPv4 alone).
 	tunFUSO4 = 0x20
@@ -18,7 +19,7 @@ const (
 )
 
 // openOffloadQueue opens a queue with IFF_VNET_HDR and asks the kernel for checksum
-// and TCPv4 segmentation offload: reads then return up to 64 KiB TCP segments with a
+// and TCP segmentation offload (TSO4 and TSO6): reads then return up to 64 KiB TCP segments with a
 // virtio-net header in front. With uso it also asks for UDPv4 segmentation offload
 // (TUN_F_USO4), so that writes may carry many UDP datagrams of one flow as one
 // packet (and reads may return such packets); a kernel that refuses it (before 6.2)
@@ -47,9 +48,10 @@ func openOffloadQueue(name string, mq, uso bool) (*Queue, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("tun %s: TUNSETVNETHDRSZ: %w", name, err)
 	}
-	uso = uso && unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tunFCsum|tunFTSO4|tunFUSO4|tunFUSO6) == nil
+	const tso = tunFCsum | tunFTSO4 | tunFTSO6
+	uso = uso && unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tso|tunFUSO4|tunFUSO6) == nil
 	if !uso {
-		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tunFCsum|tunFTSO4); err != nil {
+		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tso); err != nil {
 			unix.Close(fd)
 			return nil, fmt.Errorf("tun %s: TUNSETOFFLOAD: %w", name, err)
 		}

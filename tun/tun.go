@@ -27,7 +27,7 @@ type Config struct {
 	Queues int
 	// NoMultiQueue forces a single queue (the kernel feature switched off).
 	NoMultiQueue bool
-	// Offload opens the queues with a virtio-net header and TCPv4 segmentation and
+	// Offload opens the queues with a virtio-net header and TCP (IPv4, IPv6) segmentation and
 	// checksum offload (Queue.VnetHdr); if the kernel refuses, Open falls back to
 	// plain queues.
 	Offload bool
