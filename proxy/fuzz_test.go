@@ -55,8 +55,8 @@ func FuzzIngressCheck(f *testing.F) {
 
 // FuzzIngressCoalesce feeds arbitrary datagrams from a peer through the ingress path
 // with TUN offloads (checks, TTL, TCP coalescing, UDP GRO splitting): it must never
-// panic, and every packet it writes must carry a consistent IPv4 header and, when
-// coalesced (TCP, or UDP with USO), a checksum that verifies once completed.
+// panic, and every packet it writes must carry a consistent IPv4 or IPv6 header and,
+// when coalesced (TCP, or UDP with USO), a checksum that verifies once completed.
 func FuzzIngressCoalesce(f *testing.F) {
 	seg := func(seq uint32, n int) []byte { return tcpPacket(tPeerPod, tLocalIP, seq, "", make([]byte, n)) }
 	f.Add(append(append(seg(0, 100), seg(100, 100)...), seg(200, 50)...), uint16(152), uint8(3))
@@ -64,8 +64,12 @@ func FuzzIngressCoalesce(f *testing.F) {
 	f.Add(append(seg(0, 100), icmpEcho(tPeerPod, tLocalIP, 64)...), uint16(0), uint8(2))
 	dg := func(id uint16, n int) []byte { return udpPacket(tPeerPod, tLocalIP, 1, id, make([]byte, n)) }
 	f.Add(append(append(dg(1, 124), dg(2, 124)...), dg(3, 24)...), uint16(152), uint8(1))
+	seg6 := func(seq uint32, n int) []byte { return tcp6Packet(t6PeerPod, t6LocalIP, seq, "", make([]byte, n)) }
+	f.Add(append(append(seg6(0, 100), seg6(100, 100)...), seg6(200, 50)...), uint16(172), uint8(3))
+	dg6 := ipv6Packet(t6PeerPod, t6LocalIP, 64, layers.IPProtocolUDP, []byte{0, 1, 0, 2, 0, 24, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16})
+	f.Add(append(append(dg6, dg6...), seg6(0, 30)...), uint16(len(dg6)), uint8(1))
 	tb := &Table{}
-	tb.snap.Store(testSnapshot(f))
+	tb.snap.Store(testSnapshot6(f))
 	f.Fuzz(func(t *testing.T, blob []byte, step uint16, msgs uint8) {
 		ft := &vnetUSOTUN{}
 		var cnt counters
@@ -83,14 +87,23 @@ func FuzzIngressCoalesce(f *testing.F) {
 		for _, b := range ft.written {
 			vh := parseVnetHdr(b)
 			p := b[vnetHdrLen:]
-			if len(p) < 20 || checksum(p[:int(p[0]&0x0f)*4]) != 0 || int(binary.BigEndian.Uint16(p[2:])) != len(p) {
+			v6 := len(p) > 0 && p[0]>>4 == 6
+			switch {
+			case v6 && (len(p) < ipv6HeaderLen || int(binary.BigEndian.Uint16(p[4:])) != len(p)-ipv6HeaderLen):
+				t.Fatalf("bad IPv6 packet written: % x", p[:min(len(p), 48)])
+			case !v6 && (len(p) < 20 || checksum(p[:int(p[0]&0x0f)*4]) != 0 || int(binary.BigEndian.Uint16(p[2:])) != len(p)):
 				t.Fatalf("bad packet written: % x", p[:min(len(p), 40)])
 			}
 			if vh.gsoType == vnetGSONone {
 				continue
 			}
 			ok := tcpChecksumOK
-			if vh.gsoType == vnetGSOUDPL4 {
+			switch {
+			case v6 && vh.gsoType == vnetGSOUDPL4:
+				ok = udp6ChecksumOK
+			case v6:
+				ok = tcp6ChecksumOK
+			case vh.gsoType == vnetGSOUDPL4:
 				ok = udpChecksumOK
 			}
 			if vh.gsoSize == 0 || int(vh.hdrLen) >= len(p) || !finishChecksum(p, vh) || !ok(p) {

@@ -41,6 +41,17 @@ func tcp6ChecksumOK(pkt []byte) bool {
 	return fold(sum(pkt[ipv6HeaderLen:], ac)) == 0xffff
 }
 
+// udp6ChecksumOK verifies an IPv6 packet's UDP checksum, UDP length and payload length.
+func udp6ChecksumOK(pkt []byte) bool {
+	n := len(pkt) - ipv6HeaderLen
+	be := binary.BigEndian
+	if int(be.Uint16(pkt[4:])) != n || n < udpHeaderLen || int(be.Uint16(pkt[ipv6HeaderLen+4:])) != n {
+		return false
+	}
+	ac := sum(pkt[8:40], uint64(protoUDP)+uint64(n))
+	return fold(sum(pkt[ipv6HeaderLen:], ac)) == 0xffff
+}
+
 // TestSegmentTSO6: a TCPv6 super packet (TUN TSO6) is cut into segments with the
 // payload length, sequence numbers, flags and checksum the kernel would give them.
 func TestSegmentTSO6(t *testing.T) {
