@@ -168,15 +168,22 @@ func (w *worker) flush() {
 	w.nhdr, w.pending, w.pendingDgrams = 0, 0, 0
 }
 
-// unreachable answers pkt with ICMP net unreachable through the TUN, rate limited.
+// unreachable answers pkt with ICMP net unreachable (ICMPv6 no route for IPv6)
+// through the TUN, rate limited.
 func (w *worker) unreachable(pkt []byte, s *Snapshot) {
-	if !wantsICMPError(pkt) || !w.ebkt.allow(time.Now().UnixNano()) {
+	v6 := pkt[0]>>4 == 6
+	if v6 && (s.v6 == nil || !wantsICMPv6Error(pkt)) || !v6 && !wantsICMPError(pkt) || !w.ebkt.allow(time.Now().UnixNano()) {
 		return
 	}
 	// The error comes from the unreachable subnet's first address (where its host's
 	// flannel0 would be): our own address as source would be dropped as martian.
-	from := binary.BigEndian.Uint32(pkt[16:20]) & s.subMask
-	n := buildUnreachable(w.icmp[0][Headroom:], pkt, from, 0)
+	var n int
+	if v6 {
+		from := s.v6.subnetStart(binary.BigEndian.Uint64(pkt[24:32]), binary.BigEndian.Uint64(pkt[32:40]))
+		n = buildUnreachable6(w.icmp[0][Headroom:], pkt, from)
+	} else {
+		n = buildUnreachable(w.icmp[0][Headroom:], pkt, binary.BigEndian.Uint32(pkt[16:20])&s.subMask, 0)
+	}
 	out := w.icmp[0][:Headroom+n]
 	w.icmp[0] = out
 	if _, err := w.tun.Write(w.icmp[:], Headroom); err == nil {

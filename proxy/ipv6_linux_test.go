@@ -56,6 +56,19 @@ func testTwoHostsIPv6(t *testing.T, o labOpts) {
 	if sa.TxPackets < 9 || sb.RxPackets < 9 {
 		t.Fatalf("pings not counted: a tx %d, b rx %d", sa.TxPackets, sb.RxPackets)
 	}
+	t.Run("no lease gives ICMPv6 no route", func(t *testing.T) {
+		icmp := a.px.Stats().ICMPSent
+		out, err := a.ns.Run(ctx, "ping", "-c", "1", "-W", "2", "-I", lab6Pod[0].String(), "fd00:10:0:77::1")
+		if err == nil {
+			t.Fatalf("ping -6 to a subnet without lease succeeded: %s", out)
+		}
+		if !containsAny(out, "Destination unreachable: No route") {
+			t.Fatalf("no ICMPv6 no-route error in ping output: %s", out)
+		}
+		if a.px.Stats().ICMPSent == icmp {
+			t.Fatalf("ICMPv6 error not counted: %+v", a.px.Stats())
+		}
+	})
 	t.Run("v6 pod throughput", func(t *testing.T) {
 		testenv.NeedTools(t, "iperf3")
 		bps := iperf3(t, a.ns, b.ns, lab6Pod[0], lab6Pod[1], 1)

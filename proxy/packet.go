@@ -127,7 +127,7 @@ func checksum(b []byte) uint16 { return ^fold(sum(b, 0)) }
 // 3.2.2): not about an ICMP error, not a non-first fragment, not from a
 // non-unicast source.
 func wantsICMPError(pkt []byte) bool {
-	if pkt[0]>>4 != 4 { // no ICMPv6 errors yet: an IPv6 packet without a route is only counted
+	if pkt[0]>>4 != 4 { // IPv6: wantsICMPv6Error
 		return false
 	}
 	ihl := int(pkt[0]&0x0f) * 4

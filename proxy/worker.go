@@ -117,7 +117,7 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, udpGRO b
 		w.gro = [][]byte{make([]byte, Headroom+groMaxLen), make([]byte, Headroom+groMaxLen)}
 		w.arena = make([]byte, Headroom+groMaxLen)
 	}
-	w.icmp[0] = make([]byte, Headroom+icmpBufLen)
+	w.icmp[0] = make([]byte, Headroom+max(icmpBufLen, icmp6MaxLen))
 	return w
 }
 

@@ -60,7 +60,7 @@ func newWeftCollector(d *daemon) *weftCollector {
 		udpPackets:       desc("udp_packets_total", "Packets the udp backend carried: tx sent to peers, rx accepted from peers for flannel0.", "direction"),
 		udpBytes:         desc("udp_bytes_total", "Bytes of inner IP packets the udp backend carried, by direction.", "direction"),
 		udpDropped:       desc("udp_dropped_packets_total", "Packets the udp backend dropped, by reason.", "reason"),
-		udpICMP:          desc("udp_icmp_unreachable_sent_total", "ICMP net unreachable messages written back for destinations without a lease."),
+		udpICMP:          desc("udp_icmp_unreachable_sent_total", "ICMP net unreachable (ICMPv6 no route) messages written back for destinations without a lease."),
 		leaseExpiry:      desc("lease_expiry_timestamp_seconds", "When our subnet lease runs out unless renewed (Unix time)."),
 		renewals:         desc("lease_renewals_total", "Successful renewals of our subnet lease."),
 		renewFailures:    desc("lease_renewal_failures_total", "Renewals of our subnet lease that failed and were retried."),
