@@ -10,18 +10,24 @@ import (
 // packet with a virtio-net header (GSO TCPv4, checksum partial), so the kernel and the
 // receiving socket handle one packet instead of dozens. With UDP segmentation offload
 // on the queue (USO), runs of same-sized datagrams of one UDP flow are written the
-// same way (GSO UDP_L4): one TUN write for up to groMaxUDPSegs datagrams; the kernel
+// same way (GSO UDP_L4): one TUN write for up to groMaxSegs datagrams; the kernel
 // cuts them apart again (or hands them whole to a socket with UDP GRO).
 
 const (
 	tcpFlagACK = 0x10
 	groMaxLen  = maxSuperPacket
-	// groMaxUDPSegs is the most datagrams in one UDP super packet (the kernel's own
-	// UDP GRO stops at 64 too).
-	groMaxUDPSegs = 64
+	// groMaxSegs is the most segments or datagrams in one super packet (the kernel's
+	// own GRO stops at 64 too); it also bounds the pieces of one TUN write.
+	groMaxSegs = 64
+	// groHdrLen holds a run's headers: virtio-net, IPv6 (the longer IP header) and a
+	// TCP header with the most options.
+	groHdrLen = vnetHdrLen + ipv6HeaderLen + 60
 )
 
 // groRun is the run being coalesced: its first packet and what the next must match.
+// Once it holds two packets, hdr holds its headers (virtio-net header, then the first
+// packet's hl bytes) and the payloads stay where they were received: the TUN write
+// gathers them (writev), nothing is copied.
 type groRun struct {
 	first   []byte // first packet (in its receive buffer)
 	ihl     int    // IP header length: 20 (IPv4) or 40 (IPv6)
@@ -30,8 +36,8 @@ type groRun struct {
 	nextSeq uint32
 	total   int // bytes of the run (headers once + payloads)
 	count   int
-	buf     []byte // the coalescing buffer once count > 1 (Headroom + packet)
-	closed  bool   // a short or PSH segment ended it
+	hdr     []byte // once count > 1: virtio-net header + the run's headers
+	closed  bool   // a short or PSH segment ended it, or it is full
 	udp     bool   // a run of UDP datagrams (else TCP segments)
 }
 
@@ -100,7 +106,7 @@ func groJoins(r *groRun, pkt []byte, hl int, udp bool) bool {
 	}
 	if udp {
 		// Same TOS, DF, TTL, addresses and ports.
-		return r.count < groMaxUDPSegs && pkt[1] == f[1] && pkt[6] == f[6] && pkt[8] == f[8] &&
+		return pkt[1] == f[1] && pkt[6] == f[6] && pkt[8] == f[8] &&
 			bytes.Equal(pkt[12:24], f[12:24])
 	}
 	// Same TOS, DF, TTL, protocol, addresses; same ports; same ack and window; same
@@ -122,7 +128,7 @@ func groJoins6(r *groRun, pkt []byte, hl int, udp bool) bool {
 		return false
 	}
 	if udp {
-		return r.count < groMaxUDPSegs
+		return true
 	}
 	return bytes.Equal(pkt[48:52], f[48:52]) && bytes.Equal(pkt[54:56], f[54:56]) &&
 		bytes.Equal(pkt[60:hl], f[60:hl]) && binary.BigEndian.Uint32(pkt[44:48]) == r.nextSeq
@@ -141,37 +147,39 @@ func groStart(r *groRun, pkt []byte, hl int, udp bool) {
 	}
 }
 
-// groAppend adds pkt's payload to the run, copying the first packet into buf (which
-// must hold Headroom+groMaxLen bytes) when the run first grows.
-func groAppend(r *groRun, pkt []byte, buf []byte) {
+// groAppend adds pkt to the run. When the run first grows, hdr (vnetHdrLen+r.hl
+// bytes) receives the first packet's headers. The caller keeps the payloads.
+func groAppend(r *groRun, pkt []byte, hdr []byte) {
 	if r.count == 1 {
-		r.buf = buf
-		copy(buf[Headroom:], r.first)
+		r.hdr = hdr
+		copy(hdr[vnetHdrLen:], r.first[:r.hl])
 	}
-	copy(r.buf[Headroom+r.total:], pkt[r.hl:])
 	r.total += len(pkt) - r.hl
 	r.count++
 	if r.udp {
-		r.closed = len(pkt)-r.hl < r.segSize
+		r.closed = len(pkt)-r.hl < r.segSize || r.count == groMaxSegs
 		return
 	}
 	r.nextSeq += uint32(len(pkt) - r.hl)
 	fl := r.ihl + 13
 	if len(pkt)-r.hl < r.segSize || pkt[fl]&tcpFlagPSH != 0 {
-		r.buf[Headroom+fl] |= pkt[fl] & tcpFlagPSH
+		r.hdr[vnetHdrLen+fl] |= pkt[fl] & tcpFlagPSH
+		r.closed = true
+	}
+	if r.count == groMaxSegs {
 		r.closed = true
 	}
 }
 
 // groFinish writes the headers of a run of two or more packets (lengths, IPv4
-// checksum, partial TCP checksum) and its virtio-net header, and returns the buffer
-// to write (from 0, packet at Headroom).
-func groFinish(r *groRun) []byte {
+// checksum, partial TCP checksum) and its virtio-net header into r.hdr.
+func groFinish(r *groRun) {
 	if r.ihl == ipv6HeaderLen {
-		return groFinish6(r)
+		groFinish6(r)
+		return
 	}
 	be := binary.BigEndian
-	p := r.buf[Headroom : Headroom+r.total]
+	p := r.hdr[vnetHdrLen:]
 	be.PutUint16(p[2:], uint16(r.total))
 	be.PutUint16(p[10:], 0)
 	be.PutUint16(p[10:], ^fold(sum(p[:20], 0)))
@@ -181,23 +189,22 @@ func groFinish(r *groRun) []byte {
 		be.PutUint16(p[24:], uint16(r.total-20))
 		be.PutUint16(p[26:], fold(sum(p[12:20], uint64(protoUDP)+uint64(r.total-20))))
 		vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOUDPL4, hdrLen: uint16(r.hl), gsoSize: uint16(r.segSize),
-			csumStart: 20, csumOffset: 6}.put(r.buf[Headroom-vnetHdrLen : Headroom])
-		return r.buf[:Headroom+r.total]
+			csumStart: 20, csumOffset: 6}.put(r.hdr)
+		return
 	}
 	// Checksum partial: the field holds the pseudo-header sum, the kernel finishes it
 	// (or trusts it, for local delivery).
 	be.PutUint16(p[36:], fold(sum(p[12:20], uint64(protoTCP)+uint64(r.total-20))))
 	vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv4, hdrLen: uint16(r.hl), gsoSize: uint16(r.segSize),
-		csumStart: 20, csumOffset: 16}.put(r.buf[Headroom-vnetHdrLen : Headroom])
-	return r.buf[:Headroom+r.total]
+		csumStart: 20, csumOffset: 16}.put(r.hdr)
 }
 
 // groFinish6 is groFinish for IPv6: payload length, the partial TCP or UDP checksum
 // over the IPv6 pseudo header, GSO type TCPv6 or UDP_L4.
-func groFinish6(r *groRun) []byte {
+func groFinish6(r *groRun) {
 	be := binary.BigEndian
 	const ihl = ipv6HeaderLen
-	p := r.buf[Headroom : Headroom+r.total]
+	p := r.hdr[vnetHdrLen:]
 	plen := r.total - ihl
 	be.PutUint16(p[4:], uint16(plen))
 	h := vnetHdr{flags: vnetNeedsCsum, gsoType: vnetGSOTCPv6, hdrLen: uint16(r.hl), gsoSize: uint16(r.segSize),
@@ -208,6 +215,5 @@ func groFinish6(r *groRun) []byte {
 		h.gsoType, h.csumOffset, proto = vnetGSOUDPL4, 6, protoUDP
 	}
 	be.PutUint16(p[ihl+int(h.csumOffset):], fold(sum(p[8:40], proto+uint64(plen))))
-	h.put(r.buf[Headroom-vnetHdrLen : Headroom])
-	return r.buf[:Headroom+r.total]
+	h.put(r.hdr)
 }

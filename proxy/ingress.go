@@ -35,13 +35,13 @@ func (w *worker) ingressBatch(n int) {
 // ingressProcess checks the datagrams of the n messages in ibufs (sizes isizes,
 // sources isrc; isegs > 0 when UDP GRO packed several datagrams of that size into
 // one), coalesces TCP runs when the queue has offloads, and writes them to the TUN.
+// Packets are queued as pieces of the receive buffers; nothing is copied.
 func (w *worker) ingressProcess(n int) {
 	s := w.table.Load()
 	c := w.cnt
-	w.out = w.iout[:0]
-	w.gi, w.arenaOff = 0, 0
+	w.resetOut()
 	accepted, bytes := 0, 0
-	w.runIdx = -1
+	w.inRun = false
 	for i := range n {
 		buf, size, step := w.ibufs[i], w.isizes[i], w.isegs[i]
 		if size > len(buf)-Headroom { // cut short by the buffer (MSG_TRUNC)
@@ -70,13 +70,7 @@ func (w *worker) ingressProcess(n int) {
 			decHop(pkt)
 			accepted++
 			bytes += len(pkt)
-			// In place, the packet has the zeroed headroom in front; after the
-			// first datagram of a message, it would be the previous one's tail.
-			var inPlace []byte
-			if off == 0 {
-				inPlace = buf[:Headroom+len(pkt)]
-			}
-			w.ingressOne(pkt, inPlace)
+			w.ingressOne(pkt)
 		}
 	}
 	w.endRun()
@@ -97,83 +91,111 @@ func (w *worker) oversized(s *Snapshot, i int) DropReason {
 	return DropOversized
 }
 
-// ingressOne queues one checked packet for the TUN: into the current TCP run, as the
-// start of a new one, or alone.
-func (w *worker) ingressOne(pkt, inPlace []byte) {
+// ingressOne queues one checked packet for the TUN: into the current TCP or UDP run,
+// as the start of a new one, or alone.
+func (w *worker) ingressOne(pkt []byte) {
 	if !w.vnet {
-		w.out = append(w.out, inPlace[:Headroom+len(pkt)])
+		w.single(pkt)
 		return
 	}
 	hl, udp, ok := groCandidate(pkt, w.uso)
-	if w.runIdx >= 0 && ok && groJoins(&w.run, pkt, hl, udp) {
+	if w.inRun && ok && groJoins(&w.run, pkt, hl, udp) {
 		if w.run.count == 1 {
-			if w.gi == len(w.gro) { // every coalescing buffer is taken: write out first
-				w.flushOut()
+			// The run becomes a packet of the batch: its headers, then the payloads.
+			if w.nrhdr == len(w.rhdrs) || w.npieces+3 > len(w.pieces) {
+				w.flushOut() // the run's first packet is not queued yet: it stays open
 			}
-			groAppend(&w.run, pkt, w.gro[w.gi])
-			w.gi++
-		} else {
-			groAppend(&w.run, pkt, nil)
+			h := w.rhdrs[w.nrhdr][:vnetHdrLen+hl]
+			w.nrhdr++
+			groAppend(&w.run, pkt, h)
+			w.runOut, w.runStart = len(w.out), w.npieces
+			w.out = append(w.out, w.addPieces(h, w.run.first[hl:], pkt[hl:]))
+			return
 		}
-		return
+		if w.npieces < len(w.pieces) {
+			groAppend(&w.run, pkt, nil)
+			w.pieces[w.npieces] = pkt[hl:]
+			w.npieces++
+			w.out[w.runOut] = w.pieces[w.runStart:w.npieces]
+			return
+		}
 	}
 	w.endRun()
 	if ok {
 		groStart(&w.run, pkt, hl, udp)
-		w.runFirst = inPlace
-		w.runIdx = 0
+		w.inRun = true
 		return
 	}
-	w.out = append(w.out, w.single(pkt, inPlace))
+	w.single(pkt)
 }
 
-// endRun queues the current run, if any.
+// endRun queues the current run, if any: its headers are written, or its lone packet
+// is queued as such.
 func (w *worker) endRun() {
-	if w.runIdx < 0 {
+	if !w.inRun {
 		return
 	}
-	w.runIdx = -1
+	w.inRun = false
 	if w.run.count > 1 {
-		w.out = append(w.out, groFinish(&w.run))
+		groFinish(&w.run)
 		return
 	}
-	w.out = append(w.out, w.single(w.run.first, w.runFirst))
+	w.single(w.run.first)
 }
 
-// single returns a packet ready to write alone: in place when it has headroom, else
-// copied into the arena behind a zeroed virtio-net header.
-func (w *worker) single(pkt, inPlace []byte) []byte {
-	if inPlace != nil {
-		return inPlace
-	}
-	need := Headroom + len(pkt)
-	if w.arenaOff+need > len(w.arena) {
+// single queues pkt as a packet of its own (behind a zero virtio-net header on a
+// queue with offloads).
+func (w *worker) single(pkt []byte) {
+	if w.npieces+2 > len(w.pieces) {
 		w.flushOut()
 	}
-	b := w.arena[w.arenaOff : w.arenaOff+need]
-	w.arenaOff += need
-	clear(b[:Headroom])
-	copy(b[Headroom:], pkt)
-	return b
+	if w.vnet {
+		w.out = append(w.out, w.addPieces(zeroVnetHdr[:], pkt))
+		return
+	}
+	w.out = append(w.out, w.addPieces(pkt))
 }
 
-// flushOut writes what is queued and frees the coalescing buffers and the arena. The
-// current run, if it owns a coalescing buffer, is queued (and so ended) first.
+// zeroVnetHdr is the virtio-net header of a packet without offloads.
+var zeroVnetHdr [vnetHdrLen]byte
+
+// addPieces appends ps to the batch's pieces and returns them as one packet. The
+// caller has checked there is room.
+func (w *worker) addPieces(ps ...[]byte) [][]byte {
+	start := w.npieces
+	w.npieces += copy(w.pieces[start:], ps)
+	return w.pieces[start:w.npieces]
+}
+
+// resetOut empties the batch's queue of packets, pieces and run headers.
+func (w *worker) resetOut() {
+	clear(w.pieces[:w.npieces]) // drop the references to the receive buffers
+	w.out, w.npieces, w.nrhdr = w.iout[:0], 0, 0
+}
+
+// flushOut writes what is queued and empties the queue. The current run, if it is
+// queued (two packets or more), is ended first.
 func (w *worker) flushOut() {
-	if w.runIdx >= 0 && w.run.count > 1 {
+	if w.inRun && w.run.count > 1 {
 		w.endRun()
 	}
 	w.writeTUN(w.out)
-	w.out = w.out[:0]
-	w.gi, w.arenaOff = 0, 0
+	w.resetOut()
 }
 
-// writeTUN writes out to the TUN queue, counting writes and failures.
-func (w *worker) writeTUN(out [][]byte) {
+// writeTUN writes out to the TUN queue, counting writes and failures: gathered by
+// the queue when it can (writev), else each packet joined into one buffer first.
+func (w *worker) writeTUN(out [][][]byte) {
 	if len(out) == 0 {
 		return
 	}
-	written, err := w.tun.Write(out, Headroom)
+	var written int
+	var err error
+	if w.gather != nil {
+		written, err = w.gather.WriteGather(out)
+	} else {
+		written, err = w.joinWrite(out)
+	}
 	w.cnt.rxWrites.Add(uint64(written))
 	if failed := len(out) - written; failed > 0 {
 		w.cnt.drops[DropTUNError].Add(uint64(failed))
@@ -181,4 +203,28 @@ func (w *worker) writeTUN(out [][]byte) {
 			w.log.Debug("tun write failed", zap.Int("packets", failed), zap.Error(err))
 		}
 	}
+}
+
+// joinWrite writes each packet of out with Write, its pieces copied into one buffer
+// (for queues without WriteGather).
+func (w *worker) joinWrite(out [][][]byte) (int, error) {
+	off := Headroom
+	if w.vnet {
+		off -= vnetHdrLen // the first piece is the virtio-net header
+	}
+	written := 0
+	var first error
+	for _, ps := range out {
+		n := off
+		for _, p := range ps {
+			n += copy(w.join[n:], p)
+		}
+		w.joinBuf[0] = w.join[:n]
+		k, err := w.tun.Write(w.joinBuf[:], Headroom)
+		written += k
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return written, first
 }

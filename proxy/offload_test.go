@@ -65,6 +65,24 @@ func TestSumMatchesChecksum(t *testing.T) {
 			t.Fatalf("len %d: sum %04x, checksum %04x", n, got, want)
 		}
 	}
+	// Every bit set (the most carries), long buffers, and sums chained over pieces
+	// of even length as the segment checksums chain them.
+	for _, n := range []int{31, 32, 33, 1400, 1401, 9000, 65535} {
+		ones := bytes.Repeat([]byte{0xff}, n)
+		rnd := make([]byte, n)
+		for i := range rnd {
+			rnd[i] = byte(rng.Uint32())
+		}
+		for _, b := range [][]byte{ones, rnd} {
+			if got, want := checksum(b), refChecksum(b); got != want {
+				t.Fatalf("len %d: sum %04x, checksum %04x", n, got, want)
+			}
+			cut := (n / 3) &^ 1
+			if got, want := ^fold(sum(b[cut:], sum(b[:cut], 0xffffffffffffffff))), refChecksum(b); got != want {
+				t.Fatalf("len %d chained at %d: %04x, want %04x", n, cut, got, want)
+			}
+		}
+	}
 }
 
 func TestSegmentTSO(t *testing.T) {
@@ -134,7 +152,25 @@ func (f *vnetTUN) Write(bufs [][]byte, off int) (int, error) {
 	return len(bufs), nil
 }
 
+// gatherTUN is a vnetTUN that takes packets in pieces, as tun.Queue's WriteGather.
+type gatherTUN struct{ vnetTUN }
+
+func (f *gatherTUN) WriteGather(pkts [][][]byte) (int, error) {
+	for _, ps := range pkts {
+		f.written = append(f.written, bytes.Join(ps, nil))
+	}
+	return len(pkts), nil
+}
+
+// TestIngressCoalesce runs each case through a queue that gathers pieces (writev, as
+// tun.Queue) and one that takes whole packets (the pieces joined by the worker).
 func TestIngressCoalesce(t *testing.T) {
+	for _, gather := range []bool{true, false} {
+		t.Run(map[bool]string{true: "gather", false: "join"}[gather], func(t *testing.T) { testIngressCoalesce(t, gather) })
+	}
+}
+
+func testIngressCoalesce(t *testing.T, gather bool) {
 	seg := func(seq uint32, flags string, n int) []byte {
 		return tcpPacket(tPeerPod, tLocalIP, seq, flags, bytes.Repeat([]byte{byte(seq)}, n))
 	}
@@ -159,8 +195,16 @@ func TestIngressCoalesce(t *testing.T) {
 			tb := &Table{}
 			tb.snap.Store(testSnapshot(t))
 			ft := &vnetTUN{}
+			var tun TUN = ft
+			if gather {
+				g := &gatherTUN{}
+				ft, tun = &g.vnetTUN, g
+			}
 			var cnt counters
-			w := newWorker(ft, tb, 8, 1500, 1500, false, &cnt, nopLogger())
+			w := newWorker(tun, tb, 8, 1500, 1500, false, &cnt, nopLogger())
+			if (w.gather != nil) != gather {
+				t.Fatalf("gather writer found: %v", w.gather != nil)
+			}
 			for i, p := range c.pkts {
 				w.isizes[i] = copy(w.ibufs[i][Headroom:], p)
 				w.isrc[i] = ipconv.U32(tPeerIP)
@@ -290,4 +334,31 @@ func TestIngressUDPGRO(t *testing.T) {
 
 type vnetDiscard struct{ discardTUN }
 
+func (*vnetDiscard) WriteGather(pkts [][][]byte) (int, error) { return len(pkts), nil }
+
 func (*vnetDiscard) VnetHdr() bool { return true }
+
+// TestIngressRunLimit: a TCP run ends at groMaxSegs segments (the kernel's GRO limit,
+// and what bounds the pieces of one gathered write), the rest starts a new run.
+func TestIngressRunLimit(t *testing.T) {
+	tb := &Table{}
+	tb.snap.Store(testSnapshot(t))
+	g := &gatherTUN{}
+	var cnt counters
+	const n = groMaxSegs + 6
+	w := newWorker(g, tb, n, 1500, 1500, false, &cnt, nopLogger())
+	for i := range n {
+		p := tcpPacket(tPeerPod, tLocalIP, uint32(i*100), "", make([]byte, 100))
+		w.isizes[i] = copy(w.ibufs[i][Headroom:], p)
+		w.isrc[i] = ipconv.U32(tPeerIP)
+	}
+	w.ingressProcess(n)
+	if len(g.written) != 2 {
+		t.Fatalf("%d writes, want 2", len(g.written))
+	}
+	for i, want := range []int{groMaxSegs, n - groMaxSegs} {
+		if got := len(g.written[i]) - vnetHdrLen - 52; got != want*100 {
+			t.Errorf("write %d: %d payload bytes, want %d", i, got, want*100)
+		}
+	}
+}

@@ -13,7 +13,7 @@ import (
 )
 
 // vnetUSOTUN is a TUN queue with offloads and UDP segmentation offload.
-type vnetUSOTUN struct{ vnetTUN }
+type vnetUSOTUN struct{ gatherTUN }
 
 func (*vnetUSOTUN) USO() bool { return true }
 

@@ -50,21 +50,26 @@ type worker struct {
 	isizes []int
 	isrc   []uint32
 	isrc6  [][16]byte // sources on the IPv6 socket (under6)
-	iout   [][]byte
+	iout   [][][]byte
 	isegs  []int
 	udpGRO bool // receive buffers sized for UDP GRO
 	// maxDgram is the largest datagram taken from a peer (larger ones are dropped
 	// as DropOversized, also when UDP GRO buffers would hold them)
 	maxDgram int
-	gro      [][]byte // coalescing buffers (offload only)
-	arena    []byte   // copies of lone packets that lack headroom (UDP GRO)
+	// gather writes packets in pieces (the TUN's WriteGather); nil: joinWrite
+	gather  gatherWriter
+	pieces  [][]byte // backing array of the pieces of out's packets
+	rhdrs   [][]byte // headers of coalesced runs (offload only)
+	join    []byte   // one packet joined for Write (without gather)
+	joinBuf [1][]byte
 	// per batch state of ingressProcess
-	out      [][]byte
-	gi       int // coalescing buffers in use
-	arenaOff int
+	out      [][][]byte // packets to write, as pieces
+	npieces  int        // pieces in use
+	nrhdr    int        // run headers in use
 	run      groRun
-	runIdx   int         // >= 0 while a run is open
-	runFirst []byte      // the run's first packet in place, or nil
+	inRun    bool        // a run is open
+	runOut   int         // the run's packet in out, once it has two
+	runStart int         // and its first piece
 	ibkt     tokenBucket // log lines of the ingress side
 }
 
@@ -95,9 +100,19 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, udpGRO b
 		recvs = min(batch, groRecvs)
 	}
 	w.ibufs, w.isizes, w.isrc, w.isegs = make([][]byte, recvs), make([]int, recvs), make([]uint32, recvs), make([]int, recvs)
-	w.iout = make([][]byte, 0, recvs)
+	// Every datagram adds at most two pieces: a header and its payload, or a zero
+	// virtio-net header and itself.
+	dgrams := recvs
 	if w.udpGRO {
-		w.iout = make([][]byte, 0, recvs*groMaxDatagrams)
+		dgrams = recvs * groMaxDatagrams
+	}
+	w.iout, w.pieces = make([][][]byte, 0, dgrams), make([][]byte, 2*dgrams)
+	if g, ok := tun.(gatherWriter); ok {
+		w.gather = g
+	} else if w.vnet {
+		w.join = make([]byte, Headroom+max(ingressLen, groMaxLen))
+	} else {
+		w.join = make([]byte, Headroom+ingressLen)
 	}
 	w.ebufs, w.esizes = make([][]byte, reads), make([]int, reads)
 	for i := range w.ebufs {
@@ -114,8 +129,10 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, udpGRO b
 		w.ibufs[i] = make([]byte, Headroom+ingressLen)
 	}
 	if w.vnet {
-		w.gro = [][]byte{make([]byte, Headroom+groMaxLen), make([]byte, Headroom+groMaxLen)}
-		w.arena = make([]byte, Headroom+groMaxLen)
+		w.rhdrs = make([][]byte, runHeaders)
+		for i := range w.rhdrs {
+			w.rhdrs[i] = make([]byte, groHdrLen)
+		}
 	}
 	w.icmp[0] = make([]byte, Headroom+max(icmpBufLen, icmp6MaxLen))
 	return w
@@ -127,6 +144,16 @@ const (
 	offloadReads        = 16
 	offloadSlotsPerRead = 4
 )
+
+// runHeaders is how many coalesced runs a worker queues before it writes them.
+const runHeaders = 64
+
+// gatherWriter is a TUN queue that writes each packet from pieces (writev), as
+// tun.Queue does: coalesced runs go out without being copied together first. The
+// pieces are the whole frame, the virtio-net header first when the queue has one.
+type gatherWriter interface {
+	WriteGather(pkts [][][]byte) (int, error)
+}
 
 // With UDP GRO a worker receives into groRecvs buffers of 64 KiB, each holding up to
 // groMaxDatagrams datagrams.

@@ -36,6 +36,10 @@ type Queue struct {
 	wn      int
 	werr    error
 	writeFn func(uintptr) bool
+	// WriteGather's packets and iovecs (also guarded by wmu)
+	gpkts    [][][]byte
+	iov      []unix.Iovec
+	gatherFn func(uintptr) bool
 }
 
 func newQueue(name string, f *os.File) (*Queue, error) {
@@ -47,6 +51,7 @@ func newQueue(name string, f *os.File) (*Queue, error) {
 	q := &Queue{name: name, f: f, rc: rc}
 	q.readFn = q.doRead
 	q.writeFn = q.doWrite
+	q.gatherFn = q.doGather
 	return q, nil
 }
 

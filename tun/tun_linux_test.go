@@ -97,11 +97,16 @@ func TestOpenBadName(t *testing.T) {
 // received), answered by the kernel (ICMP echo reply), read back in a batch.
 func TestReadWrite(t *testing.T) {
 	for _, offload := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "offload"}[offload], func(t *testing.T) { testReadWrite(t, offload) })
+		for _, gather := range []bool{false, true} {
+			name := map[bool]string{false: "plain", true: "offload"}[offload] + map[bool]string{false: "", true: "/gather"}[gather]
+			t.Run(name, func(t *testing.T) { testReadWrite(t, offload, gather) })
+		}
 	}
 }
 
-func testReadWrite(t *testing.T, offload bool) {
+// testReadWrite writes an ICMP echo request to the TUN (with Write, or with
+// WriteGather in three pieces) and reads the kernel's reply.
+func testReadWrite(t *testing.T, offload, gather bool) {
 	ns := netnstest.New(t, "weft-tunrw")
 	var d *Device
 	err := ns.Do(func() error {
@@ -126,7 +131,16 @@ func testReadWrite(t *testing.T, offload bool) {
 	putCsum(echo[20:], 2)
 	buf := make([]byte, off+65535)
 	copy(buf[off:], echo)
-	if n, err := q.Write([][]byte{buf[:off+len(echo)]}, off); n != 1 || err != nil {
+	if gather {
+		var pieces [][]byte
+		if offload {
+			pieces = append(pieces, make([]byte, VnetHdrLen)) // no offload asked
+		}
+		pieces = append(pieces, echo[:7], nil, echo[7:])
+		if n, err := q.WriteGather([][][]byte{pieces}); n != 1 || err != nil {
+			t.Fatalf("write gather: %d, %v", n, err)
+		}
+	} else if n, err := q.Write([][]byte{buf[:off+len(echo)]}, off); n != 1 || err != nil {
 		t.Fatalf("write: %d, %v", n, err)
 	}
 	sizes := make([]int, 4)
