@@ -1,9 +1,7 @@
 package tun
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -17,44 +15,15 @@ import (
 func (q *Queue) WriteGather(pkts [][][]byte) (int, error) {
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
-	q.gpkts, q.wi, q.wn, q.werr = pkts, 0, 0, nil
-	err := q.rc.Write(q.gatherFn)
-	n, werr := q.wn, q.werr
-	q.gpkts = nil
-	if err == nil {
-		err = werr
-	}
-	if err != nil {
-		if errors.Is(err, os.ErrClosed) {
-			err = ErrClosed
-		}
-		return n, fmt.Errorf("tun %s: write: %w", q.name, err)
-	}
-	return n, nil
+	q.gpkts = pkts
+	defer func() { q.gpkts = nil }()
+	return q.write(len(pkts), q.gatherFn)
 }
 
 // maxIovecs is the kernel's limit on pieces per writev (UIO_MAXIOV).
 const maxIovecs = 1024
 
-func (q *Queue) doGather(fd uintptr) bool {
-	for q.wi < len(q.gpkts) {
-		err := q.writev(fd, q.gpkts[q.wi])
-		switch {
-		case err == nil:
-			q.wn++
-			q.wi++
-		case errors.Is(err, unix.EINTR):
-		case errors.Is(err, unix.EAGAIN):
-			return false // wait until writable, resume at wi
-		default:
-			if q.werr == nil {
-				q.werr = err
-			}
-			q.wi++
-		}
-	}
-	return true
-}
+func (q *Queue) gatherOne(fd uintptr, i int) error { return q.writev(fd, q.gpkts[i]) }
 
 // writev writes the pieces of one packet through q's iovec array (grown once to
 // the largest packet seen, never past maxIovecs).

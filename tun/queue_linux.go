@@ -28,18 +28,21 @@ type Queue struct {
 	rtry   bool // TryRead: return on EAGAIN instead of waiting
 	readFn func(uintptr) bool
 
-	// write state, used by writeFn inside rc.Write, guarded by wmu
-	wmu     sync.Mutex
-	wbufs   [][]byte
-	woff    int
-	wi      int
-	wn      int
-	werr    error
-	writeFn func(uintptr) bool
-	// WriteGather's packets and iovecs (also guarded by wmu)
-	gpkts    [][][]byte
-	iov      []unix.Iovec
-	gatherFn func(uintptr) bool
+	// write state, used by writeFn inside rc.Write, guarded by wmu: wlen packets,
+	// each written by wone (writeOne for Write, gatherOne for WriteGather)
+	wmu        sync.Mutex
+	wlen       int
+	wone       func(fd uintptr, i int) error
+	wi         int
+	wn         int
+	werr       error
+	writeFn    func(uintptr) bool
+	wbufs      [][]byte // Write's packets
+	woff       int
+	writeOneFn func(fd uintptr, i int) error
+	gpkts      [][][]byte // WriteGather's packets and iovecs
+	iov        []unix.Iovec
+	gatherFn   func(fd uintptr, i int) error
 }
 
 func newQueue(name string, f *os.File) (*Queue, error) {
@@ -51,7 +54,7 @@ func newQueue(name string, f *os.File) (*Queue, error) {
 	q := &Queue{name: name, f: f, rc: rc}
 	q.readFn = q.doRead
 	q.writeFn = q.doWrite
-	q.gatherFn = q.doGather
+	q.writeOneFn, q.gatherFn = q.writeOne, q.gatherOne
 	return q, nil
 }
 
@@ -122,10 +125,23 @@ func (q *Queue) Write(bufs [][]byte, offset int) (int, error) {
 	if q.vnet {
 		offset -= VnetHdrLen
 	}
-	q.wbufs, q.woff, q.wi, q.wn, q.werr = bufs, offset, 0, 0, nil
+	q.wbufs, q.woff = bufs, offset
+	defer func() { q.wbufs = nil }()
+	return q.write(len(bufs), q.writeOneFn)
+}
+
+func (q *Queue) writeOne(fd uintptr, i int) error {
+	_, err := unix.Write(int(fd), q.wbufs[i][q.woff:])
+	return err
+}
+
+// write writes n packets, packet i with one(fd, i), waiting in the poller whenever
+// the queue is full. The caller holds wmu.
+func (q *Queue) write(n int, one func(fd uintptr, i int) error) (int, error) {
+	q.wlen, q.wone, q.wi, q.wn, q.werr = n, one, 0, 0, nil
 	err := q.rc.Write(q.writeFn)
-	n, werr := q.wn, q.werr
-	q.wbufs = nil
+	written, werr := q.wn, q.werr
+	q.wone = nil
 	if err == nil {
 		err = werr
 	}
@@ -133,14 +149,14 @@ func (q *Queue) Write(bufs [][]byte, offset int) (int, error) {
 		if errors.Is(err, os.ErrClosed) {
 			err = ErrClosed
 		}
-		return n, fmt.Errorf("tun %s: write: %w", q.name, err)
+		return written, fmt.Errorf("tun %s: write: %w", q.name, err)
 	}
-	return n, nil
+	return written, nil
 }
 
 func (q *Queue) doWrite(fd uintptr) bool {
-	for q.wi < len(q.wbufs) {
-		_, err := unix.Write(int(fd), q.wbufs[q.wi][q.woff:])
+	for q.wi < q.wlen {
+		err := q.wone(fd, q.wi)
 		switch {
 		case err == nil:
 			q.wn++
