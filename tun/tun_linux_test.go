@@ -2,11 +2,13 @@ package tun
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
 
 	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/internal/netnstest"
 )
@@ -137,8 +139,15 @@ func testReadWrite(t *testing.T, offload, gather bool) {
 			pieces = append(pieces, make([]byte, VnetHdrLen)) // no offload asked
 		}
 		pieces = append(pieces, echo[:7], nil, echo[7:])
-		if n, err := q.WriteGather([][][]byte{pieces}); n != 1 || err != nil {
-			t.Fatalf("write gather: %d, %v", n, err)
+		// A packet of more pieces than writev takes fails alone: the next one is
+		// still written.
+		tooMany := make([][]byte, maxIovecs+1)
+		for i := range tooMany {
+			tooMany[i] = echo[:1]
+		}
+		n, err := q.WriteGather([][][]byte{tooMany, pieces})
+		if n != 1 || !errors.Is(err, unix.EINVAL) {
+			t.Fatalf("write gather: %d, %v; want 1 and EINVAL", n, err)
 		}
 	} else if n, err := q.Write([][]byte{buf[:off+len(echo)]}, off); n != 1 || err != nil {
 		t.Fatalf("write: %d, %v", n, err)
