@@ -16,8 +16,9 @@ func (q *Queue) WriteGather(pkts [][][]byte) (int, error) {
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
 	q.gpkts = pkts
-	defer func() { q.gpkts = nil }()
-	return q.write(len(pkts), q.gatherFn)
+	n, err := q.write(len(pkts), q.gatherFn)
+	q.gpkts = nil
+	return n, err
 }
 
 // maxIovecs is the kernel's limit on pieces per writev (UIO_MAXIOV).

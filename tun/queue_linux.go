@@ -126,8 +126,9 @@ func (q *Queue) Write(bufs [][]byte, offset int) (int, error) {
 		offset -= VnetHdrLen
 	}
 	q.wbufs, q.woff = bufs, offset
-	defer func() { q.wbufs = nil }()
-	return q.write(len(bufs), q.writeOneFn)
+	n, err := q.write(len(bufs), q.writeOneFn)
+	q.wbufs = nil // drop the references to the caller's buffers
+	return n, err
 }
 
 func (q *Queue) writeOne(fd uintptr, i int) error {
