@@ -55,7 +55,7 @@ func tinyMatrix(t *testing.T, family int) {
 		t.Skip("e2e")
 	}
 	testenv.NeedRoot(t)
-	testenv.NeedTools(t, "ip", "bridge", "etcd", "iperf3", "ping", "sysctl")
+	testenv.NeedTools(t, "ip", "bridge", "etcd", "iperf3", "ping", "sysctl", "socat")
 	before := labNamespaces(t)
 	subjects := Subjects(binary(t, "weftd"), [][2]string{{"flanneld", binary(t, "flanneld")}})
 	var progress strings.Builder
@@ -79,7 +79,7 @@ func tinyMatrix(t *testing.T, family int) {
 		if row.Subject != subjects[i].Name {
 			t.Errorf("row %d is %s, want %s", i, row.Subject, subjects[i].Name)
 		}
-		if wantNA := family == 6 && row.Subject == "flanneld"; (row.NotApplicable != "") != wantNA {
+		if wantNA := family == 6 && (row.Subject == "flanneld" || row.Subject == SocatUDP); (row.NotApplicable != "") != wantNA {
 			t.Errorf("%s: not applicable %q, want n/a: %v", row.Subject, row.NotApplicable, wantNA)
 		}
 		if row.NotApplicable != "" {
@@ -99,7 +99,8 @@ func tinyMatrix(t *testing.T, family int) {
 		}
 		// Only a userspace data path costs the daemon CPU per byte; with vxlan and
 		// host-gw the kernel forwards and the daemon's share rounds to zero.
-		if subjects[i].Binary != "" && subjects[i].Backend == "udp" && row.Median[CPUPerGBs] <= 0 {
+		userspace := subjects[i].Binary != "" && subjects[i].Backend == "udp" || row.Subject == SocatUDP
+		if userspace && row.Median[CPUPerGBs] <= 0 {
 			t.Errorf("%s: daemon CPU per GB %v, want > 0", row.Subject, row.Median[CPUPerGBs])
 		}
 		if row.Subject != Underlay && row.VsUnderlay[TCPGbps] <= 0 {

@@ -21,6 +21,9 @@ const (
 	Underlay     = "underlay"
 	KernelVXLAN  = "kernel-vxlan"
 	KernelHostGW = "kernel-host-gw"
+	// SocatUDP is the floor of userspace forwarding: a socat process per host moving
+	// packets between a TUN device and a UDP socket (lab.SocatTunnel).
+	SocatUDP = "socat-udp"
 )
 
 // Subject is one row of the matrix: a way of carrying pod traffic between two hosts.
@@ -44,6 +47,7 @@ func Subjects(weftd string, extra [][2]string) []Subject {
 		{Name: Underlay, Kind: KindReference},
 		{Name: KernelVXLAN, Kind: KindReference},
 		{Name: KernelHostGW, Kind: KindReference},
+		{Name: SocatUDP, Kind: KindReference},
 		{Name: "weftd-udp", Kind: KindWeft, Binary: weftd, Backend: "udp"},
 		{Name: "weftd-udp-busy", Kind: KindWeft, Binary: weftd, Backend: "udp", Options: `"BusyPoll":"` + BusyPollWindow + `"`},
 		{Name: "weftd-vxlan", Kind: KindWeft, Binary: weftd, Backend: "vxlan"},
@@ -68,6 +72,9 @@ func HostSpecs(subjects []Subject) []lab.HostSpec {
 func (s Subject) NotApplicable(family int) string {
 	if family == 6 && s.Kind == KindDaemon && s.Backend == "udp" {
 		return "IPv4-only: flannel's udp backend carries no IPv6"
+	}
+	if family == 6 && s.Name == SocatUDP {
+		return "IPv4-only: the lab sets the socat reference up for IPv4"
 	}
 	return ""
 }
@@ -110,6 +117,8 @@ func (s Subject) Setup(ctx context.Context, l *lab.Lab, family int) (Path, error
 		envs, err = l.KernelHostGW6(ctx, hosts)
 	case s.Name == KernelHostGW:
 		envs, err = l.KernelHostGW(ctx, hosts)
+	case s.Name == SocatUDP:
+		envs, daemons, err = l.SocatTunnel(ctx, hosts)
 	case s.Binary != "":
 		prefix := "/weft-bench/" + s.Name
 		bt := s.Backend

@@ -75,8 +75,11 @@ type DaemonSpec struct {
 	// NoIface leaves out --iface=eth0: the daemon chooses its interface from Args
 	// (--iface-regex, --iface-can-reach) or the default route.
 	NoIface bool
-	Args    []string // more flags, last: they override the lab's
-	Env     []string // added to the environment
+	// Bare runs Binary with Args alone, none of the lab's flags: for a process that
+	// is not flanneld-compatible (the socat reference).
+	Bare bool
+	Args []string // more flags, last: they override the lab's
+	Env  []string // added to the environment
 }
 
 // StartDaemon runs binary, a flanneld-compatible daemon, on h with flanneld's flags:
@@ -126,14 +129,16 @@ func (l *Lab) Start(ctx context.Context, h *Host, spec DaemonSpec) (*Daemon, err
 	}
 	defer logf.Close()
 	args := []string{"netns", "exec", h.NS.Name, abs}
-	if !spec.NoEtcd {
+	if !spec.NoEtcd && !spec.Bare {
 		args = append(args, "--etcd-endpoints="+EtcdEndpoint, "--etcd-prefix="+lease.DefaultPrefix)
 	}
-	if !spec.NoIface {
+	if !spec.NoIface && !spec.Bare {
 		args = append(args, "--iface=eth0")
 	}
-	args = append(args, "--subnet-file="+d.SubnetFile())
-	if spec.Weft {
+	if !spec.Bare {
+		args = append(args, "--subnet-file="+d.SubnetFile())
+	}
+	if spec.Weft && !spec.Bare {
 		args = append(args, "--lease-state-file="+filepath.Join(dir, "lease-state.json"))
 	}
 	args = append(args, spec.Args...)
