@@ -27,6 +27,11 @@ import (
 // the loaded VM had them level (32 x 64 B 120 vs 118 us, 32 x 1400 B 125 vs 131 us):
 // the syscalls dominate and speed is within noise at best; the allocations per
 // datagram, which the design rules out, decide it for the raw calls.
+//
+// Every send and receive is MSG_DONTWAIT and made with RawSyscall, as the TUN queue's
+// reads and writes are (see tun/raw_linux.go): a call that cannot sleep need not
+// enter the scheduler's syscall state, and skipping it keeps the runtime's monitor
+// thread asleep when a packet wakes an idle daemon.
 type udpConn struct {
 	c    *net.UDPConn
 	rc   syscall.RawConn
@@ -296,11 +301,11 @@ func (u *udpConn) doSend(fd uintptr) bool {
 		var r uintptr
 		var e syscall.Errno
 		if u.mmsg {
-			r, _, e = unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&u.shdrs[u.sdone])),
+			r, _, e = unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&u.shdrs[u.sdone])),
 				uintptr(u.sn-u.sdone), unix.MSG_DONTWAIT, 0, 0)
 		} else {
 			h := &u.shdrs[u.sdone].Hdr
-			_, _, e = unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(h)), unix.MSG_DONTWAIT)
+			_, _, e = unix.RawSyscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(h)), unix.MSG_DONTWAIT)
 			r = 1
 		}
 		switch e {
@@ -372,7 +377,7 @@ func (u *udpConn) doRecv(fd uintptr) bool {
 					u.rhdrs[i].Hdr.SetControllen(rctrlLen)
 				}
 			}
-			r, _, e = unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&u.rhdrs[0])),
+			r, _, e = unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&u.rhdrs[0])),
 				uintptr(len(u.rhdrs)), unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
 		} else {
 			r, e = u.recvEach(fd)
@@ -408,7 +413,7 @@ func (u *udpConn) recvEach(fd uintptr) (uintptr, syscall.Errno) {
 			h.Hdr.Control = &u.rctrl[n*rctrlLen]
 			h.Hdr.SetControllen(rctrlLen)
 		}
-		r, _, e := unix.Syscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&h.Hdr)), unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+		r, _, e := unix.RawSyscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&h.Hdr)), unix.MSG_DONTWAIT|unix.MSG_TRUNC)
 		if e != 0 {
 			if n > 0 && (e == unix.EAGAIN || e == unix.EINTR) {
 				break

@@ -2,7 +2,6 @@ package tun
 
 import (
 	"fmt"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -47,10 +46,7 @@ func (q *Queue) writev(fd uintptr, pieces [][]byte) error {
 	if len(iov) == 0 {
 		return nil
 	}
-	_, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+	err := rawWritev(fd, iov)
 	clear(iov) // drop the references to the caller's buffers
-	if e != 0 {
-		return e
-	}
-	return nil
+	return err
 }

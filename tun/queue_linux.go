@@ -97,7 +97,7 @@ func (q *Queue) read(bufs [][]byte, sizes []int, offset int, try bool) (int, err
 
 func (q *Queue) doRead(fd uintptr) bool {
 	for q.rn < len(q.rbufs) {
-		n, err := unix.Read(int(fd), q.rbufs[q.rn][q.roff:])
+		n, err := rawRead(fd, q.rbufs[q.rn][q.roff:])
 		switch {
 		case err == nil:
 			if q.vnet {
@@ -132,8 +132,7 @@ func (q *Queue) Write(bufs [][]byte, offset int) (int, error) {
 }
 
 func (q *Queue) writeOne(fd uintptr, i int) error {
-	_, err := unix.Write(int(fd), q.wbufs[i][q.woff:])
-	return err
+	return rawWrite(fd, q.wbufs[i][q.woff:])
 }
 
 // write writes n packets, packet i with one(fd, i), waiting in the poller whenever
