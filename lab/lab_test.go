@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/internal/netns"
+	"github.com/weftnet/weft/internal/testenv"
 	"github.com/weftnet/weft/lab"
 	"github.com/weftnet/weft/lab/labtest"
 	"github.com/weftnet/weft/lease"
@@ -168,6 +169,43 @@ func TestReferenceConfigs(t *testing.T) {
 			ping(t, pods[0].NS, pods[1].Addr.String())
 			ping(t, pods[1].NS, pods[0].Addr.String())
 		})
+	}
+}
+
+// TestSocatTunnel: the socat reference joins exactly two hosts, carries pings both
+// ways over its TUN devices, and its processes end with the lab.
+func TestSocatTunnel(t *testing.T) {
+	l := labtest.New(t, lab.Spec{Hosts: []lab.HostSpec{{Name: "a"}, {Name: "b"}, {Name: "c"}}})
+	testenv.NeedTools(t, "socat")
+	ctx := context.Background()
+	hosts := l.Hosts()
+	if _, _, err := l.SocatTunnel(ctx, hosts); !errors.Is(err, lab.ErrSocatHosts) {
+		t.Fatalf("three hosts: %v, want ErrSocatHosts", err)
+	}
+	envs, procs, err := l.SocatTunnel(ctx, hosts[:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []*lab.Pod
+	for i, h := range hosts[:2] {
+		if envs[i].MTU != 1472 {
+			t.Errorf("%s: MTU %d, want 1472", h.Name, envs[i].MTU)
+		}
+		p, err := l.AttachPod(ctx, h, envs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, p)
+	}
+	ping(t, pods[0].NS, pods[1].Addr.String())
+	ping(t, pods[1].NS, pods[0].Addr.String())
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range procs {
+		if exited, _ := d.Exited(); !exited {
+			t.Errorf("socat on %s (pid %d) still runs after Close", d.Host.Name, d.Pid())
+		}
 	}
 }
 
