@@ -86,8 +86,11 @@ of small packets delivered; "vs kvxlan" divides by kernel VXLAN's figure from th
 run. RTT is ping's median round trip. daemon CPU is the CPU time the daemons spent per
 GB moved by one TCP stream (the kernel rows have no daemon); total CPU is the whole
 machine's busy time (user, system, irq, softirq from /proc/stat) per GB of the same
-run, so the kernel's own packet work is charged to every row, iperf3 included. udp is the backend for hosts without VXLAN and across
-L3 networks; host-gw and vxlan are the kernel doing the work, programmed by weftd.
+run, so the kernel's own packet work is charged to every row, iperf3 included. udp is
+the backend for hosts without VXLAN and across L3 networks; host-gw and vxlan are the
+kernel doing the work, programmed by weftd. socat-udp is a floor for userspace: socat
+on each host moving packets between a TUN device and a UDP socket and nothing else, so
+its round trip is about the least any TUN-and-UDP daemon can have on this machine.
 weftd-udp-busy is the udp backend with "BusyPoll": its workers poll instead of
 sleeping while packets keep coming, which buys round-trip time with CPU. RTTs on a
 small VM swing a lot from run to run: compare rows of one run, not across runs.
