@@ -65,6 +65,7 @@ func tinyMatrix(t *testing.T, family int) {
 	rep, err := Run(ctx, Options{Subjects: subjects, Reps: 1, Duration: time.Second, Pings: 50, Family: family,
 		StateFile: state, Progress: &progress}, zaptest.NewLogger(t))
 	t.Cleanup(func() { _ = lab.Down(state) })
+	testenv.OnInterrupt(t, "bench lab", func() error { return lab.Down(state) })
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, progress.String())
 	}

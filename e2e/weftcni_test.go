@@ -127,6 +127,7 @@ func cniPodNS(t *testing.T, prefix string) (*netns.NS, *libcni.RuntimeConf) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testenv.OnInterrupt(t, "namespace "+ns.Name, ns.Close)
 	t.Cleanup(func() { _ = ns.Close() })
 	return ns, &libcni.RuntimeConf{ContainerID: ns.Name, NetNS: "/var/run/netns/" + ns.Name, IfName: "eth0"}
 }

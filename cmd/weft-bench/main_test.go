@@ -101,6 +101,7 @@ func TestLabUpStatusDown(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "lab.json")
 	t.Cleanup(func() { _ = lab.Down(state) })
+	testenv.OnInterrupt(t, "bench lab", func() error { return lab.Down(state) })
 	cmd := func(args ...string) string {
 		t.Helper()
 		c := exec.Command(wb, args...)

@@ -20,6 +20,7 @@ func Start(t testing.TB) *etcdproc.Server {
 	if err != nil {
 		t.Fatalf("etcd: %v", err)
 	}
+	testenv.OnInterrupt(t, "etcd", func() error { s.Close(); return nil })
 	t.Cleanup(s.Close)
 	return s
 }

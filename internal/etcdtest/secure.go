@@ -80,6 +80,7 @@ func StartSecureIn(t testing.TB, ns *netns.NS) *Secure {
 	if err != nil {
 		t.Fatalf("etcd with TLS: %v", err)
 	}
+	testenv.OnInterrupt(t, "etcd", func() error { s.Close(); return nil })
 	t.Cleanup(s.Close)
 	return s
 }

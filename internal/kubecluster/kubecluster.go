@@ -42,6 +42,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/weftnet/weft/internal/kubeproc"
+	"github.com/weftnet/weft/internal/testenv"
 	"github.com/weftnet/weft/lab"
 )
 
@@ -128,6 +129,8 @@ func Start(t testing.TB, o Options) *Cluster {
 		t.Fatal(err)
 	}
 	c.Lab = l
+	// Closing the lab's namespaces ends every process of the cluster (all run in them).
+	testenv.OnInterrupt(t, "kube cluster", func() error { return errors.Join(l.Close(), os.RemoveAll(dir)) })
 	t.Cleanup(func() {
 		if err := l.Close(); err != nil {
 			t.Errorf("lab: %v", err)

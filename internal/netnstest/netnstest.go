@@ -18,6 +18,7 @@ func New(t testing.TB, prefix string) *netns.NS {
 	if err != nil {
 		t.Fatalf("netns: %v", err)
 	}
+	testenv.OnInterrupt(t, "namespace "+n.Name, n.Close)
 	t.Cleanup(func() {
 		if err := n.Close(); err != nil {
 			t.Errorf("remove netns %s: %v", n.Name, err)

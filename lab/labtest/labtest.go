@@ -34,6 +34,7 @@ func New(t testing.TB, spec lab.Spec) *lab.Lab {
 	if err != nil {
 		t.Fatalf("lab: %v", err)
 	}
+	testenv.OnInterrupt(t, "lab", l.Close)
 	t.Cleanup(func() {
 		if t.Failed() {
 			seen := map[string]bool{}
