@@ -62,10 +62,10 @@ func tinyMatrix(t *testing.T, family int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	state := filepath.Join(t.TempDir(), "run.json")
-	rep, err := Run(ctx, Options{Subjects: subjects, Reps: 1, Duration: time.Second, Pings: 50, Family: family,
-		StateFile: state, Progress: &progress}, zaptest.NewLogger(t))
 	t.Cleanup(func() { _ = lab.Down(state) })
 	testenv.OnInterrupt(t, "bench lab", func() error { return lab.Down(state) })
+	rep, err := Run(ctx, Options{Subjects: subjects, Reps: 1, Duration: time.Second, Pings: 50, Family: family,
+		StateFile: state, Progress: &progress}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, progress.String())
 	}

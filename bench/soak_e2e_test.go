@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/lab"
 )
 
 // TestSoakShort runs a short soak on vxlan (every event type at least once): no lease
@@ -22,8 +24,11 @@ func TestSoakShort(t *testing.T) {
 	var progress strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	state := filepath.Join(t.TempDir(), "soak.json")
+	t.Cleanup(func() { _ = lab.Down(state) })
+	testenv.OnInterrupt(t, "soak lab", func() error { return lab.Down(state) })
 	rep, err := Soak(ctx, SoakOptions{Weftd: binary(t, "weftd"), Backend: "vxlan", Hosts: 4,
-		Duration: 45 * time.Second, Every: 2500 * time.Millisecond, Seed: 1, Progress: &progress},
+		Duration: 45 * time.Second, Every: 2500 * time.Millisecond, Seed: 1, Progress: &progress, StateFile: state},
 		zaptest.NewLogger(t))
 	t.Logf("events:\n%s", progress.String())
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/weftnet/weft/bench"
 	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/lab"
 )
 
 // TestScale500: 500 simulated hosts' leases in a real etcd; weftd and the upstream
@@ -27,9 +28,13 @@ func TestScale500(t *testing.T) {
 	testenv.Need(t, err == nil, "upstream flanneld at "+fl+" (make flanneld builds it)")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	state := filepath.Join(t.TempDir(), "scale.json")
+	t.Cleanup(func() { _ = lab.Down(state) })
+	testenv.OnInterrupt(t, "scale lab", func() error { return lab.Down(state) })
 	rep, err := bench.RunScale(ctx, bench.ScaleOptions{
-		Sizes:   []int{500},
-		Backend: "vxlan",
+		StateFile: state,
+		Sizes:     []int{500},
+		Backend:   "vxlan",
 		Subjects: []bench.ScaleSubject{
 			{Name: "weftd", Binary: weftd(t), Weft: true},
 			{Name: "flanneld", Binary: fl},
