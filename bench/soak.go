@@ -130,7 +130,18 @@ func Soak(ctx context.Context, o SoakOptions, log *zap.Logger) (rep *SoakReport,
 	return s.run(ctx)
 }
 
+// fakeBase is the third octet of the first subnet EvLeaseAdd writes: the network config
+// keeps the real hosts' leases below it (SubnetMax), so a fake lease never overwrites
+// a live one (with the whole /16 to pick from, a host's random subnet once was one of
+// the fakes, and the event took its lease away).
+const fakeBase = 200
+
 func (s *soak) setup(ctx context.Context) error {
+	cfg := fmt.Sprintf(`{"Network":%q,"SubnetLen":24,"SubnetMax":"198.18.%d.0","Backend":{"Type":%q}}`,
+		lab.Overlay.String(), fakeBase-1, s.o.Backend)
+	if err := s.l.SetConfig(ctx, lease.DefaultPrefix, cfg); err != nil {
+		return err
+	}
 	for i, h := range s.l.Hosts() {
 		d, err := s.l.Start(ctx, h, s.spec)
 		if err != nil {
@@ -144,6 +155,9 @@ func (s *soak) setup(ctx context.Context) error {
 			return err
 		}
 		sh.subnet = env.Subnet
+		if env.Subnet.Addr().As4()[2] >= fakeBase {
+			return fmt.Errorf("%s leased %v, above the SubnetMax the soak set", sh.h.Name, env.Subnet)
+		}
 		if sh.pod, err = s.l.AttachPod(ctx, sh.h, env); err != nil {
 			return err
 		}
@@ -326,7 +340,7 @@ func (s *soak) event(ctx context.Context, ev string) (string, error) {
 	switch ev {
 	case EvLeaseAdd:
 		s.nfake++
-		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(200 + s.nfake%50), 0}), 24)
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(fakeBase + s.nfake%50), 0}), 24)
 		pub := netip.AddrFrom4([4]byte{192, 0, 2, byte(200 + s.nfake%50)})
 		data := fmt.Sprintf(`{"VtepMAC":"0e:00:00:00:00:%02x"}`, s.nfake%50)
 		val := fmt.Sprintf(`{"PublicIP":%q,"BackendType":%q,"BackendData":%s}`, pub, s.o.Backend, data)
