@@ -62,8 +62,8 @@ func tinyMatrix(t *testing.T, family int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	state := filepath.Join(t.TempDir(), "run.json")
-	t.Cleanup(func() { _ = lab.Down(state) })
 	testenv.OnInterrupt(t, "bench lab", func() error { return lab.Down(state) })
+	t.Cleanup(func() { _ = lab.Down(state) })
 	rep, err := Run(ctx, Options{Subjects: subjects, Reps: 1, Duration: time.Second, Pings: 50, Family: family,
 		StateFile: state, Progress: &progress}, zaptest.NewLogger(t))
 	if err != nil {

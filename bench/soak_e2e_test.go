@@ -25,8 +25,8 @@ func TestSoakShort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	state := filepath.Join(t.TempDir(), "soak.json")
-	t.Cleanup(func() { _ = lab.Down(state) })
 	testenv.OnInterrupt(t, "soak lab", func() error { return lab.Down(state) })
+	t.Cleanup(func() { _ = lab.Down(state) })
 	rep, err := Soak(ctx, SoakOptions{Weftd: binary(t, "weftd"), Backend: "vxlan", Hosts: 4,
 		Duration: 45 * time.Second, Every: 2500 * time.Millisecond, Seed: 1, Progress: &progress, StateFile: state},
 		zaptest.NewLogger(t))

@@ -29,8 +29,8 @@ func TestScale500(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	state := filepath.Join(t.TempDir(), "scale.json")
-	t.Cleanup(func() { _ = lab.Down(state) })
 	testenv.OnInterrupt(t, "scale lab", func() error { return lab.Down(state) })
+	t.Cleanup(func() { _ = lab.Down(state) })
 	rep, err := bench.RunScale(ctx, bench.ScaleOptions{
 		StateFile: state,
 		Sizes:     []int{500},

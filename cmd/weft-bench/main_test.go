@@ -100,8 +100,8 @@ func TestLabUpStatusDown(t *testing.T) {
 	testenv.Need(t, bin != "" && e1 == nil && e2 == nil, "WEFT_BIN=<dir> with weft-bench and weftd (make build)")
 	dir := t.TempDir()
 	state := filepath.Join(dir, "lab.json")
-	t.Cleanup(func() { _ = lab.Down(state) })
 	testenv.OnInterrupt(t, "bench lab", func() error { return lab.Down(state) })
+	t.Cleanup(func() { _ = lab.Down(state) })
 	cmd := func(args ...string) string {
 		t.Helper()
 		c := exec.Command(wb, args...)

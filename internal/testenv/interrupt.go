@@ -26,11 +26,12 @@ type undo struct {
 	f    func() error
 }
 
-// OnInterrupt makes sure undo runs even if the test binary is interrupted while t is
-// running: on SIGINT or SIGTERM every registered undo runs, newest first, and the
-// binary exits with status 1. At t's cleanup the registration is dropped (the
-// caller's own cleanup does the undoing then). undo must be safe to call twice and
-// beside the test's own use of what it removes.
+// OnInterrupt makes sure f runs even if the test binary is interrupted while t is
+// running: on SIGINT or SIGTERM every registered f runs, newest first, and the binary
+// exits with status 1. At t's cleanup the registration is dropped. Call it before
+// registering the caller's own cleanup: cleanups run last-in first-out, so the
+// registration then outlives that cleanup, and a signal during it still undoes. f must
+// be safe to call twice and beside the test's own use of what it removes.
 func OnInterrupt(t testing.TB, what string, f func() error) {
 	t.Helper()
 	interrupt.once.Do(func() {
