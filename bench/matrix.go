@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
 )
 
 // Options configure a matrix run.

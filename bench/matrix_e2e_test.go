@@ -10,9 +10,9 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // binary returns $WEFT_BIN/name (make test sets WEFT_BIN; make build gives weftd, make

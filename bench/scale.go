@@ -23,8 +23,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/netns"
 	"github.com/weftnet/weft/lease"
 )
 

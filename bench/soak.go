@@ -15,7 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
 	"github.com/weftnet/weft/lease"
 )
 

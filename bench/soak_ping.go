@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/weftnet/weft/internal/netns"
+	"github.com/weftnet/weft/bench/netns"
 )
 
 // pingStream is one ping from a pod at a fixed interval for the length of a soak,

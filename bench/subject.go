@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
 	"github.com/weftnet/weft/lease"
 )
 

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/netns"
 )
 
 // Path is where a workload runs: from Client to Addr, which lives in Server.

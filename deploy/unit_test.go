@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // unitSettings reads a systemd unit file into section.Key -> values (in order).

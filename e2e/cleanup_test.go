@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
 )
 
 // hostState is what the cleanup test compares: the host's devices, routes, permanent

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/lab/labtest"
+	"github.com/weftnet/weft/bench/lab/labtest"
+	"github.com/weftnet/weft/bench/netns"
 )
 
 // cniPath is CNI_PATH: the flannel CNI plugin (make deps builds it into bin/cni) and

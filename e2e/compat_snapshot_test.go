@@ -10,7 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/weftnet/weft/internal/netns"
+	"github.com/weftnet/weft/bench/netns"
 	"github.com/weftnet/weft/lease"
 )
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/netns"
+	"github.com/weftnet/weft/bench/netns"
 )
 
 // pingLog is a ping from a pod at a fixed interval, running in the background, with

@@ -32,11 +32,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/weftnet/weft/internal/kubecluster"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/kubecluster"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
-// TestDaemonSet runs a real two-node Kubernetes (internal/kubecluster: kube-apiserver,
+// TestDaemonSet runs a real two-node Kubernetes (bench/kubecluster: kube-apiserver,
 // kube-controller-manager allocating the podCIDRs, kube-scheduler, and per node
 // Debian's containerd and a kubelet), applies deploy/weft.yml with the image of
 // `make image` loaded on both nodes, and checks, per backend: both nodes Ready with

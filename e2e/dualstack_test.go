@@ -15,8 +15,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/lease"
 )
 

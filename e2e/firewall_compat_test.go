@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // firewallLines returns h's iptables rules of the given chains (and the jumps to them,

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weftnet/weft/internal/kubetest"
-	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/kubetest"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // flanneldBin returns the upstream flanneld that make flanneld builds from

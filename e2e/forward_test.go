@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // forwardView returns h's FORWARD chain and weft's WEFT-FWD chain as iptables -S

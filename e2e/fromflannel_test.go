@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/weftnet/weft/internal/kubecluster"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/kubecluster"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // flannelImage is the upstream flanneld v0.28.10 (test/flannel) in an image made as

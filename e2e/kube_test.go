@@ -16,10 +16,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/weftnet/weft/internal/kubeproc"
-	"github.com/weftnet/weft/internal/kubetest"
-	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/kubeproc"
+	"github.com/weftnet/weft/bench/kubetest"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // kubeCluster runs a real kube-apiserver in the router namespace (192.0.2.1:6443) on

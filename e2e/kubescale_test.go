@@ -20,11 +20,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/weftnet/weft/bench"
-	"github.com/weftnet/weft/internal/kubeproc"
-	"github.com/weftnet/weft/internal/kubetest"
-	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/lab"
-	"github.com/weftnet/weft/lab/labtest"
+	"github.com/weftnet/weft/bench/kubeproc"
+	"github.com/weftnet/weft/bench/kubetest"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/lab/labtest"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // kubeScaleNodes is how many peer Nodes BenchmarkKubeNodes makes (WEFT_KUBE_NODES

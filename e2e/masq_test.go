@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // fwModes are the two ways weftd writes its rules: iptables chains, or (EnableNFTables

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // scrape is one /metrics scrape of a weftd, by family name.

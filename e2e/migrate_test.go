@@ -14,7 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
 )
 
 // putV2 writes key=value with a TTL through etcd's v2 API, as flanneld before v0.21

@@ -10,8 +10,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/weftnet/weft/bench"
-	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // TestScale500: 500 simulated hosts' leases in a real etcd; weftd and the upstream

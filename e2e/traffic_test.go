@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/proxy"
 )
 

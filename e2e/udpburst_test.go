@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/netns"
+	"github.com/weftnet/weft/bench/netns"
 )
 
 // udpBurst sends n datagrams of one size as fast as a loop can from a socket in pod

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // TestIPv6Pods: two hosts on LAN1 with an IPv6 underlay (2001:db8:1::/64) run the real

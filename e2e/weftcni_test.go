@@ -23,10 +23,10 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/lab"
-	"github.com/weftnet/weft/lab/labtest"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/lab/labtest"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // weftCNIDir is the directory holding weft's CNI plugin under the name flannel

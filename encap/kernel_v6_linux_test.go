@@ -13,11 +13,11 @@ import (
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/netnstest"
-	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/lab"
-	"github.com/weftnet/weft/lab/labtest"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/lab/labtest"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/netnstest"
+	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/lease"
 )
 

@@ -12,8 +12,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/netnstest"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/netnstest"
 	"github.com/weftnet/weft/lease"
 )
 

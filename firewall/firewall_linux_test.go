@@ -12,9 +12,9 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/netnstest"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/netnstest"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // kinds are the two implementations, as New picks them.

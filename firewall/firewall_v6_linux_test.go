@@ -9,9 +9,9 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/netnstest"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/netnstest"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // masqView6 is what a kind shows of weft's IPv6 masquerade rules.

@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/weftnet/weft/internal/netnstest"
+	"github.com/weftnet/weft/bench/netnstest"
 )
 
 // flanneldRules is what flanneld v0.28 leaves on a host with --ip-masq (iptables),

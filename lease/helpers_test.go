@@ -15,8 +15,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/weftnet/weft/internal/etcdproc"
-	"github.com/weftnet/weft/internal/etcdtest"
+	"github.com/weftnet/weft/bench/etcdproc"
+	"github.com/weftnet/weft/bench/etcdtest"
 )
 
 // apis are the registries every conformance table runs against.

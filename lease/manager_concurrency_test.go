@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/etcdproc"
+	"github.com/weftnet/weft/bench/etcdproc"
 )
 
 // TestAcquireConcurrent has N hosts acquire at once from a network of exactly N

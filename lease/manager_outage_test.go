@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/etcdtest"
+	"github.com/weftnet/weft/bench/etcdtest"
 )
 
 // outage is how long etcd stays down: the length of the scenario, not a wait for

@@ -12,10 +12,10 @@ import (
 	client "go.etcd.io/etcd/client/v2"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/weftnet/weft/internal/etcdproc"
-	"github.com/weftnet/weft/internal/etcdtest"
-	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/internal/testpki"
+	"github.com/weftnet/weft/bench/etcdproc"
+	"github.com/weftnet/weft/bench/etcdtest"
+	"github.com/weftnet/weft/bench/testenv"
+	"github.com/weftnet/weft/bench/testpki"
 )
 
 // secureLab is one etcd over TLS with client certificates and authentication on both

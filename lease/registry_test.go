@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/etcdproc"
+	"github.com/weftnet/weft/bench/etcdproc"
 )
 
 var (

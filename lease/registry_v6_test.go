@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/etcdproc"
+	"github.com/weftnet/weft/bench/etcdproc"
 )
 
 // A peer's dual-stack vxlan lease and an IPv6-only one, as flanneld writes them.

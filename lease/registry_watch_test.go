@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/etcdproc"
+	"github.com/weftnet/weft/bench/etcdproc"
 )
 
 // watcher runs reg.Watch from rev until stopped (at the latest when the test ends),

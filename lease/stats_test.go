@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/etcdproc"
+	"github.com/weftnet/weft/bench/etcdproc"
 )
 
 // TestManagerStats: on a real etcd, the counters /metrics reads follow what the

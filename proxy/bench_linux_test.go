@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // BenchmarkThroughputVsVXLAN measures, in one run and between the same two

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/gopacket/layers"
 
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // TestTwoHostsIPv6: two hosts with real TUN devices in namespaces, dual-stack inside,

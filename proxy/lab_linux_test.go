@@ -14,9 +14,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/weftnet/weft/internal/netns"
-	weftlab "github.com/weftnet/weft/lab"
-	"github.com/weftnet/weft/lab/labtest"
+	weftlab "github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/lab/labtest"
+	"github.com/weftnet/weft/bench/netns"
 	"github.com/weftnet/weft/tun"
 )
 

@@ -12,8 +12,8 @@ import (
 	"github.com/google/gopacket/layers"
 	"go.uber.org/zap"
 
-	"github.com/weftnet/weft/internal/netnstest"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/netnstest"
+	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/tun"
 )
 

@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
 
-	"github.com/weftnet/weft/internal/netnstest"
+	"github.com/weftnet/weft/bench/netnstest"
 )
 
 func TestOpenConfigureClose(t *testing.T) {

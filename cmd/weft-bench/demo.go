@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/bench"
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
 )
 
 func heading(w io.Writer, s string) {

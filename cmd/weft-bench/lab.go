@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/netns"
 )
 
 func labState() string { return filepath.Join(stateDir(), "lab.json") }

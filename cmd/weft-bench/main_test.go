@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/weftnet/weft/bench"
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 func TestUsageErrors(t *testing.T) {

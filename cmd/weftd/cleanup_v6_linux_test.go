@@ -11,10 +11,10 @@ import (
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/weftnet/weft/bench/netnstest"
+	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/firewall"
-	"github.com/weftnet/weft/internal/netnstest"
-	"github.com/weftnet/weft/internal/testenv"
 	"github.com/weftnet/weft/lease"
 )
 

@@ -19,9 +19,9 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/weftnet/weft/internal/etcdproc"
-	"github.com/weftnet/weft/internal/etcdtest"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/etcdproc"
+	"github.com/weftnet/weft/bench/etcdtest"
+	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/lease"
 )
 

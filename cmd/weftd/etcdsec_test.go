@@ -17,10 +17,10 @@ import (
 
 	client "go.etcd.io/etcd/client/v2"
 
-	"github.com/weftnet/weft/internal/etcdtest"
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/netnstest"
-	"github.com/weftnet/weft/internal/testpki"
+	"github.com/weftnet/weft/bench/etcdtest"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/netnstest"
+	"github.com/weftnet/weft/bench/testpki"
 )
 
 // These tests run the real weftd binary ($WEFT_BIN/weftd, else a fresh build) against

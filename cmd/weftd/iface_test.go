@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weftnet/weft/internal/netnstest"
+	"github.com/weftnet/weft/bench/netnstest"
 )
 
 // TestExternalInterface picks interfaces in a namespace holding veths eth0 (192.0.2.10/24,

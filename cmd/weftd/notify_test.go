@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/etcdproc"
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/etcdproc"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // plainEtcdIn runs a plain etcd on the loopback of ns (port 2379), with config under

@@ -17,10 +17,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/weftnet/weft/internal/etcdtest"
-	"github.com/weftnet/weft/internal/kubeproc"
-	"github.com/weftnet/weft/internal/kubetest"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/etcdtest"
+	"github.com/weftnet/weft/bench/kubeproc"
+	"github.com/weftnet/weft/bench/kubetest"
+	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/lease"
 )
 

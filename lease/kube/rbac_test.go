@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/weftnet/weft/internal/kubetest"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/kubetest"
+	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/lease"
 )
 

@@ -1,6 +1,6 @@
 // Command kube builds the real Kubernetes control plane and kubelet from their Go
-// modules as one multi-call binary, for weft's tests: internal/kubeproc runs it as
-// kube-apiserver, internal/kubecluster also as kube-controller-manager, kube-scheduler
+// modules as one multi-call binary, for weft's tests: bench/kubeproc runs it as
+// kube-apiserver, bench/kubecluster also as kube-controller-manager, kube-scheduler
 // and kubelet. The first argument names the component when it is one of those names;
 // otherwise the binary is kube-apiserver (so kubeproc passes the server's flags only).
 package main

@@ -2,7 +2,7 @@
 // end-to-end tests: the lab's router namespace holds etcd, kube-apiserver,
 // kube-controller-manager (which allocates the nodes' podCIDRs) and kube-scheduler;
 // each node is a lab host namespace with its own containerd (Debian's) and kubelet,
-// all of Kubernetes built from its Go module by test/kube (internal/kubeproc).
+// all of Kubernetes built from its Go module by test/kube (bench/kubeproc).
 //
 // A node never changes the machine: containerd and the kubelet run in the node's
 // network namespace and in a private mount namespace of the node, where per-node
@@ -41,9 +41,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/weftnet/weft/internal/kubeproc"
-	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/kubeproc"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // Addresses of the cluster. The service range is kubeproc's; the controller manager
@@ -55,7 +55,7 @@ const (
 	apiHost      = "192.0.2.1"    // the router, on LAN1
 	apiPort      = 6443
 	// PauseImage is the sandbox image every node's containerd uses; it is also the
-	// test pods' image (internal/kubecluster/testpod).
+	// test pods' image (bench/kubecluster/testpod).
 	PauseImage = "registry.weft.test/testpod:1"
 )
 
@@ -265,7 +265,7 @@ current-context: lab
 
 // buildTestpod builds the testpod binary (static) as bin.
 func buildTestpod(ctx context.Context, repoRoot, bin string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", bin, "./internal/kubecluster/testpod")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", bin, "./bench/kubecluster/testpod")
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

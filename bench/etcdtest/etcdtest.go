@@ -5,8 +5,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/weftnet/weft/internal/etcdproc"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/etcdproc"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // Start runs etcd for t (loopback, free port, v2 API enabled) and removes it at cleanup.

@@ -1,4 +1,4 @@
-// Command testpod is the one program of internal/kubecluster's images: the pods'
+// Command testpod is the one program of bench/kubecluster's images: the pods'
 // sandbox ("pause") and the test pods. It waits for SIGTERM or SIGINT and exits 0.
 // The tests reach a pod's network namespace from the node to run ping and iperf3.
 package main

@@ -9,8 +9,8 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/lab"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // New builds spec for t; everything it makes is removed at cleanup, and the test

@@ -9,7 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 
-	"github.com/weftnet/weft/internal/netns"
+	"github.com/weftnet/weft/bench/netns"
 	"github.com/weftnet/weft/lease"
 )
 

@@ -4,8 +4,8 @@ package netnstest
 import (
 	"testing"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // New makes a namespace for t, removed (with its processes and links) at cleanup.

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/weftnet/weft/internal/netns"
+	"github.com/weftnet/weft/bench/netns"
 )
 
 // State is what a lab records in its state file, for `weft-bench lab status|down`

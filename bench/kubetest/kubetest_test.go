@@ -10,7 +10,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 func parseFile(t *testing.T, path string, skipOthers bool) Objects {

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/testenv"
-	"github.com/weftnet/weft/lab"
-	"github.com/weftnet/weft/lab/labtest"
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/lab/labtest"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/lease"
 	"go.uber.org/zap/zaptest"
 )
@@ -289,7 +289,7 @@ func FuzzParseProcStatCPU(f *testing.F) {
 // other; Close runs DEL, which frees their addresses, and removes their namespaces.
 func TestCNIPods(t *testing.T) {
 	l := labtest.New(t, lab.Spec{Hosts: []lab.HostSpec{{Name: "a"}, {Name: "b"}}, NoEtcd: true})
-	cni := labtest.CNIPath(t, labtest.BinDir("../bin"))
+	cni := labtest.CNIPath(t, labtest.BinDir("../../bin"))
 	ctx := context.Background()
 	hosts := l.Hosts()
 	envs, err := l.KernelHostGW(ctx, hosts)

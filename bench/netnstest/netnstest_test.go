@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weftnet/weft/internal/netns"
+	"github.com/weftnet/weft/bench/netns"
 )
 
 func TestVethPing(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/internal/netns"
-	"github.com/weftnet/weft/internal/netnstest"
-	"github.com/weftnet/weft/internal/testenv"
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/netnstest"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // childEnv makes the test binary, run again by TestOnInterrupt, act as the interrupted

@@ -2,7 +2,7 @@
 // test/kube, cached) against a real etcd, for the Kubernetes subnet manager's tests.
 // It authorizes with RBAC; its Token is an admin (system:masters) for the test itself.
 // The binary test/kube builds is multi-call: it is also kube-controller-manager,
-// kube-scheduler and kubelet when its first argument names one (internal/kubecluster).
+// kube-scheduler and kubelet when its first argument names one (bench/kubecluster).
 package kubeproc
 
 import (
@@ -152,7 +152,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		"--service-account-key-file=" + filepath.Join(dir, "sa.pem"),
 		"--service-account-signing-key-file=" + filepath.Join(dir, "sa.pem"),
 		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
-		"--authorization-mode=" + o.Authorization, // weftd gets only deploy/rbac.yml's rights (internal/kubetest)
+		"--authorization-mode=" + o.Authorization, // weftd gets only deploy/rbac.yml's rights (bench/kubetest)
 		"--service-cluster-ip-range=198.18.254.0/24",
 		"--endpoint-reconciler-type=none",
 		"--enable-priority-and-fairness=false",
