@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -71,8 +72,53 @@ func (r *ScaleReport) WriteTable(w io.Writer) error {
 	return err
 }
 
-// WriteMarkdown writes the report as Markdown: the setup, the table, the errors.
+// absPath is an absolute path in free text: a slash at the start or after a space,
+// quote, bracket or '=', then a letter, '.' or '_' (so neither the // of a URL nor a
+// prefix length such as /29), up to the next separator.
+var absPath = regexp.MustCompile(`(^|[\s"'(\[=])(/[A-Za-z_.][^\s"'():,;\]]*)`)
+
+// portablePath names a file of the machine that ran the benchmark by its base name:
+// a report committed to the repository or shared must not hold the run's directories
+// (/work/..., /tmp/..., a home). The kernel's own files (/proc, /sys, /dev) are the same
+// on every machine and stay whole.
+func portablePath(p string) string {
+	for _, keep := range []string{"/proc/", "/sys/", "/dev/"} {
+		if strings.HasPrefix(p, keep) {
+			return p
+		}
+	}
+	return filepath.Base(p)
+}
+
+// portable is the report as the files hold it: each daemon binary by its base name
+// (bin/flanneld and /work/x/bin/weftd become flanneld and weftd), and absolute paths in
+// error text reduced to base names. The terminal table (WriteTable) keeps them whole.
+func (r *ScaleReport) portable() *ScaleReport {
+	c := *r
+	c.Points = make([]ScalePoint, len(r.Points))
+	for i, p := range r.Points {
+		if p.Binary != "" {
+			p.Binary = filepath.Base(p.Binary)
+		}
+		if len(p.Errors) > 0 {
+			errs := make([]string, len(p.Errors))
+			for j, e := range p.Errors {
+				errs[j] = absPath.ReplaceAllStringFunc(e, func(m string) string {
+					sm := absPath.FindStringSubmatch(m)
+					return sm[1] + portablePath(sm[2])
+				})
+			}
+			p.Errors = errs
+		}
+		c.Points[i] = p
+	}
+	return &c
+}
+
+// WriteMarkdown writes the report as Markdown: the setup, the table, the errors. Paths
+// of the machine that ran it are reduced to base names (see portable).
 func (r *ScaleReport) WriteMarkdown(w io.Writer) error {
+	r = r.portable()
 	var b strings.Builder
 	b.WriteString("# weft control plane at scale\n\n")
 	fmt.Fprintf(&b, "Run %s, kernel %s, %d CPUs. Backend `%s`, Network %s with /%d subnets. "+
@@ -117,11 +163,12 @@ func (r *ScaleReport) WriteMarkdown(w io.Writer) error {
 	return err
 }
 
-// WriteJSON writes the report as indented JSON.
+// WriteJSON writes the report as indented JSON, with paths of the machine that ran it
+// reduced to base names (see portable).
 func (r *ScaleReport) WriteJSON(w io.Writer) error {
 	e := json.NewEncoder(w)
 	e.SetIndent("", "  ")
-	return e.Encode(r)
+	return e.Encode(r.portable())
 }
 
 var scaleColors = []string{"#1f77b4", "#e07b39", "#2ca02c", "#9467bd"}

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -86,5 +89,60 @@ func TestScaleReportFiles(t *testing.T) {
 	}
 	if !strings.Contains(tbl.String(), "flanneld at 5000: boom\n") {
 		t.Errorf("table lacks the error:\n%s", tbl.String())
+	}
+}
+
+// machinePath is an absolute path in a report file: a slash at the start of the text or
+// after a space, quote, bracket, '=' or '>' and then a letter, '.' or '_' (a prefix
+// length such as "/29" and a URL's "//" are not paths). /proc, /sys and /dev are the
+// kernel's and allowed.
+var machinePath = regexp.MustCompile(`(^|[\s"'(\[=>])/[A-Za-z_.][^\s"'<():,;\]]*`)
+
+// TestScaleReportNoMachinePaths: the files a scale run writes (committed under
+// docs/scale/) hold no path of the machine that made them: the daemon binaries by base
+// name, absolute paths in errors by base name; a URL, a prefix length and /proc stay.
+func TestScaleReportNoMachinePaths(t *testing.T) {
+	r := &ScaleReport{Backend: "vxlan", Network: "198.18.0.0/16", SubnetLen: 29, Rate: 50, ChurnS: 60, IdleS: 10,
+		Points: []ScalePoint{
+			{Subject: "weftd", Binary: "/work/wt/scale/bin/weftd", Hosts: 100, ReadyS: 0.1, PeersSeen: true, ChurnOps: 10, P99Ms: 9},
+			{Subject: "flanneld", Binary: "bin/flanneld", Hosts: 100, ReadyS: 0.2, PeersSeen: true, ChurnOps: 10, P99Ms: 9},
+			{Subject: "other", Binary: "/home/u/flanneld-0.27", Hosts: 100, Errors: []string{
+				"fork/exec /root/go/bin/other: permission denied",
+				`open "/tmp/weft-bench-123/h0/daemon.log": no such file`,
+				"scale: 5000 hosts do not fit in 198.18.0.0/16 with /29 subnets",
+				"etcd at http://127.0.0.1:2379: read /proc/42/status (rss=/home/u/x)",
+			}},
+		}}
+	dir := t.TempDir()
+	if err := r.WriteFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	var all strings.Builder
+	for _, name := range []string{"scale.md", "scale.json", "scale.svg"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range machinePath.FindAllString(string(data), -1) {
+			p := strings.TrimLeft(m, " \t\n\"'([=>")
+			if !strings.HasPrefix(p, "/proc/") && !strings.HasPrefix(p, "/sys/") && !strings.HasPrefix(p, "/dev/") {
+				t.Errorf("%s holds the absolute path %q", name, p)
+			}
+		}
+		all.Write(data)
+	}
+	for _, want := range []string{`"binary": "weftd"`, `"binary": "flanneld"`, `"binary": "flanneld-0.27"`,
+		"fork/exec other: permission denied", `open \"daemon.log\"`, "with /29 subnets",
+		"http://127.0.0.1:2379", "/proc/42/status", "rss=x"} {
+		if !strings.Contains(all.String(), want) {
+			t.Errorf("the report files lack %q", want)
+		}
+	}
+	if r.Points[0].Binary != "/work/wt/scale/bin/weftd" {
+		t.Errorf("writing the files changed the report itself: %q", r.Points[0].Binary)
+	}
+	var tbl bytes.Buffer
+	if err := r.WriteTable(&tbl); err != nil || !strings.Contains(tbl.String(), "/root/go/bin/other") {
+		t.Errorf("the terminal table should keep the whole path: %v\n%s", err, tbl.String())
 	}
 }
