@@ -74,9 +74,9 @@ func TestParseKnobsBoundIsProxys(t *testing.T) {
 	}
 }
 
-// TestKnobsDocumented: the README's table of WEFT_* variables is exactly knobs.
+// TestKnobsDocumented: the table of WEFT_* variables in docs/operations.md is exactly knobs.
 func TestKnobsDocumented(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +86,6 @@ func TestKnobsDocumented(t *testing.T) {
 	}
 	head := "| variable | meaning | default |\n|----------|---------|---------|\n"
 	if !strings.Contains(string(readme), head+want.String()+"\n") {
-		t.Fatalf("README.md lacks this table of the WEFT_* variables (after its header):\n%s", want.String())
+		t.Fatalf("docs/operations.md lacks this table of the WEFT_* variables (after its header):\n%s", want.String())
 	}
 }
