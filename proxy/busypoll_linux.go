@@ -66,7 +66,7 @@ func (w *worker) busyPoll() error {
 	}
 	last := time.Now()
 	for {
-		n, err := bp.tun.TryRead(w.ebufs, w.esizes, Headroom)
+		n, err := bp.tun.TryRead(w.tx.bufs, w.tx.sizes, Headroom)
 		if n > 0 {
 			w.egressBatch(n)
 		}

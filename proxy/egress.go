@@ -11,7 +11,7 @@ import (
 // egress forwards what the TUN queue gives until it fails (closed).
 func (w *worker) egress() error {
 	for {
-		n, err := w.tun.Read(w.ebufs, w.esizes, Headroom)
+		n, err := w.tun.Read(w.tx.bufs, w.tx.sizes, Headroom)
 		if n > 0 {
 			w.egressBatch(n)
 		}
@@ -21,15 +21,15 @@ func (w *worker) egress() error {
 	}
 }
 
-// egressBatch routes the n packets in ebufs and sends them, in as few sendmmsg calls
+// egressBatch routes the n packets in tx.bufs and sends them, in as few sendmmsg calls
 // as the send slots allow. TCP super packets (TUN offload) are cut into segments here.
 func (w *worker) egressBatch(n int) {
 	s := w.table.Load()
 	for i := range n {
-		pkt := w.ebufs[i][Headroom : Headroom+w.esizes[i]]
+		pkt := w.tx.bufs[i][Headroom : Headroom+w.tx.sizes[i]]
 		var vh vnetHdr
 		if w.vnet {
-			vh = parseVnetHdr(w.ebufs[i][Headroom-vnetHdrLen : Headroom])
+			vh = parseVnetHdr(w.tx.bufs[i][Headroom-vnetHdrLen : Headroom])
 			if vh.gsoType == vnetGSONone && vh.flags&vnetNeedsCsum != 0 && !finishChecksum(pkt, vh) {
 				w.cnt.drops[DropMalformed].Add(1)
 				continue
@@ -49,15 +49,15 @@ func (w *worker) egressBatch(n int) {
 				w.cnt.drops[DropSendError].Add(1)
 				continue
 			}
-			u.dst6 = p.ip6
+			u.tx.dst6 = p.ip6
 		}
 		if vh.gsoType == vnetGSONone {
 			if !u.room(1) {
 				w.flush()
 			}
 			u.stageRun(pkt, p.ip)
-			w.pendingDgrams++
-			w.pending += len(pkt)
+			w.tx.pendingDgrams++
+			w.tx.pending += len(pkt)
 			continue
 		}
 		ok := false
@@ -103,21 +103,21 @@ func (w *worker) stageSegments(u *udpConn, pkt []byte, p *Peer, gsoSize, ihl, hl
 	}
 	segLen := hl + gsoSize
 	per := 1
-	if u.gso {
+	if u.tx.gso {
 		per = max(1, min(udpMaxSegments, maxUDPPayload/segLen))
 	}
 	nsegs := (len(payload) + gsoSize - 1) / gsoSize
 	for i := 0; i < nsegs; {
 		k := min(per, nsegs-i)
-		if !u.room(2*k) || w.nhdr+k > len(w.seghdr) {
+		if !u.room(2*k) || w.tx.nhdr+k > len(w.tx.seghdr) {
 			w.flush()
 		}
 		u.begin(p.ip)
 		for range k {
 			off := i * gsoSize
 			seg := payload[off:min(off+gsoSize, len(payload))]
-			h := w.seghdr[w.nhdr][:hl]
-			w.nhdr++
+			h := w.tx.seghdr[w.tx.nhdr][:hl]
+			w.tx.nhdr++
 			if udp {
 				segmentUDPHeaders(h, pkt, ihl, hl, i, seg)
 			} else {
@@ -125,11 +125,11 @@ func (w *worker) stageSegments(u *udpConn, pkt []byte, p *Peer, gsoSize, ihl, hl
 			}
 			u.addIov(h)
 			u.addIov(seg)
-			w.pending += hl + len(seg)
+			w.tx.pending += hl + len(seg)
 			i++
 		}
 		u.end(k, segLen)
-		w.pendingDgrams += k
+		w.tx.pendingDgrams += k
 	}
 	return true
 }
@@ -143,36 +143,36 @@ const (
 
 // flush sends the staged messages.
 func (w *worker) flush() {
-	if w.pendingDgrams == 0 {
+	if w.tx.pendingDgrams == 0 {
 		return
 	}
 	c := w.cnt
-	gso := w.conn.gso
+	gso := w.conn.tx.gso
 	failed, err := w.conn.send()
-	if gso && !w.conn.gso {
+	if gso && !w.conn.tx.gso {
 		w.log.Warn("UDP GSO switched off", zap.Error(err))
 	}
-	if w.conn6 != nil && w.conn6.sn > 0 {
+	if w.conn6 != nil && w.conn6.tx.n > 0 {
 		f6, err6 := w.conn6.send()
 		failed += f6
 		err = errors.Join(err, err6)
 	}
 	if failed > 0 {
 		c.drops[DropSendError].Add(uint64(failed))
-		if w.elog.allow(time.Now().UnixNano()) {
+		if w.tx.logLimit.allow(time.Now().UnixNano()) {
 			w.log.Debug("udp send failed", zap.Int("packets", failed), zap.Error(err))
 		}
 	}
-	c.txPackets.Add(uint64(w.pendingDgrams - failed))
-	c.txBytes.Add(uint64(w.pending)) // bytes handed to the kernel
-	w.nhdr, w.pending, w.pendingDgrams = 0, 0, 0
+	c.txPackets.Add(uint64(w.tx.pendingDgrams - failed))
+	c.txBytes.Add(uint64(w.tx.pending)) // bytes handed to the kernel
+	w.tx.nhdr, w.tx.pending, w.tx.pendingDgrams = 0, 0, 0
 }
 
 // unreachable answers pkt with ICMP net unreachable (ICMPv6 no route for IPv6)
 // through the TUN, rate limited.
 func (w *worker) unreachable(pkt []byte, s *Snapshot) {
 	v6 := pkt[0]>>4 == 6
-	if v6 && (s.v6 == nil || !wantsICMPv6Error(pkt)) || !v6 && !wantsICMPError(pkt) || !w.ebkt.allow(time.Now().UnixNano()) {
+	if v6 && (s.v6 == nil || !wantsICMPv6Error(pkt)) || !v6 && !wantsICMPError(pkt) || !w.tx.icmpLimit.allow(time.Now().UnixNano()) {
 		return
 	}
 	// The error comes from the unreachable subnet's first address (where its host's
@@ -180,14 +180,14 @@ func (w *worker) unreachable(pkt []byte, s *Snapshot) {
 	var n int
 	if v6 {
 		from := s.v6.subnetStart(binary.BigEndian.Uint64(pkt[24:32]), binary.BigEndian.Uint64(pkt[32:40]))
-		n = buildUnreachable6(w.icmp[0][Headroom:], pkt, from)
+		n = buildUnreachable6(w.tx.icmp[0][Headroom:], pkt, from)
 	} else {
-		n = buildUnreachable(w.icmp[0][Headroom:], pkt, binary.BigEndian.Uint32(pkt[16:20])&s.subMask, 0)
+		n = buildUnreachable(w.tx.icmp[0][Headroom:], pkt, binary.BigEndian.Uint32(pkt[16:20])&s.subMask, 0)
 	}
-	out := w.icmp[0][:Headroom+n]
-	w.icmp[0] = out
-	if _, err := w.tun.Write(w.icmp[:], Headroom); err == nil {
+	out := w.tx.icmp[0][:Headroom+n]
+	w.tx.icmp[0] = out
+	if _, err := w.tun.Write(w.tx.icmp[:], Headroom); err == nil {
 		w.cnt.icmpSent.Add(1)
 	}
-	w.icmp[0] = out[:cap(out)]
+	w.tx.icmp[0] = out[:cap(out)]
 }

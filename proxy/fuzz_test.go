@@ -79,9 +79,9 @@ func FuzzIngressCoalesce(f *testing.F) {
 		per := len(blob)/n + 1
 		for i := range n {
 			part := blob[min(i*per, len(blob)):min((i+1)*per, len(blob))]
-			w.isizes[i] = copy(w.ibufs[i][Headroom:], part)
-			w.isegs[i] = int(step)
-			w.isrc[i] = ipconv.U32(tPeerIP)
+			w.rx.sizes[i] = copy(w.rx.bufs[i][Headroom:], part)
+			w.rx.segs[i] = int(step)
+			w.rx.src[i] = ipconv.U32(tPeerIP)
 		}
 		w.ingressProcess(n)
 		for _, b := range ft.written {

@@ -28,7 +28,7 @@ func TestStageRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = snd.close() })
-	if !snd.gso {
+	if !snd.tx.gso {
 		t.Skip("kernel without UDP GSO")
 	}
 	lo2, other := uint32(127)<<24|2, uint32(127)<<24|3
@@ -51,12 +51,12 @@ func TestStageRun(t *testing.T) {
 		}
 	}
 	wantSegs := []int{4, 1, 1, 1, udpMaxSegments, 1}
-	if snd.sn != len(wantSegs) {
-		t.Fatalf("%d messages staged (segments %v), want %d", snd.sn, snd.ssegs[:snd.sn], len(wantSegs))
+	if snd.tx.n != len(wantSegs) {
+		t.Fatalf("%d messages staged (segments %v), want %d", snd.tx.n, snd.tx.segs[:snd.tx.n], len(wantSegs))
 	}
 	for i, w := range wantSegs {
-		if snd.ssegs[i] != w {
-			t.Fatalf("message %d: %d datagrams, want %d (all %v)", i, snd.ssegs[i], w, snd.ssegs[:snd.sn])
+		if snd.tx.segs[i] != w {
+			t.Fatalf("message %d: %d datagrams, want %d (all %v)", i, snd.tx.segs[i], w, snd.tx.segs[:snd.tx.n])
 		}
 	}
 	if failed, err := snd.send(); failed > 1 || (failed == 1 && err == nil) {
@@ -70,7 +70,7 @@ func TestStageRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range n {
-			got = append(got, append([]byte(nil), rcv.rbufs[i][:rcv.size(i)]...))
+			got = append(got, append([]byte(nil), rcv.rx.bufs[i][:rcv.size(i)]...))
 		}
 	}
 	for i := range sent {

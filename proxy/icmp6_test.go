@@ -38,7 +38,7 @@ func TestEgressUnreachable6(t *testing.T) {
 			ft := &fakeTUN{}
 			var cnt counters
 			w := newWorker(ft, tb, 4, 1500, 1500, false, &cnt, nopLogger())
-			w.esizes[0] = copy(w.ebufs[0][Headroom:], c.pkt)
+			w.tx.sizes[0] = copy(w.tx.bufs[0][Headroom:], c.pkt)
 			w.egressBatch(1)
 			if cnt.drops[DropNoRoute].Load() != 1 {
 				t.Fatalf("no_route drops = %d, want 1", cnt.drops[DropNoRoute].Load())

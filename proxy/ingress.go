@@ -22,18 +22,18 @@ func (w *worker) ingress() error {
 // ingressBatch takes the n messages the socket received and delivers them.
 func (w *worker) ingressBatch(n int) {
 	for i := range n {
-		w.isizes[i], w.isrc[i], w.isegs[i] = w.conn.size(i), w.conn.src(i), w.conn.segSize(i)
+		w.rx.sizes[i], w.rx.src[i], w.rx.segs[i] = w.conn.size(i), w.conn.src(i), w.conn.segSize(i)
 	}
 	if w.under6 {
 		for i := range n {
-			w.isrc6[i] = w.conn.src6(i)
+			w.rx.src6[i] = w.conn.src6(i)
 		}
 	}
 	w.ingressProcess(n)
 }
 
-// ingressProcess checks the datagrams of the n messages in ibufs (sizes isizes,
-// sources isrc; isegs > 0 when UDP GRO packed several datagrams of that size into
+// ingressProcess checks the datagrams of the n messages in rx.bufs (sizes rx.sizes,
+// sources rx.src; rx.segs > 0 when UDP GRO packed several datagrams of that size into
 // one), coalesces TCP runs when the queue has offloads, and writes them to the TUN.
 // Packets are queued as pieces of the receive buffers; nothing is copied.
 func (w *worker) ingressProcess(n int) {
@@ -41,9 +41,9 @@ func (w *worker) ingressProcess(n int) {
 	c := w.cnt
 	w.resetOut()
 	accepted, bytes := 0, 0
-	w.inRun = false
+	w.rx.inRun = false
 	for i := range n {
-		buf, size, step := w.ibufs[i], w.isizes[i], w.isegs[i]
+		buf, size, step := w.rx.bufs[i], w.rx.sizes[i], w.rx.segs[i]
 		if size > len(buf)-Headroom { // cut short by the buffer (MSG_TRUNC)
 			c.drops[w.oversized(s, i)].Add(1)
 			continue
@@ -53,15 +53,15 @@ func (w *worker) ingressProcess(n int) {
 		}
 		for off := 0; off < size; off += step {
 			pkt := buf[Headroom+off : Headroom+min(off+step, size)]
-			if len(pkt) > w.maxDgram {
+			if len(pkt) > w.rx.maxDgram {
 				c.drops[w.oversized(s, i)].Add(1)
 				continue
 			}
 			var r DropReason
 			if w.under6 {
-				r = s.CheckIngressFrom6(pkt, w.isrc6[i])
+				r = s.CheckIngressFrom6(pkt, w.rx.src6[i])
 			} else {
-				r = s.CheckIngress(pkt, w.isrc[i])
+				r = s.CheckIngress(pkt, w.rx.src[i])
 			}
 			if r != DropNone {
 				c.drops[r].Add(1)
@@ -74,7 +74,7 @@ func (w *worker) ingressProcess(n int) {
 		}
 	}
 	w.endRun()
-	w.writeTUN(w.out)
+	w.writeTUN(w.rx.out)
 	c.rxBatches.Add(1)
 	c.rxHist[bucket(n)].Add(1)
 	c.rxPackets.Add(uint64(accepted))
@@ -85,7 +85,7 @@ func (w *worker) ingressProcess(n int) {
 // of message i: as for every datagram, one from an address without a lease counts
 // as that.
 func (w *worker) oversized(s *Snapshot, i int) DropReason {
-	if w.under6 && !s.HoldsLease6(w.isrc6[i]) || !w.under6 && !s.HoldsLease(w.isrc[i]) {
+	if w.under6 && !s.HoldsLease6(w.rx.src6[i]) || !w.under6 && !s.HoldsLease(w.rx.src[i]) {
 		return DropUnknownSource
 	}
 	return DropOversized
@@ -99,31 +99,31 @@ func (w *worker) ingressOne(pkt []byte) {
 		return
 	}
 	hl, udp, ok := groCandidate(pkt, w.uso)
-	if w.inRun && ok && groJoins(&w.run, pkt, hl, udp) {
-		if w.run.count == 1 {
+	if w.rx.inRun && ok && groJoins(&w.rx.run, pkt, hl, udp) {
+		if w.rx.run.count == 1 {
 			// The run becomes a packet of the batch: its headers, then the payloads.
-			if w.nrhdr == len(w.rhdrs) || w.npieces+3 > len(w.pieces) {
+			if w.rx.nrunHdr == len(w.rx.runHdrs) || w.rx.npieces+3 > len(w.rx.pieces) {
 				w.flushOut() // the run's first packet is not queued yet: it stays open
 			}
-			h := w.rhdrs[w.nrhdr][:vnetHdrLen+hl]
-			w.nrhdr++
-			groAppend(&w.run, pkt, h)
-			w.runOut, w.runStart = len(w.out), w.npieces
-			w.out = append(w.out, w.addPieces(h, w.run.first[hl:], pkt[hl:]))
+			h := w.rx.runHdrs[w.rx.nrunHdr][:vnetHdrLen+hl]
+			w.rx.nrunHdr++
+			groAppend(&w.rx.run, pkt, h)
+			w.rx.runOut, w.rx.runStart = len(w.rx.out), w.rx.npieces
+			w.rx.out = append(w.rx.out, w.addPieces(h, w.rx.run.first[hl:], pkt[hl:]))
 			return
 		}
-		if w.npieces < len(w.pieces) {
-			groAppend(&w.run, pkt, nil)
-			w.pieces[w.npieces] = pkt[hl:]
-			w.npieces++
-			w.out[w.runOut] = w.pieces[w.runStart:w.npieces]
+		if w.rx.npieces < len(w.rx.pieces) {
+			groAppend(&w.rx.run, pkt, nil)
+			w.rx.pieces[w.rx.npieces] = pkt[hl:]
+			w.rx.npieces++
+			w.rx.out[w.rx.runOut] = w.rx.pieces[w.rx.runStart:w.rx.npieces]
 			return
 		}
 	}
 	w.endRun()
 	if ok {
-		groStart(&w.run, pkt, hl, udp)
-		w.inRun = true
+		groStart(&w.rx.run, pkt, hl, udp)
+		w.rx.inRun = true
 		return
 	}
 	w.single(pkt)
@@ -132,28 +132,28 @@ func (w *worker) ingressOne(pkt []byte) {
 // endRun queues the current run, if any: its headers are written, or its lone packet
 // is queued as such.
 func (w *worker) endRun() {
-	if !w.inRun {
+	if !w.rx.inRun {
 		return
 	}
-	w.inRun = false
-	if w.run.count > 1 {
-		groFinish(&w.run)
+	w.rx.inRun = false
+	if w.rx.run.count > 1 {
+		groFinish(&w.rx.run)
 		return
 	}
-	w.single(w.run.first)
+	w.single(w.rx.run.first)
 }
 
 // single queues pkt as a packet of its own (behind a zero virtio-net header on a
 // queue with offloads).
 func (w *worker) single(pkt []byte) {
-	if w.npieces+2 > len(w.pieces) {
+	if w.rx.npieces+2 > len(w.rx.pieces) {
 		w.flushOut()
 	}
 	if w.vnet {
-		w.out = append(w.out, w.addPieces(zeroVnetHdr[:], pkt))
+		w.rx.out = append(w.rx.out, w.addPieces(zeroVnetHdr[:], pkt))
 		return
 	}
-	w.out = append(w.out, w.addPieces(pkt))
+	w.rx.out = append(w.rx.out, w.addPieces(pkt))
 }
 
 // zeroVnetHdr is the virtio-net header of a packet without offloads.
@@ -162,24 +162,24 @@ var zeroVnetHdr [vnetHdrLen]byte
 // addPieces appends ps to the batch's pieces and returns them as one packet. The
 // caller has checked there is room.
 func (w *worker) addPieces(ps ...[]byte) [][]byte {
-	start := w.npieces
-	w.npieces += copy(w.pieces[start:], ps)
-	return w.pieces[start:w.npieces]
+	start := w.rx.npieces
+	w.rx.npieces += copy(w.rx.pieces[start:], ps)
+	return w.rx.pieces[start:w.rx.npieces]
 }
 
 // resetOut empties the batch's queue of packets, pieces and run headers.
 func (w *worker) resetOut() {
-	clear(w.pieces[:w.npieces]) // drop the references to the receive buffers
-	w.out, w.npieces, w.nrhdr = w.iout[:0], 0, 0
+	clear(w.rx.pieces[:w.rx.npieces]) // drop the references to the receive buffers
+	w.rx.out, w.rx.npieces, w.rx.nrunHdr = w.rx.outBuf[:0], 0, 0
 }
 
 // flushOut writes what is queued and empties the queue. The current run, if it is
 // queued (two packets or more), is ended first.
 func (w *worker) flushOut() {
-	if w.inRun && w.run.count > 1 {
+	if w.rx.inRun && w.rx.run.count > 1 {
 		w.endRun()
 	}
-	w.writeTUN(w.out)
+	w.writeTUN(w.rx.out)
 	w.resetOut()
 }
 
@@ -191,15 +191,15 @@ func (w *worker) writeTUN(out [][][]byte) {
 	}
 	var written int
 	var err error
-	if w.gather != nil {
-		written, err = w.gather.WriteGather(out)
+	if w.rx.gather != nil {
+		written, err = w.rx.gather.WriteGather(out)
 	} else {
 		written, err = w.joinWrite(out)
 	}
 	w.cnt.rxWrites.Add(uint64(written))
 	if failed := len(out) - written; failed > 0 {
 		w.cnt.drops[DropTUNError].Add(uint64(failed))
-		if err != nil && w.ibkt.allow(time.Now().UnixNano()) {
+		if err != nil && w.rx.logLimit.allow(time.Now().UnixNano()) {
 			w.log.Debug("tun write failed", zap.Int("packets", failed), zap.Error(err))
 		}
 	}
@@ -217,10 +217,10 @@ func (w *worker) joinWrite(out [][][]byte) (int, error) {
 	for _, ps := range out {
 		n := off
 		for _, p := range ps {
-			n += copy(w.join[n:], p)
+			n += copy(w.rx.join[n:], p)
 		}
-		w.joinBuf[0] = w.join[:n]
-		k, err := w.tun.Write(w.joinBuf[:], Headroom)
+		w.rx.joinBuf[0] = w.rx.join[:n]
+		k, err := w.tun.Write(w.rx.joinBuf[:], Headroom)
 		written += k
 		if err != nil && first == nil {
 			first = err

@@ -129,8 +129,8 @@ func TestIngressCoalesce6(t *testing.T) {
 			var cnt counters
 			w := newWorker(ft, tb, 8, 1500, 1500, false, &cnt, nopLogger())
 			for i, p := range c.pkts {
-				w.isizes[i] = copy(w.ibufs[i][Headroom:], p)
-				w.isrc[i] = ipconv.U32(tPeerIP)
+				w.rx.sizes[i] = copy(w.rx.bufs[i][Headroom:], p)
+				w.rx.src[i] = ipconv.U32(tPeerIP)
 			}
 			w.ingressProcess(len(c.pkts))
 			if len(ft.written) != len(c.want) {

@@ -202,12 +202,12 @@ func testIngressCoalesce(t *testing.T, gather bool) {
 			}
 			var cnt counters
 			w := newWorker(tun, tb, 8, 1500, 1500, false, &cnt, nopLogger())
-			if (w.gather != nil) != gather {
-				t.Fatalf("gather writer found: %v", w.gather != nil)
+			if (w.rx.gather != nil) != gather {
+				t.Fatalf("gather writer found: %v", w.rx.gather != nil)
 			}
 			for i, p := range c.pkts {
-				w.isizes[i] = copy(w.ibufs[i][Headroom:], p)
-				w.isrc[i] = ipconv.U32(tPeerIP)
+				w.rx.sizes[i] = copy(w.rx.bufs[i][Headroom:], p)
+				w.rx.src[i] = ipconv.U32(tPeerIP)
 			}
 			w.ingressProcess(len(c.pkts))
 			if len(ft.written) != len(c.want) {
@@ -260,14 +260,14 @@ func TestIngressNoAlloc(t *testing.T) {
 	w := newWorker(&vnetDiscard{}, tb, 64, 1500, 1500, false, &cnt, nopLogger())
 	for i := range 64 {
 		p := tcpPacket(tPeerPod, tLocalIP, uint32(i*1400), "", make([]byte, 1400))
-		w.isizes[i] = copy(w.ibufs[i][Headroom:], p)
-		w.isrc[i] = ipconv.U32(tPeerIP)
+		w.rx.sizes[i] = copy(w.rx.bufs[i][Headroom:], p)
+		w.rx.src[i] = ipconv.U32(tPeerIP)
 	}
 	if a := testing.AllocsPerRun(100, func() {
 		for i := range 64 {
-			w.ibufs[i][Headroom+8] = 64 // TTL back, checksum adjusted below
-			binary.BigEndian.PutUint16(w.ibufs[i][Headroom+10:], 0)
-			binary.BigEndian.PutUint16(w.ibufs[i][Headroom+10:], checksum(w.ibufs[i][Headroom:Headroom+20]))
+			w.rx.bufs[i][Headroom+8] = 64 // TTL back, checksum adjusted below
+			binary.BigEndian.PutUint16(w.rx.bufs[i][Headroom+10:], 0)
+			binary.BigEndian.PutUint16(w.rx.bufs[i][Headroom+10:], checksum(w.rx.bufs[i][Headroom:Headroom+20]))
 		}
 		w.ingressProcess(64)
 	}); a != 0 {
@@ -287,7 +287,7 @@ func TestIngressUDPGRO(t *testing.T) {
 	ft := &vnetTUN{}
 	var cnt counters
 	w := newWorker(ft, tb, 8, 1500, 1500, true, &cnt, nopLogger())
-	if !w.udpGRO || len(w.ibufs[0]) < Headroom+maxSuperPacket {
+	if !w.rx.udpGRO || len(w.rx.bufs[0]) < Headroom+maxSuperPacket {
 		t.Fatal("receive buffers not sized for UDP GRO")
 	}
 	seg := func(seq uint32) []byte {
@@ -308,9 +308,9 @@ func TestIngressUDPGRO(t *testing.T) {
 			if len(d) != 152 {
 				t.Fatalf("datagram of %d bytes", len(d))
 			}
-			n += copy(w.ibufs[i][Headroom+n:], d)
+			n += copy(w.rx.bufs[i][Headroom+n:], d)
 		}
-		w.isizes[i], w.isegs[i], w.isrc[i] = n, 152, ipconv.U32(tPeerIP)
+		w.rx.sizes[i], w.rx.segs[i], w.rx.src[i] = n, 152, ipconv.U32(tPeerIP)
 	}
 	w.ingressProcess(len(msgs))
 	// Writes: run 0-300, the UDP datagram, then 400 alone.
@@ -349,8 +349,8 @@ func TestIngressRunLimit(t *testing.T) {
 	w := newWorker(g, tb, n, 1500, 1500, false, &cnt, nopLogger())
 	for i := range n {
 		p := tcpPacket(tPeerPod, tLocalIP, uint32(i*100), "", make([]byte, 100))
-		w.isizes[i] = copy(w.ibufs[i][Headroom:], p)
-		w.isrc[i] = ipconv.U32(tPeerIP)
+		w.rx.sizes[i] = copy(w.rx.bufs[i][Headroom:], p)
+		w.rx.src[i] = ipconv.U32(tPeerIP)
 	}
 	w.ingressProcess(n)
 	if len(g.written) != 2 {

@@ -230,7 +230,7 @@ func TestEgressNetUnreachable(t *testing.T) {
 	orig := icmpEcho(tLocalIP, dst, 64)
 	for range 5 { // 20 packets: the burst of 10 passes, the rest are limited
 		for i := range 4 {
-			w.esizes[i] = copy(w.ebufs[i][Headroom:], orig)
+			w.tx.sizes[i] = copy(w.tx.bufs[i][Headroom:], orig)
 		}
 		w.egressBatch(4)
 	}
@@ -285,12 +285,12 @@ func TestIngressOversized(t *testing.T) {
 		w := newWorker(tun, tb, 4, 1500, 2000, true, &cnt, nopLogger())
 		fits := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 2000-20))
 		big := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 2001-20))
-		w.isizes[0], w.isrc[0] = copy(w.ibufs[0][Headroom:], fits), ipconv.U32(tPeerIP)
-		w.isizes[1], w.isrc[1] = len(w.ibufs[1])-Headroom+1, ipconv.U32(tPeerIP) // cut by the buffer
+		w.rx.sizes[0], w.rx.src[0] = copy(w.rx.bufs[0][Headroom:], fits), ipconv.U32(tPeerIP)
+		w.rx.sizes[1], w.rx.src[1] = len(w.rx.bufs[1])-Headroom+1, ipconv.U32(tPeerIP) // cut by the buffer
 		// A GRO buffer holds it whole; a plain one gets it cut, with its real size.
-		copy(w.ibufs[2][Headroom:], big)
-		w.isizes[2], w.isrc[2] = len(big), ipconv.U32(tPeerIP)
-		w.isizes[3], w.isrc[3] = len(w.ibufs[3])-Headroom+100, ip4("192.0.2.99")
+		copy(w.rx.bufs[2][Headroom:], big)
+		w.rx.sizes[2], w.rx.src[2] = len(big), ipconv.U32(tPeerIP)
+		w.rx.sizes[3], w.rx.src[3] = len(w.rx.bufs[3])-Headroom+100, ip4("192.0.2.99")
 		w.ingressProcess(4)
 		if cnt.rxPackets.Load() != 1 || cnt.drops[DropOversized].Load() != 2 || cnt.drops[DropUnknownSource].Load() != 1 {
 			t.Fatalf("vnet %v: rx %d, oversized %d, unknown source %d; want 1, 2, 1", vnet,

@@ -157,16 +157,16 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 		gso: !cfg.NoGSO}
 	for i, q := range queues {
 		w := newWorker(q, table, cfg.Batch, cfg.MTU, max(cfg.MTU, minIngressLen), !cfg.NoGRO, &p.cnts[i], log)
-		opts.gro = w.udpGRO
-		rb := make([][]byte, len(w.ibufs))
-		for j, b := range w.ibufs {
+		opts.gro = w.rx.udpGRO
+		rb := make([][]byte, len(w.rx.bufs))
+		for j, b := range w.rx.bufs {
 			rb[j] = b[Headroom:]
 		}
-		w.conn, err = listenUDP(opts, w.slots, 2*w.slots, rb, log)
+		w.conn, err = listenUDP(opts, w.tx.slots, 2*w.tx.slots, rb, log)
 		if err != nil && i == 0 && opts.reusePort && len(queues) == 1 {
 			log.Warn("SO_REUSEPORT refused; one socket", zap.Error(err))
 			opts.reusePort = false
-			w.conn, err = listenUDP(opts, w.slots, 2*w.slots, rb, log)
+			w.conn, err = listenUDP(opts, w.tx.slots, 2*w.tx.slots, rb, log)
 		}
 		if err != nil {
 			p.Close()
@@ -198,7 +198,7 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 	rcv, snd := p.workers[0].conn.bufSizes()
 	log.Info("udp data path ready", zap.Int("workers", len(p.workers)), zap.Int("port", cfg.Port),
 		zap.Int("batch", cfg.Batch), zap.Int("mtu", cfg.MTU), zap.Int("rcvbuf", rcv), zap.Int("sndbuf", snd),
-		zap.Bool("reuseport", opts.reusePort), zap.Bool("mmsg", opts.mmsg), zap.Bool("gso", p.workers[0].conn.gso), zap.Bool("gro", p.workers[0].conn.gro),
+		zap.Bool("reuseport", opts.reusePort), zap.Bool("mmsg", opts.mmsg), zap.Bool("gso", p.workers[0].conn.tx.gso), zap.Bool("gro", p.workers[0].conn.rx.gro),
 		zap.Bool("tun_offload", p.workers[0].vnet), zap.Duration("busy_poll", cfg.BusyPoll))
 	return p, nil
 }
@@ -208,14 +208,14 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 func (p *Proxy) open6(cfg Config, opts sockOpts, table *Table, q TUN, i int) (*worker, error) {
 	w6 := newWorker(q, table, cfg.Batch, cfg.MTU, max(cfg.MTU, minIngressLen), !cfg.NoGRO, &p.cnts[i], p.log)
 	w6.under6 = true
-	w6.isrc6 = make([][16]byte, len(w6.ibufs))
-	opts.v6, opts.addr, opts.gro = true, cfg.Addr6, w6.udpGRO
-	rb := make([][]byte, len(w6.ibufs))
-	for j, b := range w6.ibufs {
+	w6.rx.src6 = make([][16]byte, len(w6.rx.bufs))
+	opts.v6, opts.addr, opts.gro = true, cfg.Addr6, w6.rx.udpGRO
+	rb := make([][]byte, len(w6.rx.bufs))
+	for j, b := range w6.rx.bufs {
 		rb[j] = b[Headroom:]
 	}
 	var err error
-	w6.conn, err = listenUDP(opts, w6.slots, 2*w6.slots, rb, p.log)
+	w6.conn, err = listenUDP(opts, w6.tx.slots, 2*w6.tx.slots, rb, p.log)
 	if err != nil {
 		return nil, fmt.Errorf("IPv6 underlay: %w", err)
 	}

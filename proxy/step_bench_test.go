@@ -80,7 +80,7 @@ func BenchmarkEgressBatchNoRoute(b *testing.B) {
 	w.tun = discardTUN{}
 	pkt := ipv4Packet(tLocalIP, netip.MustParseAddr("198.18.9.1"), 64, layers.IPProtocolUDP, make([]byte, 100))
 	for i := range 64 {
-		w.esizes[i] = copy(w.ebufs[i][Headroom:], pkt)
+		w.tx.sizes[i] = copy(w.tx.bufs[i][Headroom:], pkt)
 	}
 	b.ReportAllocs()
 	for range b.N {
@@ -103,15 +103,15 @@ func BenchmarkIngressCoalesce(b *testing.B) {
 	var hdrs [64][20]byte
 	for i := range 64 {
 		p := tcpPacket(tPeerPod, tLocalIP, uint32(i*1400), "", make([]byte, 1400))
-		w.isizes[i] = copy(w.ibufs[i][Headroom:], p)
-		w.isrc[i] = ipconv.U32(tPeerIP)
+		w.rx.sizes[i] = copy(w.rx.bufs[i][Headroom:], p)
+		w.rx.src[i] = ipconv.U32(tPeerIP)
 		copy(hdrs[i][:], p)
 	}
 	b.SetBytes(64 * 1452)
 	b.ReportAllocs()
 	for range b.N {
 		for i := range 64 {
-			copy(w.ibufs[i][Headroom:], hdrs[i][:])
+			copy(w.rx.bufs[i][Headroom:], hdrs[i][:])
 		}
 		w.ingressProcess(64)
 	}

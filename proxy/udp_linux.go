@@ -16,7 +16,8 @@ import (
 )
 
 // udpConn is a worker's UDP socket with sendmmsg/recvmmsg batches over vectors
-// allocated once. One goroutine sends and one receives; they share nothing.
+// allocated once. One goroutine sends, with tx, and one receives, with rx; they share
+// only what listenUDP sets (and mmsg).
 //
 // It calls sendmmsg/recvmmsg itself rather than golang.org/x/net/ipv4's
 // PacketConn.WriteBatch/ReadBatch: BenchmarkBatchIO (batchio_linux_test.go, loopback,
@@ -36,47 +37,57 @@ type udpConn struct {
 	c    *net.UDPConn
 	rc   syscall.RawConn
 	port uint16
-	mmsg bool // sendmmsg/recvmmsg in use (else one sendto/recvfrom per packet)
-	// v6: an IPv6 socket (the IPv6 underlay): messages are addressed with snames6,
-	// to dst6 as begin finds it, and sources come in rnames6.
-	v6      bool
-	dst6    [16]byte
-	runIP6  [16]byte
-	nameLen uint32
-	snames6 []unix.RawSockaddrInet6
-	rnames6 []unix.RawSockaddrInet6
+	v6   bool // an IPv6 socket (the IPv6 underlay)
+	// mmsg: sendmmsg/recvmmsg in use (else one sendmsg/recvmsg per packet); the
+	// first side to find them missing (ENOSYS) switches both off for good.
+	mmsg bool
 
-	// send side: messages, each with its iovecs taken from one pool and, for UDP
-	// GSO, a control message giving the segment size.
-	gso    bool // UDP_SEGMENT in use
-	shdrs  []unix.Mmsghdr
-	snames []unix.RawSockaddrInet4
-	sctrl  []byte
-	ssegs  []int // datagrams per message
-	siov   []unix.Iovec
-	sn     int // messages staged
-	niov   int // iovecs staged
-	sdone  int
-	sfail  int // datagrams that failed
-	serr   error
-	sendFn func(uintptr) bool
-	// the last staged message as a run that stageRun may extend (UDP GSO)
-	runOpen  bool
-	runIP    uint32
-	runSeg   int // datagram size of the run
-	runSegs  int
-	runBytes int
+	// tx is the send side: messages, each with its iovecs taken from one pool and,
+	// for UDP GSO, a control message giving the segment size. The worker's egress
+	// goroutine owns it, also on its IPv6 socket, which another worker receives on.
+	tx struct {
+		gso    bool // UDP_SEGMENT in use
+		hdrs   []unix.Mmsghdr
+		names  []unix.RawSockaddrInet4
+		names6 []unix.RawSockaddrInet6 // on an IPv6 socket, the names in use
+		ctrl   []byte
+		segs   []int // datagrams per message
+		iov    []unix.Iovec
+		fn     func(uintptr) bool // doSend, bound once so that send does not allocate
+		dst6   [16]byte           // where begin addresses the next message (IPv6 socket)
+		n      int                // messages staged
+		niov   int                // iovecs staged
+		done   int                // messages sent
+		failed int                // datagrams that failed
+		err    error
+		// the last staged message as a run that stageRun may extend (UDP GSO)
+		runOpen  bool
+		runIP    uint32
+		runIP6   [16]byte
+		runSeg   int // datagram size of the run
+		runSegs  int
+		runBytes int
+	}
 
-	gro    bool // UDP_GRO in use: a message may hold many datagrams of one size
-	rctrl  []byte
-	rhdrs  []unix.Mmsghdr
-	riov   []unix.Iovec
-	rnames []unix.RawSockaddrInet4
-	rbufs  [][]byte
-	rn     int
-	rerr   error
-	rtry   bool // tryRecv: return on EAGAIN instead of waiting
-	recvFn func(uintptr) bool
+	// The goroutines write tx and rx: keep them off each other's cache lines.
+	_ [cacheLine]byte
+
+	// rx is the receive side, owned by the ingress goroutine of the worker that
+	// listens on this socket.
+	rx struct {
+		gro     bool // UDP_GRO in use: a message may hold many datagrams of one size
+		nameLen uint32
+		hdrs    []unix.Mmsghdr
+		iov     []unix.Iovec
+		names   []unix.RawSockaddrInet4
+		names6  []unix.RawSockaddrInet6 // on an IPv6 socket, the names in use
+		ctrl    []byte
+		bufs    [][]byte
+		fn      func(uintptr) bool // doRecv, bound once
+		n       int                // messages the last call received
+		err     error
+		try     bool // tryRecv: return on EAGAIN instead of waiting
+	}
 }
 
 // sockOpts are the socket features a worker asks for; each can be switched off.
@@ -135,50 +146,48 @@ func listenUDP(o sockOpts, msgs, iovs int, rbufs [][]byte, log *zap.Logger) (*ud
 		c.Close()
 		return nil, fmt.Errorf("udp port %d: raw conn: %w", o.port, err)
 	}
-	u := &udpConn{
-		c: c, rc: rc, port: uint16(o.port), mmsg: o.mmsg,
-		shdrs: make([]unix.Mmsghdr, msgs), siov: make([]unix.Iovec, iovs),
-		snames: make([]unix.RawSockaddrInet4, msgs), sctrl: make([]byte, msgs*ctrlLen), ssegs: make([]int, msgs),
-		rhdrs: make([]unix.Mmsghdr, len(rbufs)), riov: make([]unix.Iovec, len(rbufs)),
-		rnames: make([]unix.RawSockaddrInet4, len(rbufs)), rbufs: rbufs,
-		rctrl: make([]byte, len(rbufs)*rctrlLen), nameLen: unix.SizeofSockaddrInet4, v6: o.v6,
-	}
+	u := &udpConn{c: c, rc: rc, port: uint16(o.port), mmsg: o.mmsg, v6: o.v6}
+	u.tx.hdrs, u.tx.iov = make([]unix.Mmsghdr, msgs), make([]unix.Iovec, iovs)
+	u.tx.names, u.tx.ctrl, u.tx.segs = make([]unix.RawSockaddrInet4, msgs), make([]byte, msgs*ctrlLen), make([]int, msgs)
+	u.rx.hdrs, u.rx.iov = make([]unix.Mmsghdr, len(rbufs)), make([]unix.Iovec, len(rbufs))
+	u.rx.names, u.rx.bufs = make([]unix.RawSockaddrInet4, len(rbufs)), rbufs
+	u.rx.ctrl, u.rx.nameLen = make([]byte, len(rbufs)*rctrlLen), unix.SizeofSockaddrInet4
 	if o.v6 {
-		u.nameLen = unix.SizeofSockaddrInet6
-		u.snames6, u.rnames6 = make([]unix.RawSockaddrInet6, msgs), make([]unix.RawSockaddrInet6, len(rbufs))
+		u.rx.nameLen = unix.SizeofSockaddrInet6
+		u.tx.names6, u.rx.names6 = make([]unix.RawSockaddrInet6, msgs), make([]unix.RawSockaddrInet6, len(rbufs))
 	}
-	for i := range u.shdrs {
-		u.shdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.snames[i]))
-		u.shdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet4
-		u.snames[i].Family = unix.AF_INET
+	for i := range u.tx.hdrs {
+		u.tx.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.tx.names[i]))
+		u.tx.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet4
+		u.tx.names[i].Family = unix.AF_INET
 		if o.v6 {
-			u.shdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.snames6[i]))
-			u.shdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
-			u.snames6[i].Family = unix.AF_INET6
-			binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&u.snames6[i].Port))[:], u.port)
+			u.tx.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.tx.names6[i]))
+			u.tx.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
+			u.tx.names6[i].Family = unix.AF_INET6
+			binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&u.tx.names6[i].Port))[:], u.port)
 		}
-		c := u.sctrl[i*ctrlLen : (i+1)*ctrlLen]
+		c := u.tx.ctrl[i*ctrlLen : (i+1)*ctrlLen]
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
 		h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
 		h.SetLen(unix.CmsgLen(2))
-		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&u.snames[i].Port))[:], u.port)
+		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&u.tx.names[i].Port))[:], u.port)
 	}
-	for i := range u.rhdrs {
-		u.riov[i].Base = &rbufs[i][0]
-		u.riov[i].SetLen(len(rbufs[i]))
-		u.rhdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.rnames[i]))
+	for i := range u.rx.hdrs {
+		u.rx.iov[i].Base = &rbufs[i][0]
+		u.rx.iov[i].SetLen(len(rbufs[i]))
+		u.rx.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.rx.names[i]))
 		if o.v6 {
-			u.rhdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.rnames6[i]))
+			u.rx.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.rx.names6[i]))
 		}
-		u.rhdrs[i].Hdr.Iov = &u.riov[i]
-		u.rhdrs[i].Hdr.SetIovlen(1)
+		u.rx.hdrs[i].Hdr.Iov = &u.rx.iov[i]
+		u.rx.hdrs[i].Hdr.SetIovlen(1)
 	}
-	u.sendFn, u.recvFn = u.doSend, u.doRecv
+	u.tx.fn, u.rx.fn = u.doSend, u.doRecv
 	if o.gro {
 		_ = rc.Control(func(fd uintptr) {
-			u.gro = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) == nil
+			u.rx.gro = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) == nil
 		})
-		if !u.gro {
+		if !u.rx.gro {
 			log.Info("UDP GRO not available; one datagram per message")
 		}
 	}
@@ -186,9 +195,9 @@ func listenUDP(o sockOpts, msgs, iovs int, rbufs [][]byte, log *zap.Logger) (*ud
 		// Probe: kernels without UDP GSO (before 4.18) do not know the option.
 		_ = rc.Control(func(fd uintptr) {
 			_, err := unix.GetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT)
-			u.gso = err == nil
+			u.tx.gso = err == nil
 		})
-		if !u.gso {
+		if !u.tx.gso {
 			log.Info("UDP GSO not available; one datagram per message")
 		}
 	}
@@ -214,7 +223,9 @@ func (u *udpConn) bufSizes() (rcv, snd int) {
 }
 
 // room reports whether one more message with iovs iovecs fits.
-func (u *udpConn) room(iovs int) bool { return u.sn < len(u.shdrs) && u.niov+iovs <= len(u.siov) }
+func (u *udpConn) room(iovs int) bool {
+	return u.tx.n < len(u.tx.hdrs) && u.tx.niov+iovs <= len(u.tx.iov)
+}
 
 // stage adds a message of one datagram, pkt, for the host at ip (big-endian).
 func (u *udpConn) stage(pkt []byte, ip uint32) {
@@ -229,48 +240,48 @@ func (u *udpConn) stage(pkt []byte, ip uint32) {
 // shorter; the kernel sends them as separate datagrams (one inner packet each, as
 // flannel does), but they cross the sending and receiving stacks as one.
 func (u *udpConn) stageRun(pkt []byte, ip uint32) {
-	if u.runOpen && u.gso && u.runIP == ip && (!u.v6 || u.runIP6 == u.dst6) && len(pkt) <= u.runSeg && u.runSegs < udpMaxSegments &&
-		u.runBytes+len(pkt) <= maxUDPPayload && u.niov < len(u.siov) {
-		u.sn-- // reopen the last message
+	if u.tx.runOpen && u.tx.gso && u.tx.runIP == ip && (!u.v6 || u.tx.runIP6 == u.tx.dst6) && len(pkt) <= u.tx.runSeg && u.tx.runSegs < udpMaxSegments &&
+		u.tx.runBytes+len(pkt) <= maxUDPPayload && u.tx.niov < len(u.tx.iov) {
+		u.tx.n-- // reopen the last message
 		u.addIov(pkt)
-		u.runSegs++
-		u.runBytes += len(pkt)
-		u.runOpen = len(pkt) == u.runSeg
-		u.end(u.runSegs, u.runSeg)
+		u.tx.runSegs++
+		u.tx.runBytes += len(pkt)
+		u.tx.runOpen = len(pkt) == u.tx.runSeg
+		u.end(u.tx.runSegs, u.tx.runSeg)
 		return
 	}
 	u.stage(pkt, ip)
-	u.runOpen, u.runIP, u.runSeg, u.runSegs, u.runBytes = true, ip, len(pkt), 1, len(pkt)
-	u.runIP6 = u.dst6
+	u.tx.runOpen, u.tx.runIP, u.tx.runSeg, u.tx.runSegs, u.tx.runBytes = true, ip, len(pkt), 1, len(pkt)
+	u.tx.runIP6 = u.tx.dst6
 }
 
-// begin starts a message to ip (on an IPv6 socket: to dst6); addIov appends to it; end ends it, with segs
+// begin starts a message to ip (on an IPv6 socket: to tx.dst6); addIov appends to it; end ends it, with segs
 // datagrams of segSize bytes each (the last may be shorter) when segs > 1, which
 // needs UDP GSO.
 func (u *udpConn) begin(ip uint32) {
-	u.runOpen = false
-	m := &u.shdrs[u.sn]
-	m.Hdr.Iov = &u.siov[u.niov]
+	u.tx.runOpen = false
+	m := &u.tx.hdrs[u.tx.n]
+	m.Hdr.Iov = &u.tx.iov[u.tx.niov]
 	m.Hdr.Iovlen = 0
 	if u.v6 {
-		u.snames6[u.sn].Addr = u.dst6
+		u.tx.names6[u.tx.n].Addr = u.tx.dst6
 		return
 	}
-	binary.BigEndian.PutUint32(u.snames[u.sn].Addr[:], ip)
+	binary.BigEndian.PutUint32(u.tx.names[u.tx.n].Addr[:], ip)
 }
 
 func (u *udpConn) addIov(b []byte) {
-	v := &u.siov[u.niov]
+	v := &u.tx.iov[u.tx.niov]
 	v.Base = &b[0]
 	v.SetLen(len(b))
-	u.niov++
-	u.shdrs[u.sn].Hdr.Iovlen++
+	u.tx.niov++
+	u.tx.hdrs[u.tx.n].Hdr.Iovlen++
 }
 
 func (u *udpConn) end(segs, segSize int) {
-	m := &u.shdrs[u.sn]
+	m := &u.tx.hdrs[u.tx.n]
 	if segs > 1 {
-		c := u.sctrl[u.sn*ctrlLen : (u.sn+1)*ctrlLen]
+		c := u.tx.ctrl[u.tx.n*ctrlLen : (u.tx.n+1)*ctrlLen]
 		binary.NativeEndian.PutUint16(c[unix.CmsgLen(0):], uint16(segSize))
 		m.Hdr.Control = &c[0]
 		m.Hdr.SetControllen(ctrlLen)
@@ -278,75 +289,75 @@ func (u *udpConn) end(segs, segSize int) {
 		m.Hdr.Control = nil
 		m.Hdr.SetControllen(0)
 	}
-	u.ssegs[u.sn] = segs
-	u.sn++
+	u.tx.segs[u.tx.n] = segs
+	u.tx.n++
 }
 
 // send sends the staged messages and empties the stage. It returns how many
 // datagrams failed and the first error.
 func (u *udpConn) send() (failed int, err error) {
-	u.sdone, u.sfail, u.serr = 0, 0, nil
-	if werr := u.rc.Write(u.sendFn); werr != nil {
-		for i := u.sdone; i < u.sn; i++ {
-			u.sfail += u.ssegs[i]
+	u.tx.done, u.tx.failed, u.tx.err = 0, 0, nil
+	if werr := u.rc.Write(u.tx.fn); werr != nil {
+		for i := u.tx.done; i < u.tx.n; i++ {
+			u.tx.failed += u.tx.segs[i]
 		}
-		u.serr = werr
+		u.tx.err = werr
 	}
-	u.sn, u.niov, u.runOpen = 0, 0, false
-	return u.sfail, u.serr
+	u.tx.n, u.tx.niov, u.tx.runOpen = 0, 0, false
+	return u.tx.failed, u.tx.err
 }
 
 func (u *udpConn) doSend(fd uintptr) bool {
-	for u.sdone < u.sn {
+	for u.tx.done < u.tx.n {
 		var r uintptr
 		var e syscall.Errno
 		if u.mmsg {
-			r, _, e = unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&u.shdrs[u.sdone])),
-				uintptr(u.sn-u.sdone), unix.MSG_DONTWAIT, 0, 0)
+			r, _, e = unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&u.tx.hdrs[u.tx.done])),
+				uintptr(u.tx.n-u.tx.done), unix.MSG_DONTWAIT, 0, 0)
 		} else {
-			h := &u.shdrs[u.sdone].Hdr
+			h := &u.tx.hdrs[u.tx.done].Hdr
 			_, _, e = unix.RawSyscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(h)), unix.MSG_DONTWAIT)
 			r = 1
 		}
 		switch e {
 		case 0:
-			u.sdone += int(r)
+			u.tx.done += int(r)
 		case unix.EINTR:
 		case unix.EAGAIN:
 			return false
 		case unix.ENOSYS:
 			if !u.mmsg {
-				u.serr = fmt.Errorf("sendmsg: %w", e)
-				for ; u.sdone < u.sn; u.sdone++ {
-					u.sfail += u.ssegs[u.sdone]
+				u.tx.err = fmt.Errorf("sendmsg: %w", e)
+				for ; u.tx.done < u.tx.n; u.tx.done++ {
+					u.tx.failed += u.tx.segs[u.tx.done]
 				}
 				return true
 			}
 			u.mmsg = false // probed the hard way: fall back for good
 		default:
 			// The first message of the rest failed: skip it, keep the others.
-			if u.ssegs[u.sdone] > 1 && (e == unix.EIO || e == unix.EINVAL) {
+			if u.tx.segs[u.tx.done] > 1 && (e == unix.EIO || e == unix.EINVAL) {
 				// The path refuses UDP GSO (e.g. a device without checksum
 				// offload on an old kernel): one datagram per message from now on.
-				u.gso = false
-				u.serr = fmt.Errorf("UDP GSO send refused, switched off: %w", e)
+				u.tx.gso = false
+				u.tx.err = fmt.Errorf("UDP GSO send refused, switched off: %w", e)
 			}
-			if u.serr == nil {
-				to := net.IP(u.snames[u.sdone].Addr[:])
+			if u.tx.err == nil {
+				to := net.IP(u.tx.names[u.tx.done].Addr[:])
 				if u.v6 {
-					to = net.IP(u.snames6[u.sdone].Addr[:])
+					to = net.IP(u.tx.names6[u.tx.done].Addr[:])
 				}
-				u.serr = fmt.Errorf("send to %v: %w", to, e)
+				u.tx.err = fmt.Errorf("send to %v: %w", to, e)
 			}
-			u.sfail += u.ssegs[u.sdone]
-			u.sdone++
+			u.tx.failed += u.tx.segs[u.tx.done]
+			u.tx.done++
 		}
 	}
 	return true
 }
 
-// recv receives up to len(rbufs) datagrams, waiting for the first. Datagram i is
-// rbufs[i][:u.size(i)] from u.src(i); a size beyond the buffer (MSG_TRUNC gives
+// recv receives up to len(rx.bufs) datagrams, waiting for the first. Datagram i is
+// rx.bufs[i][:u.size(i)] from u.src(i); a size beyond the buffer (MSG_TRUNC gives
 // the datagram's real length) means the datagram did not fit and was cut.
 func (u *udpConn) recv() (int, error) { return u.receive(false) }
 
@@ -357,11 +368,11 @@ func (u *udpConn) tryRecv() (int, error) { return u.receive(true) }
 func (u *udpConn) fd(f func(fd uintptr)) error { return u.rc.Control(f) }
 
 func (u *udpConn) receive(try bool) (int, error) {
-	u.rn, u.rerr, u.rtry = 0, nil, try
-	if err := u.rc.Read(u.recvFn); err != nil {
+	u.rx.n, u.rx.err, u.rx.try = 0, nil, try
+	if err := u.rc.Read(u.rx.fn); err != nil {
 		return 0, err
 	}
-	return u.rn, u.rerr
+	return u.rx.n, u.rx.err
 }
 
 func (u *udpConn) doRecv(fd uintptr) bool {
@@ -369,34 +380,34 @@ func (u *udpConn) doRecv(fd uintptr) bool {
 		var r uintptr
 		var e syscall.Errno
 		if u.mmsg {
-			for i := range u.rhdrs {
-				u.rhdrs[i].Hdr.Namelen = u.nameLen
-				u.rhdrs[i].Hdr.Flags = 0
-				if u.gro {
-					u.rhdrs[i].Hdr.Control = &u.rctrl[i*rctrlLen]
-					u.rhdrs[i].Hdr.SetControllen(rctrlLen)
+			for i := range u.rx.hdrs {
+				u.rx.hdrs[i].Hdr.Namelen = u.rx.nameLen
+				u.rx.hdrs[i].Hdr.Flags = 0
+				if u.rx.gro {
+					u.rx.hdrs[i].Hdr.Control = &u.rx.ctrl[i*rctrlLen]
+					u.rx.hdrs[i].Hdr.SetControllen(rctrlLen)
 				}
 			}
-			r, _, e = unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&u.rhdrs[0])),
-				uintptr(len(u.rhdrs)), unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
+			r, _, e = unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&u.rx.hdrs[0])),
+				uintptr(len(u.rx.hdrs)), unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
 		} else {
 			r, e = u.recvEach(fd)
 		}
 		switch e {
 		case 0:
-			u.rn = int(r)
+			u.rx.n = int(r)
 			return true
 		case unix.EINTR:
 		case unix.EAGAIN:
-			return u.rtry
+			return u.rx.try
 		case unix.ENOSYS:
 			if !u.mmsg {
-				u.rerr = fmt.Errorf("recvmsg: %w", e)
+				u.rx.err = fmt.Errorf("recvmsg: %w", e)
 				return true
 			}
 			u.mmsg = false
 		default:
-			u.rerr = fmt.Errorf("recv: %w", e)
+			u.rx.err = fmt.Errorf("recv: %w", e)
 			return true
 		}
 	}
@@ -405,12 +416,12 @@ func (u *udpConn) doRecv(fd uintptr) bool {
 // recvEach is the fallback without recvmmsg: recvmsg until the socket is empty.
 func (u *udpConn) recvEach(fd uintptr) (uintptr, syscall.Errno) {
 	n := 0
-	for n < len(u.rhdrs) {
-		h := &u.rhdrs[n]
-		h.Hdr.Namelen = u.nameLen
+	for n < len(u.rx.hdrs) {
+		h := &u.rx.hdrs[n]
+		h.Hdr.Namelen = u.rx.nameLen
 		h.Hdr.Flags = 0
-		if u.gro {
-			h.Hdr.Control = &u.rctrl[n*rctrlLen]
+		if u.rx.gro {
+			h.Hdr.Control = &u.rx.ctrl[n*rctrlLen]
 			h.Hdr.SetControllen(rctrlLen)
 		}
 		r, _, e := unix.RawSyscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&h.Hdr)), unix.MSG_DONTWAIT|unix.MSG_TRUNC)
@@ -429,16 +440,16 @@ func (u *udpConn) recvEach(fd uintptr) (uintptr, syscall.Errno) {
 	return uintptr(n), 0
 }
 
-func (u *udpConn) size(i int) int { return int(u.rhdrs[i].Len) }
+func (u *udpConn) size(i int) int { return int(u.rx.hdrs[i].Len) }
 
 // segSize is the size of each datagram coalesced into message i (UDP GRO), 0 for a
 // message of one datagram.
 func (u *udpConn) segSize(i int) int {
-	h := &u.rhdrs[i].Hdr
-	if !u.gro || int(h.Controllen) < unix.CmsgLen(4) {
+	h := &u.rx.hdrs[i].Hdr
+	if !u.rx.gro || int(h.Controllen) < unix.CmsgLen(4) {
 		return 0
 	}
-	c := u.rctrl[i*rctrlLen:]
+	c := u.rx.ctrl[i*rctrlLen:]
 	m := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
 	if m.Level != unix.SOL_UDP || m.Type != unix.UDP_GRO {
 		return 0
@@ -446,10 +457,10 @@ func (u *udpConn) segSize(i int) int {
 	return int(binary.NativeEndian.Uint32(c[unix.CmsgLen(0):]))
 }
 
-func (u *udpConn) src(i int) uint32 { return binary.BigEndian.Uint32(u.rnames[i].Addr[:]) }
+func (u *udpConn) src(i int) uint32 { return binary.BigEndian.Uint32(u.rx.names[i].Addr[:]) }
 
 // src6 is the source of message i on an IPv6 socket.
-func (u *udpConn) src6(i int) [16]byte { return u.rnames6[i].Addr }
+func (u *udpConn) src6(i int) [16]byte { return u.rx.names6[i].Addr }
 
 func (u *udpConn) close() error {
 	if err := u.c.Close(); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrClosed) {

@@ -11,9 +11,12 @@ import (
 
 // udpConn is not implemented on this platform.
 type udpConn struct {
-	gso, gro bool
-	dst6     [16]byte
-	sn       int
+	tx struct {
+		gso  bool
+		dst6 [16]byte
+		n    int
+	}
+	rx struct{ gro bool }
 }
 
 type sockOpts struct {

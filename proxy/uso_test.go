@@ -125,8 +125,8 @@ func TestIngressCoalesceUDP(t *testing.T) {
 			var cnt counters
 			w := newWorker(ft, tb, 128, 1500, 1500, false, &cnt, nopLogger())
 			for i, p := range c.pkts {
-				w.isizes[i] = copy(w.ibufs[i][Headroom:], p)
-				w.isrc[i] = ipconv.U32(tPeerIP)
+				w.rx.sizes[i] = copy(w.rx.bufs[i][Headroom:], p)
+				w.rx.src[i] = ipconv.U32(tPeerIP)
 			}
 			w.ingressProcess(len(c.pkts))
 			var written [][]byte

@@ -16,7 +16,10 @@ type TUN interface {
 // icmpBufLen holds an ICMP error quoting a maximal IPv4 header.
 const icmpBufLen = ipv4HeaderLen + 8 + 60 + icmpQuoteLen
 
-// worker moves packets between one TUN queue and one UDP socket.
+// worker moves packets between one TUN queue and one UDP socket. Two goroutines run
+// it (one when it busy-polls): egress reads the TUN, looks peers up and sends with
+// sendmmsg, and owns tx; ingress receives with recvmmsg, checks and writes the TUN,
+// and owns rx. Both read the fields before tx, which do not change once New returns.
 type worker struct {
 	tun  TUN
 	conn *udpConn
@@ -25,63 +28,71 @@ type worker struct {
 	conn6 *udpConn
 	// under6: this worker only receives, from conn (an IPv6 socket)
 	under6 bool
+	vnet   bool // the queue has TUN offloads: virtio-net headers, super packets
+	uso    bool // and UDP segmentation offload: UDP runs are coalesced on ingress
 	table  *Table
-	cnt    *counters
+	cnt    *counters // both halves count here; padded off other workers' counters
 	log    *zap.Logger
 	busy   *busyPoller // nil: one goroutine per direction, each waiting in the netpoller
 
-	// egress (TUN -> UDP), owned by the egress goroutine
-	vnet    bool // the queue has TUN offloads: virtio-net headers, super packets
-	uso     bool // and UDP segmentation offload: UDP runs are coalesced on ingress
-	ebufs   [][]byte
-	esizes  []int
-	seghdr  [][]byte // segment headers (offload)
-	nhdr    int      // seghdr in use
-	pending int      // bytes staged
-	// datagrams staged
-	pendingDgrams int
-	slots         int // send messages; twice as many iovecs
-	icmp          [1][]byte
-	ebkt          tokenBucket // ICMP errors
-	elog          tokenBucket // log lines of the egress side
+	// tx is the egress half (TUN -> UDP).
+	tx struct {
+		bufs   [][]byte // TUN reads, Headroom first
+		sizes  []int
+		seghdr [][]byte // segment headers (offload)
+		slots  int      // send messages; twice as many iovecs
+		icmp   [1][]byte
+		// what is staged since the last flush
+		nhdr          int         // seghdr in use
+		pending       int         // bytes staged
+		pendingDgrams int         // datagrams staged
+		icmpLimit     tokenBucket // ICMP errors sent
+		logLimit      tokenBucket // log lines of the egress side
+	}
 
-	// ingress (UDP -> TUN), owned by the ingress goroutine
-	ibufs  [][]byte
-	isizes []int
-	isrc   []uint32
-	isrc6  [][16]byte // sources on the IPv6 socket (under6)
-	iout   [][][]byte
-	isegs  []int
-	udpGRO bool // receive buffers sized for UDP GRO
-	// maxDgram is the largest datagram taken from a peer (larger ones are dropped
-	// as DropOversized, also when UDP GRO buffers would hold them)
-	maxDgram int
-	// gather writes packets in pieces (the TUN's WriteGather); nil: joinWrite
-	gather  gatherWriter
-	pieces  [][]byte // backing array of the pieces of out's packets
-	rhdrs   [][]byte // headers of coalesced runs (offload only)
-	join    []byte   // one packet joined for Write (without gather)
-	joinBuf [1][]byte
-	// per batch state of ingressProcess
-	out      [][][]byte // packets to write, as pieces
-	npieces  int        // pieces in use
-	nrhdr    int        // run headers in use
-	run      groRun
-	inRun    bool        // a run is open
-	runOut   int         // the run's packet in out, once it has two
-	runStart int         // and its first piece
-	ibkt     tokenBucket // log lines of the ingress side
+	// The goroutines write tx and rx: keep them off each other's cache lines.
+	_ [cacheLine]byte
+
+	// rx is the ingress half (UDP -> TUN).
+	rx struct {
+		bufs   [][]byte // datagrams received, Headroom first
+		sizes  []int
+		src    []uint32
+		src6   [][16]byte // sources on the IPv6 socket (under6)
+		segs   []int      // datagram size within a UDP GRO message, 0 for one datagram
+		udpGRO bool       // receive buffers sized for UDP GRO
+		// maxDgram is the largest datagram taken from a peer (larger ones are dropped
+		// as DropOversized, also when UDP GRO buffers would hold them)
+		maxDgram int
+		// gather writes packets in pieces (the TUN's WriteGather); nil: joinWrite
+		gather  gatherWriter
+		outBuf  [][][]byte // backing array of out
+		pieces  [][]byte   // backing array of the pieces of out's packets
+		runHdrs [][]byte   // headers of coalesced runs (offload only)
+		join    []byte     // one packet joined for Write (without gather)
+		joinBuf [1][]byte
+		// per batch state of ingressProcess
+		out      [][][]byte // packets to write, as pieces
+		npieces  int        // pieces in use
+		nrunHdr  int        // runHdrs in use
+		run      groRun
+		inRun    bool        // a run is open
+		runOut   int         // the run's packet in out, once it has two
+		runStart int         // and its first piece
+		logLimit tokenBucket // log lines of the ingress side
+	}
 }
+
+// cacheLine is the size that separates what different goroutines write.
+const cacheLine = 64
 
 // newWorker allocates a worker's buffers. With TUN offloads and udpGRO, receive
 // buffers are large enough for a UDP GRO message.
 func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, udpGRO bool, cnt *counters, log *zap.Logger) *worker {
-	w := &worker{
-		tun: tun, table: table, cnt: cnt, log: log,
-		ebkt: tokenBucket{burst: 10, every: int64(10 * time.Millisecond)},
-		elog: tokenBucket{burst: 1, every: int64(time.Second)},
-		ibkt: tokenBucket{burst: 1, every: int64(time.Second)},
-	}
+	w := &worker{tun: tun, table: table, cnt: cnt, log: log}
+	w.tx.icmpLimit = tokenBucket{burst: 10, every: int64(10 * time.Millisecond)}
+	w.tx.logLimit = tokenBucket{burst: 1, every: int64(time.Second)}
+	w.rx.logLimit = tokenBucket{burst: 1, every: int64(time.Second)}
 	reads, slots := batch, batch
 	if v, ok := tun.(interface{ VnetHdr() bool }); ok && v.VnetHdr() {
 		// Reads bring up to 64 KiB each, cut into many segments.
@@ -93,48 +104,48 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, udpGRO b
 		reads, slots = min(batch, offloadReads), batch*offloadSlotsPerRead
 	}
 	recvs := batch
-	w.maxDgram = ingressLen
+	w.rx.maxDgram = ingressLen
 	if w.vnet && udpGRO {
-		w.udpGRO = true
+		w.rx.udpGRO = true
 		ingressLen = maxSuperPacket
 		recvs = min(batch, groRecvs)
 	}
-	w.ibufs, w.isizes, w.isrc, w.isegs = make([][]byte, recvs), make([]int, recvs), make([]uint32, recvs), make([]int, recvs)
+	w.rx.bufs, w.rx.sizes, w.rx.src, w.rx.segs = make([][]byte, recvs), make([]int, recvs), make([]uint32, recvs), make([]int, recvs)
 	// Every datagram adds at most two pieces: a header and its payload, or a zero
 	// virtio-net header and itself.
 	dgrams := recvs
-	if w.udpGRO {
+	if w.rx.udpGRO {
 		dgrams = recvs * groMaxDatagrams
 	}
-	w.iout, w.pieces = make([][][]byte, 0, dgrams), make([][]byte, 2*dgrams)
+	w.rx.outBuf, w.rx.pieces = make([][][]byte, 0, dgrams), make([][]byte, 2*dgrams)
 	if g, ok := tun.(gatherWriter); ok {
-		w.gather = g
+		w.rx.gather = g
 	} else if w.vnet {
-		w.join = make([]byte, Headroom+max(ingressLen, groMaxLen))
+		w.rx.join = make([]byte, Headroom+max(ingressLen, groMaxLen))
 	} else {
-		w.join = make([]byte, Headroom+ingressLen)
+		w.rx.join = make([]byte, Headroom+ingressLen)
 	}
-	w.ebufs, w.esizes = make([][]byte, reads), make([]int, reads)
-	for i := range w.ebufs {
-		w.ebufs[i] = make([]byte, Headroom+egressLen)
+	w.tx.bufs, w.tx.sizes = make([][]byte, reads), make([]int, reads)
+	for i := range w.tx.bufs {
+		w.tx.bufs[i] = make([]byte, Headroom+egressLen)
 	}
-	w.slots = slots
+	w.tx.slots = slots
 	if w.vnet {
-		w.seghdr = make([][]byte, slots)
-		for i := range w.seghdr {
-			w.seghdr[i] = make([]byte, maxSegHeaders)
+		w.tx.seghdr = make([][]byte, slots)
+		for i := range w.tx.seghdr {
+			w.tx.seghdr[i] = make([]byte, maxSegHeaders)
 		}
 	}
-	for i := range w.ibufs {
-		w.ibufs[i] = make([]byte, Headroom+ingressLen)
+	for i := range w.rx.bufs {
+		w.rx.bufs[i] = make([]byte, Headroom+ingressLen)
 	}
 	if w.vnet {
-		w.rhdrs = make([][]byte, runHeaders)
-		for i := range w.rhdrs {
-			w.rhdrs[i] = make([]byte, groHdrLen)
+		w.rx.runHdrs = make([][]byte, runHeaders)
+		for i := range w.rx.runHdrs {
+			w.rx.runHdrs[i] = make([]byte, groHdrLen)
 		}
 	}
-	w.icmp[0] = make([]byte, Headroom+max(icmpBufLen, icmp6MaxLen))
+	w.tx.icmp[0] = make([]byte, Headroom+max(icmpBufLen, icmp6MaxLen))
 	return w
 }
 
