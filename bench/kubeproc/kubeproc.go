@@ -47,6 +47,17 @@ func Binary(ctx context.Context, repoRoot string) (string, error) {
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
+	// One build at a time: test binaries of several packages (or several go test runs)
+	// that need the binary at once wait for the first one's build instead of each
+	// compiling Kubernetes (several times the CPU, on a 2-core machine for many minutes).
+	unlock, err := lockFile(ctx, bin+".lock")
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
 	// A name of this process's own: two test binaries may build at once, and each
 	// renames its finished build into place.
 	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
