@@ -24,7 +24,8 @@ const cleanupUsage = `usage: weftd cleanup [flags]
 Removes what weftd made on this host, for a host leaving the overlay or after weftd was
 killed: the devices flannel0, flannel.<VNI> and flannel-v6.<VNI> (and with them their
 addresses, routes, fdb and neighbour entries), host-gw and DirectRouting routes to the
-overlay (IPv4 and IPv6), weft's firewall rules (iptables and ip6tables chains
+overlay (IPv4 and IPv6), the blackhole routes for our subnets (--ip-blackhole-route),
+weft's firewall rules (iptables and ip6tables chains
 WEFT-POSTRTG and WEFT-FWD and the jumps to them, the forward rules in FORWARD, nftables
 tables ip weft and ip6 weft) and subnet.env. The lease stays in
 etcd for the next start unless --release-lease is given. Run it while weftd is stopped.
@@ -62,7 +63,8 @@ func runCleanup(args []string, env func(string) string, stdout, stderr io.Writer
 	return 0
 }
 
-// parseWith parses args into fs, then fills each flag not given from FLANNELD_<FLAG>.
+// parseWith parses args into fs, then fills each flag not given on the command line
+// from its FLANNELD_ variable (envName), as flanneld does.
 func parseWith(fs *flag.FlagSet, args []string, env func(string) string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -72,17 +74,18 @@ func parseWith(fs *flag.FlagSet, args []string, env func(string) string) error {
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
+	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		name := "FLANNELD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if given[f.Name] || err != nil || env(name) == "" {
+		name := envName(f.Name)
+		v := env(name)
+		if given[f.Name] || !fromEnv(f.Name) || v == "" {
 			return
 		}
-		if serr := fs.Set(f.Name, env(name)); serr != nil {
-			err = fmt.Errorf("environment %s: %w", name, serr)
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("environment %s=%q: %w", name, v, err))
 		}
 	})
-	return err
+	return errors.Join(errs...)
 }
 
 // cleanup removes weft's state from this host; it goes on past errors and returns
@@ -104,6 +107,7 @@ func cleanup(ctx context.Context, co cleanupOptions, log *zap.Logger) error {
 				errs = append(errs, removeOverlayRoutes(nl, n, log))
 			}
 		}
+		errs = append(errs, removeBlackholes(nl, env, log))
 	}
 	errs = append(errs, removeDevices(nl, log))
 	errs = append(errs, removeFirewall(ctx, log))

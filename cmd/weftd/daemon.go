@@ -30,6 +30,11 @@ type daemon struct {
 
 	notify notifier // systemd (notify.go)
 
+	// blackholes keeps --ip-blackhole-route's routes (nil without the flag);
+	// blackholeMu orders its resync and a lease change.
+	blackholes  *blackholer
+	blackholeMu sync.Mutex
+
 	// wg counts the goroutines run started (spawn); run returns only when all ended.
 	wg sync.WaitGroup
 }
@@ -79,6 +84,13 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 		return fmt.Errorf("network config: %w", err)
 	}
+	if err := d.waitSynced(ctx, mgr, kubeCacheSyncTimeout); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		d.log.Info("stopped while waiting for the node cache")
+		return nil
+	}
 	publicIP, publicIPv6, err := d.publicIPs(ctx, mgr, cfg)
 	if err != nil {
 		return err
@@ -122,6 +134,9 @@ func (d *daemon) run(ctx context.Context) error {
 	// the kernel keeps forwarding for vxlan and host-gw while weftd restarts, which a
 	// FORWARD DROP policy would otherwise cut off. `weftd cleanup` removes them.
 	if err := d.setupFirewall(ctx, cfg, own); err != nil {
+		return err
+	}
+	if err := d.startBlackholes(ctx, own); err != nil {
 		return err
 	}
 	env := lease.SubnetEnv{Network: cfg.Network, Subnet: own.Subnet, IPv6Network: cfg.IPv6Network, IPv6Subnet: own.IPv6Subnet,
@@ -220,8 +235,9 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 				return err
 			}
 		}
-		own = next
 		d.held.Store(&next)
+		d.moveBlackholes(own, next)
+		own = next
 	}
 }
 

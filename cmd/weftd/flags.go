@@ -40,7 +40,14 @@ type options struct {
 	healthzIP       string
 	healthzPort     int
 	version         bool
-	verbosity       int
+	// verbosity is klog's -v as flanneld takes it; logLevel maps it onto zap.
+	verbosity int
+	// vmodule and logBacktraceAt are klog's flags, which flanneld accepts: checked
+	// with klog's syntax, with no effect on weftd's log (docs/operations.md, Logs).
+	vmodule        vmoduleFlag
+	logBacktraceAt backtraceFlag
+	// blackholeRoute is --ip-blackhole-route: a blackhole route for our subnet(s).
+	blackholeRoute bool
 
 	iptablesResync       int
 	iptablesForwardRules bool
@@ -56,6 +63,13 @@ type options struct {
 	// sets them); without a node name the node is the pod's spec.nodeName.
 	podName      string
 	podNamespace string
+
+	// eventQueueDepth is EVENT_QUEUE_DEPTH (kube mode), flanneld's buffer of node
+	// events: checked as flanneld checks it; weftd's node watch has no such queue.
+	eventQueueDepth int
+	// contWhenCacheNotReady is CONT_WHEN_CACHE_NOT_READY=true (kube mode): keep
+	// waiting for the node cache instead of exiting after kubeCacheSyncTimeout.
+	contWhenCacheNotReady bool
 
 	leaseStateFile string // weft
 
@@ -100,7 +114,10 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.healthzIP, "healthz-ip", "0.0.0.0", "address the health endpoint listens on")
 	fs.IntVar(&o.healthzPort, "healthz-port", 0, "port of the health endpoint (0: off)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
-	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: 0 info, 1 and above debug")
+	fs.Var((*klogLevel)(&o.verbosity), "v", "log verbosity, as klog's: 0 info and above, 1 and above debug too (see docs/operations.md, Logs)")
+	fs.Var(&o.vmodule, "vmodule", "klog's comma-separated list of pattern=N settings for file-filtered logging; accepted for flanneld's sake, no effect in weftd")
+	fs.Var(&o.logBacktraceAt, "log_backtrace_at", "klog's file:N at which to emit a stack trace; accepted for flanneld's sake, no effect in weftd")
+	fs.BoolVar(&o.blackholeRoute, "ip-blackhole-route", false, "add a blackhole route for our subnet, so traffic to its unassigned addresses is dropped (kept up every --iptables-resync seconds)")
 	fs.IntVar(&o.iptablesResync, "iptables-resync", 5, "seconds between checks of weftd's forward and masquerade rules (iptables or nftables)")
 	fs.BoolVar(&o.iptablesForwardRules, "iptables-forward-rules", true, "accept forwarded overlay traffic in the FORWARD chain")
 	fs.BoolVar(&o.kubeSubnetMgr, "kube-subnet-mgr", false, "take the subnet from the Kubernetes node's podCIDR instead of etcd")
@@ -114,41 +131,37 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// envName is the variable flanneld reads a flag from: FLANNELD_<FLAG>, upper case,
+// dashes as underscores (FLANNELD_IP_MASQ, FLANNELD_V, FLANNELD_LOG_BACKTRACE_AT).
+func envName(flag string) string {
+	return "FLANNELD_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// fromEnv tells whether a flag is taken from its FLANNELD_ variable. Every flag is
+// but --version: flanneld acts on --version before it reads the environment, so
+// FLANNELD_VERSION=true changes nothing there, and weftd does the same.
+func fromEnv(flag string) bool { return flag != "version" }
+
 // parseFlags parses args; a flag not given on the command line is taken from
-// FLANNELD_<FLAG> (upper case, dashes as underscores) when that is set.
+// FLANNELD_<FLAG> (envName) when that is set.
 func parseFlags(args []string, env func(string) string, out io.Writer) (*options, error) {
 	o := &options{}
 	fs := newFlagSet(o, out)
-	if err := fs.Parse(args); err != nil {
+	if err := parseWith(fs, args, env); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, flagHelp
 		}
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
-			return
-		}
-		name := "FLANNELD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := env(name); v != "" {
-			if serr := fs.Set(f.Name, v); serr != nil {
-				err = fmt.Errorf("environment %s=%q: %w", name, v, serr)
-			}
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
 	if o.nodeName == "" {
 		o.nodeName = env("NODE_NAME")
 	}
 	o.podName, o.podNamespace = env("POD_NAME"), env("POD_NAMESPACE")
+	o.contWhenCacheNotReady = env("CONT_WHEN_CACHE_NOT_READY") == "true" // flanneld's exact test
+	if o.eventQueueDepth, err = eventQueueDepth(o.kubeSubnetMgr, env("EVENT_QUEUE_DEPTH")); err != nil {
+		return nil, err
+	}
 	if o.tuning, err = parseKnobs(env); err != nil {
 		return nil, err
 	}

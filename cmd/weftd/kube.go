@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -14,6 +17,8 @@ import (
 // kubeManager is --kube-subnet-mgr: leases from the nodes' podCIDRs. The node is
 // --node-name or NODE_NAME, else our pod's (POD_NAMESPACE/POD_NAME), as in flanneld.
 func (d *daemon) kubeManager() (lease.Manager, error) {
+	d.log.Debug("EVENT_QUEUE_DEPTH changes nothing in weftd: its node watch has no event queue",
+		zap.Int("depth", d.opts.eventQueueDepth))
 	return kube.New(kube.Options{
 		NodeName:                  d.opts.nodeName,
 		PodName:                   d.opts.podName,
@@ -24,6 +29,65 @@ func (d *daemon) kubeManager() (lease.Manager, error) {
 		AnnotationPrefix:          d.opts.kubeAnnotation,
 		SetNodeNetworkUnavailable: d.opts.setNodeNetUnavail,
 	}, d.log.Named("kube"))
+}
+
+// kubeCacheSyncTimeout is how long flanneld waits for its node cache before it gives
+// up (its nodeControllerSyncTimeout).
+const kubeCacheSyncTimeout = 10 * time.Minute
+
+// errCacheNotSynced: the node cache did not sync within kubeCacheSyncTimeout.
+var errCacheNotSynced = errors.New("node cache not synced")
+
+// cacheSyncer is implemented by managers that fill a cache before they lease
+// (Kubernetes: the node informer).
+type cacheSyncer interface {
+	WaitSynced(ctx context.Context) error
+}
+
+// waitSynced waits up to timeout for mgr's cache, as flanneld waits for its node
+// controller: past it, an error wrapping errCacheNotSynced and
+// context.DeadlineExceeded (weftd exits, as flanneld), unless CONT_WHEN_CACHE_NOT_READY
+// is "true": then it logs an error and returns nil, and Acquire goes on waiting.
+func (d *daemon) waitSynced(ctx context.Context, mgr lease.Manager, timeout time.Duration) error {
+	s, ok := mgr.(cacheSyncer)
+	if !ok {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := s.WaitSynced(wctx)
+	switch {
+	case err == nil || ctx.Err() != nil:
+		return nil // synced, or stopped: the caller sees ctx
+	case !errors.Is(err, context.DeadlineExceeded):
+		return err
+	case d.opts.contWhenCacheNotReady:
+		d.log.Error("timed out waiting for the node cache to sync; continuing (CONT_WHEN_CACHE_NOT_READY=true)",
+			zap.Duration("waited", timeout))
+		return nil
+	}
+	return fmt.Errorf("%w within %s (CONT_WHEN_CACHE_NOT_READY=true keeps waiting): %w", errCacheNotSynced, timeout, err)
+}
+
+// defaultEventQueueDepth is flanneld's depth of its node event queue.
+const defaultEventQueueDepth = 5000
+
+// eventQueueDepth reads EVENT_QUEUE_DEPTH as flanneld does: in kube mode only, an
+// integer (else an error), the default when unset or not positive. weftd has no such
+// queue (its node watch keeps the set of changed nodes, which cannot overflow), so
+// the value is only checked and logged.
+func eventQueueDepth(kubeMode bool, s string) (int, error) {
+	if !kubeMode || s == "" {
+		return defaultEventQueueDepth, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("environment EVENT_QUEUE_DEPTH=%q: %w", s, err)
+	}
+	if n <= 0 {
+		return defaultEventQueueDepth, nil
+	}
+	return n, nil
 }
 
 // nodePublicIPer is implemented by managers whose store can set our public IP

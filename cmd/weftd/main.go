@@ -13,7 +13,6 @@ import (
 	"syscall"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -56,15 +55,4 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	}
 	log.Info("weftd stopped; the lease is kept for the next start")
 	return 0
-}
-
-func newLogger(w io.Writer, verbosity int) *zap.Logger {
-	level := zapcore.InfoLevel
-	if verbosity > 0 {
-		level = zapcore.DebugLevel
-	}
-	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(w)), level)
-	return zap.New(core)
 }
