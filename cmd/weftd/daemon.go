@@ -101,9 +101,7 @@ func (d *daemon) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.log.Info("using external interface", zap.String("iface", ext.Name),
-		zap.Stringer("iface-ip", ext.IfaceIP), zap.Stringer("public-ip", ext.PublicIP),
-		zap.Stringer("iface-ipv6", ext.IfaceIPv6), zap.Stringer("public-ipv6", ext.PublicIPv6), zap.Int("mtu", ext.MTU))
+	d.log.Info("using external interface", extFields(ext)...)
 	be, err := encap.New(cfg, ext, d.opts.tuning, d.log)
 	if err != nil {
 		return err
@@ -123,8 +121,7 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 		return fmt.Errorf("acquire lease: %w", err)
 	}
-	d.log.Info("lease acquired", zap.Stringer("subnet", own.Subnet), zap.Stringer("ipv6-subnet", own.IPv6Subnet),
-		zap.Stringer("key", own.Key()), zap.Time("expires", own.Expiration))
+	d.log.Info("lease acquired", ownLeaseFields(own)...)
 	d.held.Store(&own)
 	if err := be.Register(ctx, own); err != nil {
 		return fmt.Errorf("%s backend: %w", be.Type(), err)
@@ -255,9 +252,7 @@ func (d *daemon) feed(ctx context.Context, be encap.Backend, events <-chan []lea
 			return l, nil
 		case evs := <-events:
 			for _, ev := range evs {
-				d.log.Info("lease "+ev.Type.String(), zap.Stringer("subnet", ev.Lease.Subnet), zap.Stringer("ipv6-subnet", ev.Lease.IPv6Subnet),
-					zap.Stringer("public-ip", ev.Lease.Attrs.PublicIP), zap.Stringer("public-ipv6", ev.Lease.Attrs.PublicIPv6),
-					zap.String("backend", ev.Lease.Attrs.BackendType))
+				d.log.Info("lease "+ev.Type.String(), peerLeaseFields(ev.Lease)...)
 			}
 			be.HandleEvents(ctx, evs)
 		}
