@@ -55,6 +55,9 @@ type kernelPeers struct {
 	// repairs and inPlace: see settleIn.
 	repairs map[string]uint64
 	inPlace map[string]map[string]bool
+	// watchReturning, when set (tests), is called as watchKernel returns, after it
+	// has let go of its subscriptions.
+	watchReturning func()
 }
 
 // programmed is what a kernel backend put in the kernel for one peer, per family
@@ -195,9 +198,14 @@ func (k *kernelPeers) families() []family {
 
 // run makes the kernel match the peers until ctx ends: reconcile (the full pass) at
 // once, every period and whenever one is asked for (setOwn, repair); on other kicks,
-// apply with the peers changed since the last pass.
+// apply with the peers changed since the last pass. It returns only once the kernel
+// watch it starts has returned.
 func (k *kernelPeers) run(ctx context.Context, reconcile func() error, apply func(changed []netip.Prefix) error) error {
-	go k.watchKernel(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	var watch sync.WaitGroup
+	defer watch.Wait()
+	defer cancel() // runs first: the watch stops on any return
+	watch.Go(func() { k.watchKernel(ctx) })
 	t := time.NewTicker(k.period)
 	defer t.Stop()
 	var last string

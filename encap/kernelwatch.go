@@ -17,10 +17,13 @@ import (
 // by another program) then comes back at once instead of at the next period, which
 // stays as the fallback (also when a subscription fails or overflows). The entries
 // weftd removes itself (a peer's lease gone) are no longer wanted when their deletion
-// is seen, so they cost nothing.
+// is seen, so they cost nothing. When ctx ends it ends the subscriptions and returns
+// once netlink's goroutines that fed them have closed their channels.
 func (k *kernelPeers) watchKernel(ctx context.Context) {
+	if k.watchReturning != nil {
+		defer k.watchReturning()
+	}
 	done := make(chan struct{})
-	defer close(done)
 	onErr := func(err error) { k.log.Debug("netlink watch", zap.Error(err)) }
 	routes := make(chan netlink.RouteUpdate, 64)
 	neighs := make(chan netlink.NeighUpdate, 64)
@@ -37,6 +40,27 @@ func (k *kernelPeers) watchKernel(ctx context.Context) {
 		onErr(err)
 		links = nil
 	}
+	defer func() {
+		// Closing done closes the sockets; each receiver then closes its channel.
+		// Draining them lets a receiver blocked on a send get there too.
+		close(done)
+		for routes != nil || neighs != nil || links != nil {
+			select {
+			case _, ok := <-routes:
+				if !ok {
+					routes = nil
+				}
+			case _, ok := <-neighs:
+				if !ok {
+					neighs = nil
+				}
+			case _, ok := <-links:
+				if !ok {
+					links = nil
+				}
+			}
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():

@@ -79,8 +79,11 @@ func (t trackedNodes) WatchWithContext(ctx context.Context, o metav1.ListOptions
 		return nil, err
 	}
 	t.c.heard()
-	tw := &trackedWatch{in: w, out: make(chan watch.Event), stop: make(chan struct{}), c: t.c}
-	go tw.run()
+	tw := &trackedWatch{in: w, out: make(chan watch.Event), stop: make(chan struct{}), done: make(chan struct{}), c: t.c}
+	go func() {
+		defer close(tw.done)
+		tw.run()
+	}()
 	return tw, nil
 }
 
@@ -92,18 +95,31 @@ func (t trackedNodes) Watch(o metav1.ListOptions) (watch.Interface, error) {
 	return t.WatchWithContext(context.Background(), o)
 }
 
-// trackedWatch passes a watch's events on and counts each as contact.
+// trackedWatch passes a watch's events on and counts each as contact. Stop returns
+// once run has returned, so the informer's Run (which stops its watch before it
+// returns) leaves no goroutine of it behind.
 type trackedWatch struct {
 	in   watch.Interface
 	out  chan watch.Event
 	stop chan struct{}
+	done chan struct{} // closed once run has returned
 	once sync.Once
 	c    *contact
 }
 
 func (w *trackedWatch) run() {
 	defer close(w.out)
-	for ev := range w.in.ResultChan() {
+	for {
+		var ev watch.Event
+		var ok bool
+		select {
+		case ev, ok = <-w.in.ResultChan():
+		case <-w.stop:
+			return
+		}
+		if !ok {
+			return
+		}
 		if ev.Type == watch.Error {
 			w.c.failed(fmt.Errorf("watch nodes: %w", apierrors.FromObject(ev.Object)))
 		} else {
@@ -122,6 +138,7 @@ func (w *trackedWatch) Stop() {
 		close(w.stop)
 		w.in.Stop()
 	})
+	<-w.done
 }
 
 func (w *trackedWatch) ResultChan() <-chan watch.Event { return w.out }

@@ -1,9 +1,17 @@
 package kube
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func TestContactCheck(t *testing.T) {
@@ -48,4 +56,53 @@ func TestContactCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTrackedWatchStopWaits: Stop of the node watch returns only once the goroutine
+// passing its events on has returned (the informer stops its watch before its Run
+// returns, and Close waits for that), here while that goroutine is slow with an event.
+func TestTrackedWatchStopWaits(t *testing.T) {
+	cs := fake.NewClientset()
+	inEvent := make(chan struct{}, 1)
+	var calls atomic.Int32
+	c := &contact{now: func() time.Time {
+		if calls.Add(1) > 1 { // the first is the watch opening, then the event
+			inEvent <- struct{}{}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return time.Now()
+	}}
+	ctx := context.Background()
+	w, err := trackedNodes{nodes: cs.CoreV1().Nodes(), c: c}.WatchWithContext(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	<-inEvent
+	w.Stop()
+	if left := goroutinesIn("kube.(*trackedWatch).run("); len(left) > 0 {
+		t.Fatalf("Stop returned with the watch's goroutine still running:\n%s", left[0])
+	}
+}
+
+// goroutinesIn returns the stacks of the goroutines that have fn in theirs.
+func goroutinesIn(fn string) []string {
+	buf := make([]byte, 1<<16)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var out []string
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		if bytes.Contains(g, []byte(fn)) {
+			out = append(out, string(g))
+		}
+	}
+	return out
 }
