@@ -16,7 +16,6 @@ import (
 	"github.com/weftnet/weft/bench/lab"
 	"github.com/weftnet/weft/bench/lab/labtest"
 	"github.com/weftnet/weft/bench/netns"
-	"github.com/weftnet/weft/bench/netnstest"
 	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/lease"
 )
@@ -125,23 +124,15 @@ func kernelV6WithFlanneld(t *testing.T, config string, v4on bool) {
 		t.Fatalf("weftd's lease: PublicIPv6 %v (want %v), BackendV6Data %s", wl.Attrs.PublicIPv6, under6[w], wl.Attrs.BackendV6Data)
 	}
 
-	// A pod behind each host, in each family the network has.
-	pods := map[*lab.Host]*netns.NS{}
-	for h, ls := range map[*lab.Host]lease.Lease{f: fl, w: wl} {
-		pod := netnstest.New(t, "wf6pod")
-		pods[h] = pod
-		if err := netns.Veth(h.NS, "vpod", pod, "eth0"); err != nil {
+	// A pod behind each host, in each family the network has (the lab's, as the CNI
+	// bridge plugin would attach it from the daemon's subnet.env).
+	pods := map[*lab.Host]*lab.Pod{}
+	for h, env := range map[*lab.Host]lease.SubnetEnv{f: fenv, w: wenv} {
+		pod, err := l.AttachPod(ctx, h, env)
+		if err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range []netip.Prefix{ls.Subnet, ls.IPv6Subnet} {
-			if !s.IsValid() {
-				continue
-			}
-			gw := s.Addr().Next()
-			sh6(t, h.NS, "ip", "addr", "add", gw.String()+"/"+fmt.Sprint(s.Bits()), "dev", "vpod", "nodad")
-			sh6(t, pod, "ip", "addr", "add", gw.Next().String()+"/"+fmt.Sprint(s.Bits()), "dev", "eth0", "nodad")
-			sh6(t, pod, "ip", "route", "add", "default", "via", gw.String())
-		}
+		pods[h] = pod
 	}
 	// flanneld v0.28.10 programs no peer on an IPv6-only vxlan network with etcd: its
 	// registry marks every lease EnableIPv4, and its vxlan backend then stops in the
@@ -163,14 +154,10 @@ func kernelV6WithFlanneld(t *testing.T, config string, v4on bool) {
 		if !v4on {
 			break
 		}
-		to := map[*lab.Host]lease.Lease{f: wl, w: fl}[from]
-		for _, s := range []netip.Prefix{to.Subnet, to.IPv6Subnet} {
-			if !s.IsValid() {
-				continue
-			}
-			dst := s.Addr().Next().Next().String()
+		to := pods[map[*lab.Host]*lab.Host{f: w, w: f}[from]]
+		for _, dst := range []netip.Addr{to.Addr, to.Addr6} {
 			testenv.Eventually(t, 20*time.Second, func() error {
-				out, err := pods[from].Run(ctx, "ping", "-c", "1", "-W", "1", dst)
+				out, err := pods[from].NS.Run(ctx, "ping", "-c", "1", "-W", "1", dst.String())
 				if err != nil {
 					exited, _ := fd.Exited()
 					routes, _ := from.NS.Run(ctx, "ip", "-6", "route")

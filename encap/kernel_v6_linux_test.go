@@ -16,19 +16,18 @@ import (
 	"github.com/weftnet/weft/bench/lab"
 	"github.com/weftnet/weft/bench/lab/labtest"
 	"github.com/weftnet/weft/bench/netns"
-	"github.com/weftnet/weft/bench/netnstest"
 	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/lease"
 )
 
 // v6Pair is two hosts on one link (eth0: 192.0.2.10/.11 and 2001:db8::10/.11), each
-// with a pod namespace behind a veth (pod i: 198.18.1i.2 and fd00:0:0:1i::2), running
-// a kernel backend fed the other host's lease by hand.
+// with a pod (the lab's, behind cni0: 198.18.1i.2 and fd00:0:0:1i::2), running a
+// kernel backend fed the other host's lease by hand.
 type v6Pair struct {
 	t      *testing.T
 	ctx    context.Context
 	hosts  [2]*netns.NS
-	pods   [2]*netns.NS
+	pods   [2]*lab.Pod
 	leases [2]lease.Lease
 	bes    [2]Backend
 }
@@ -38,9 +37,6 @@ var (
 	v6Nets  = [2]netip.Prefix{netip.MustParsePrefix("fd00:0:0:11::/64"), netip.MustParsePrefix("fd00:0:0:12::/64")}
 	v4Nets  = [2]netip.Prefix{netip.MustParsePrefix("198.18.11.0/24"), netip.MustParsePrefix("198.18.12.0/24")}
 )
-
-// podAddr is pod i's address in subnet s (the second address of it).
-func podAddr(s netip.Prefix) netip.Addr { return s.Masked().Addr().Next().Next() }
 
 // newV6Pair builds the hosts and pods and starts a backend of cfg on each; with v4
 // false the network is IPv6-only (leases without an IPv4 subnet or PublicIP).
@@ -61,29 +57,22 @@ func newV6Pair(t *testing.T, cfg *lease.Config, v4on bool) *v6Pair {
 	})
 	for i, h := range l.Hosts() {
 		p.hosts[i] = h.NS
-		p.pods[i] = netnstest.New(t, "wv6pod")
-		if err := netns.Veth(h.NS, "vpod", p.pods[i], "eth0"); err != nil {
-			t.Fatal(err)
-		}
-		gw6 := v6Nets[i].Masked().Addr().Next()
-		gw4 := v4Nets[i].Masked().Addr().Next()
 		run(t, h.NS, [][]string{
 			{"sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"},
 			{"ip", "-6", "addr", "add", v6Under[i].String() + "/64", "dev", "eth0", "nodad"},
-			{"ip", "-6", "addr", "add", gw6.String() + "/64", "dev", "vpod", "nodad"},
-			{"ip", "addr", "add", gw4.String() + "/24", "dev", "vpod"},
 		})
-		run(t, p.pods[i], [][]string{
-			{"ip", "-6", "addr", "add", podAddr(v6Nets[i]).String() + "/64", "dev", "eth0", "nodad"},
-			{"ip", "-6", "route", "add", "default", "via", gw6.String()},
-			{"ip", "addr", "add", podAddr(v4Nets[i]).String() + "/24", "dev", "eth0"},
-			{"ip", "route", "add", "default", "via", gw4.String()},
-		})
+		env := lease.SubnetEnv{IPv6Subnet: v6Nets[i]}
 		p.leases[i] = lease.Lease{IPv6Subnet: v6Nets[i],
 			Attrs: lease.Attrs{PublicIPv6: v6Under[i], BackendType: strings.ToLower(cfg.BackendType)}}
 		if v4on {
+			env.Subnet = v4Nets[i]
 			p.leases[i].Subnet, p.leases[i].Attrs.PublicIP = v4Nets[i], h.Addr
 		}
+		pod, err := l.AttachPod(ctx, h, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.pods[i] = pod
 	}
 	for i, h := range l.Hosts() {
 		err := h.NS.Do(func() error {
@@ -141,11 +130,11 @@ func run(t *testing.T, ns *netns.NS, cmds [][]string) {
 // ping pings from pod i to pod 1-i's address in family v6 (or v4), once the kernel
 // entries are in place.
 func (p *v6Pair) ping(i int, six bool) error {
-	dst := podAddr(v4Nets[1-i])
+	dst := p.pods[1-i].Addr
 	if six {
-		dst = podAddr(v6Nets[1-i])
+		dst = p.pods[1-i].Addr6
 	}
-	out, err := p.pods[i].Run(p.ctx, "ping", "-c", "1", "-W", "1", dst.String())
+	out, err := p.pods[i].NS.Run(p.ctx, "ping", "-c", "1", "-W", "1", dst.String())
 	if err != nil {
 		return fmt.Errorf("ping from pod %d to %v: %w: %s", i, dst, err, out)
 	}

@@ -9,9 +9,12 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/lab/labtest"
 	"github.com/weftnet/weft/bench/netns"
 	"github.com/weftnet/weft/bench/netnstest"
 	"github.com/weftnet/weft/bench/testenv"
+	"github.com/weftnet/weft/lease"
 )
 
 // masqView6 is what a kind shows of weft's IPv6 masquerade rules.
@@ -109,37 +112,29 @@ func TestFirewallV6(t *testing.T) {
 }
 
 // TestMasqV6Traffic: a pod's IPv6 packets to a host outside the network leave with the
-// host's address once the IPv6 masquerade rules are in (the outside host has no route
-// back to the pod network, so only a masqueraded ping is answered), and no longer
-// after Remove; with each kind.
+// host's address once the IPv6 masquerade rules are in (the outside host, the lab's
+// other host, has no route back to the pod network, so only a masqueraded ping is
+// answered), and no longer after Remove; with each kind.
 func TestMasqV6Traffic(t *testing.T) {
 	needFirewallTools(t)
 	testenv.NeedTools(t, "ping")
 	ctx := context.Background()
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
-			host, pod, out := netnstest.New(t, "fw6h"), netnstest.New(t, "fw6p"), netnstest.New(t, "fw6o")
-			if err := netns.Veth(host, "vpod", pod, "eth0"); err != nil {
+			l := labtest.New(t, lab.Spec{Prefix: "fw6", NoRouter: true, Hosts: []lab.HostSpec{{Name: "h"}, {Name: "o"}}})
+			h, out := l.Hosts()[0], l.Hosts()[1]
+			for _, x := range []*lab.Host{h, out} {
+				if err := l.EnableIPv6(ctx, x); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p, err := l.AttachPod(ctx, h, lease.SubnetEnv{IPv6Network: testNetwork6, IPv6Subnet: testSubnet6})
+			if err != nil {
 				t.Fatal(err)
 			}
-			if err := netns.Veth(host, "eth0", out, "eth0"); err != nil {
-				t.Fatal(err)
-			}
-			for _, c := range []struct {
-				ns   *netns.NS
-				args []string
-			}{
-				{host, []string{"sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"}},
-				{host, []string{"ip", "-6", "addr", "add", "fd00:1:0:7::1/64", "dev", "vpod", "nodad"}},
-				{host, []string{"ip", "-6", "addr", "add", "2001:db8::10/64", "dev", "eth0", "nodad"}},
-				{pod, []string{"ip", "-6", "addr", "add", "fd00:1:0:7::2/64", "dev", "eth0", "nodad"}},
-				{pod, []string{"ip", "-6", "route", "add", "default", "via", "fd00:1:0:7::1"}},
-				{out, []string{"ip", "-6", "addr", "add", "2001:db8::99/64", "dev", "eth0", "nodad"}},
-			} {
-				sh(t, c.ns, c.args[0], c.args[1:]...)
-			}
+			host, pod, outside := h.NS, p.NS, lab.HostAddr6(out).String()
 			ping := func() error {
-				_, err := pod.Run(ctx, "ping", "-c", "1", "-W", "1", "2001:db8::99")
+				_, err := pod.Run(ctx, "ping", "-c", "1", "-W", "1", outside)
 				return err
 			}
 			if ping() == nil {
