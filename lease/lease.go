@@ -1,6 +1,8 @@
-// Package lease holds the network configuration and the subnet leases of a weft
-// cluster: their model, their encoding in etcd (flannel's layout), the registries that
-// store them (etcd v3, etcd v2) and the Manager that acquires, renews and watches them.
+// Package lease holds what weft's two sources of leases share: the network
+// configuration, the subnet leases and their events, their encoding in etcd
+// (flannel's layout), the Manager interface weftd uses, subnet.env and the durable
+// state file. The managers themselves live beside it: lease/etcd over etcd's v3 or v2
+// API, lease/kube over Kubernetes nodes.
 package lease
 
 import (

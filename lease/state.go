@@ -11,9 +11,9 @@ import (
 	"os"
 )
 
-// state is weft's durable record (--lease-state-file): it outlives /run and the 24 h
+// State is weft's durable record (--lease-state-file): it outlives /run and the 24 h
 // TTL, so a host that was away for long gets its old subnet back when it is free.
-type state struct {
+type State struct {
 	HostID  string       `json:"HostID"`
 	Network netip.Prefix `json:"Network,omitzero"`
 	Subnet  netip.Prefix `json:"Subnet,omitzero"`
@@ -22,11 +22,11 @@ type state struct {
 	IPv6Subnet  netip.Prefix `json:"IPv6Subnet,omitzero"`
 }
 
-// loadState reads the state file, making a new host identity when there is none.
+// LoadState reads the state file, making a new host identity when there is none.
 // Without a state file (path "") there is no durable identity: HostID stays empty and
 // leases carry none, as flanneld's do.
-func loadState(path string) (state, error) {
-	var s state
+func LoadState(path string) (State, error) {
+	var s State
 	if path == "" {
 		return s, nil
 	}
@@ -37,7 +37,7 @@ func loadState(path string) (state, error) {
 		return s, fmt.Errorf("lease state file: %w", err)
 	default:
 		if err := json.Unmarshal(data, &s); err != nil {
-			return state{}, fmt.Errorf("lease state file %s: %w (remove it to start afresh)", path, err)
+			return State{}, fmt.Errorf("lease state file %s: %w (remove it to start afresh)", path, err)
 		}
 	}
 	if s.HostID == "" {
@@ -46,14 +46,16 @@ func loadState(path string) (state, error) {
 			return s, err
 		}
 		s.HostID = hex.EncodeToString(b[:])
-		if err := saveState(path, s); err != nil {
+		if err := SaveState(path, s); err != nil {
 			return s, err
 		}
 	}
 	return s, nil
 }
 
-func saveState(path string, s state) error {
+// SaveState writes s to the state file atomically; without one (path "") it does
+// nothing.
+func SaveState(path string, s State) error {
 	if path == "" {
 		return nil
 	}

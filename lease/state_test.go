@@ -14,13 +14,13 @@ func TestStateFile(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		initial string // "": no file
-		want    state  // HostID "*": a new random identity
+		want    State  // HostID "*": a new random identity
 	}{
-		{"missing", "", state{HostID: "*"}},
+		{"missing", "", State{HostID: "*"}},
 		{"round trip", `{"HostID":"h1","Network":"198.18.0.0/16","Subnet":"198.18.5.0/24"}`,
-			state{HostID: "h1", Network: pfx("198.18.0.0/16"), Subnet: pfx("198.18.5.0/24")}},
-		{"no identity yet", `{"Subnet":"198.18.5.0/24"}`, state{HostID: "*", Subnet: pfx("198.18.5.0/24")}},
-		{"unknown fields", `{"HostID":"h1","Future":1}`, state{HostID: "h1"}},
+			State{HostID: "h1", Network: pfx("198.18.0.0/16"), Subnet: pfx("198.18.5.0/24")}},
+		{"no identity yet", `{"Subnet":"198.18.5.0/24"}`, State{HostID: "*", Subnet: pfx("198.18.5.0/24")}},
+		{"unknown fields", `{"HostID":"h1","Future":1}`, State{HostID: "h1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "var", "lib", "weft")
@@ -33,7 +33,7 @@ func TestStateFile(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			s, err := loadState(path)
+			s, err := LoadState(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,19 +44,19 @@ func TestStateFile(t *testing.T) {
 				tc.want.HostID = s.HostID
 			}
 			if s != tc.want {
-				t.Errorf("loadState = %+v, want %+v", s, tc.want)
+				t.Errorf("LoadState = %+v, want %+v", s, tc.want)
 			}
 			// The identity is durable: a second load gives the same state.
-			again, err := loadState(path)
+			again, err := LoadState(path)
 			if err != nil || again != s {
-				t.Errorf("second loadState = %+v, %v; want %+v", again, err, s)
+				t.Errorf("second LoadState = %+v, %v; want %+v", again, err, s)
 			}
 			s.Network, s.Subnet = pfx("198.18.0.0/16"), pfx("198.18.77.0/24")
-			if err := saveState(path, s); err != nil {
+			if err := SaveState(path, s); err != nil {
 				t.Fatal(err)
 			}
-			if back, err := loadState(path); err != nil || back != s {
-				t.Errorf("after saveState: %+v, %v; want %+v", back, err, s)
+			if back, err := LoadState(path); err != nil || back != s {
+				t.Errorf("after SaveState: %+v, %v; want %+v", back, err, s)
 			}
 			fi, err := os.Stat(path)
 			if err != nil {
@@ -78,9 +78,9 @@ func TestStateFileCorrupt(t *testing.T) {
 		if err := os.WriteFile(path, []byte(corrupt), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		s, err := loadState(path)
+		s, err := LoadState(path)
 		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "remove it") {
-			t.Errorf("loadState(%q) = %+v, %v; want an error naming the file", corrupt, s, err)
+			t.Errorf("LoadState(%q) = %+v, %v; want an error naming the file", corrupt, s, err)
 		}
 		if data, _ := os.ReadFile(path); string(data) != corrupt {
 			t.Errorf("corrupt file rewritten to %q", data)
@@ -92,12 +92,12 @@ func TestStateFileCorrupt(t *testing.T) {
 func TestStateFileDisabled(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
-	s, err := loadState("")
-	if err != nil || s != (state{}) {
-		t.Errorf("loadState(\"\") = %+v, %v; want an empty state", s, err)
+	s, err := LoadState("")
+	if err != nil || s != (State{}) {
+		t.Errorf("LoadState(\"\") = %+v, %v; want an empty state", s, err)
 	}
-	if err := saveState("", state{HostID: "h", Subnet: pfx("198.18.5.0/24")}); err != nil {
-		t.Errorf("saveState(\"\") = %v", err)
+	if err := SaveState("", State{HostID: "h", Subnet: pfx("198.18.5.0/24")}); err != nil {
+		t.Errorf("SaveState(\"\") = %v", err)
 	}
 	onlyFiles(t, dir)
 }

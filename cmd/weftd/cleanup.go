@@ -16,6 +16,7 @@ import (
 
 	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/lease/etcd"
 )
 
 // cleanupUsage introduces `weftd cleanup`.
@@ -192,7 +193,7 @@ func releaseLease(ctx context.Context, co cleanupOptions, env lease.SubnetEnv, e
 	if envErr != nil {
 		return fmt.Errorf("--release-lease: which lease is ours comes from %s: %w", co.subnetFile, envErr)
 	}
-	reg, err := lease.NewEtcdRegistry(lease.EtcdOptions{
+	reg, err := etcd.NewRegistry(etcd.Options{
 		Endpoints: splitList(co.etcdEndpoints), Prefix: co.etcdPrefix,
 		CertFile: co.etcdCertFile, KeyFile: co.etcdKeyFile, CAFile: co.etcdCAFile,
 		Username: co.etcdUsername, Password: co.etcdPassword, API: co.etcdAPI,
@@ -202,7 +203,7 @@ func releaseLease(ctx context.Context, co cleanupOptions, env lease.SubnetEnv, e
 	}
 	defer reg.Close()
 	k := lease.Key{Subnet: env.Subnet.Masked(), IPv6Subnet: env.IPv6Subnet.Masked()}
-	if err := reg.Delete(ctx, k); err != nil && !errors.Is(err, lease.ErrNotFound) {
+	if err := reg.Delete(ctx, k); err != nil && !errors.Is(err, etcd.ErrNotFound) {
 		return fmt.Errorf("--release-lease: delete %v: %w", k, err)
 	}
 	log.Info("released the lease", zap.Stringer("lease", k))

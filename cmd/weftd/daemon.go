@@ -12,6 +12,7 @@ import (
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/lease/etcd"
 )
 
 // daemon wires one run of weftd: lease -> backend -> data path.
@@ -264,7 +265,7 @@ func (d *daemon) manager() (lease.Manager, error) {
 	if d.opts.kubeSubnetMgr {
 		return d.kubeManager()
 	}
-	reg, err := lease.NewEtcdRegistry(lease.EtcdOptions{
+	reg, err := etcd.NewRegistry(etcd.Options{
 		Endpoints: splitList(d.opts.etcdEndpoints),
 		Prefix:    d.opts.etcdPrefix,
 		CertFile:  d.opts.etcdCertFile,
@@ -277,7 +278,7 @@ func (d *daemon) manager() (lease.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
-	return lease.NewManager(reg, lease.ManagerOptions{
+	return etcd.NewManager(reg, etcd.ManagerOptions{
 		SubnetFile:  d.opts.subnetFile,
 		StateFile:   d.opts.leaseStateFile,
 		RenewMargin: time.Duration(d.opts.renewMargin) * time.Minute,

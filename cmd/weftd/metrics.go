@@ -12,13 +12,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
-	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/lease/etcd"
 	"github.com/weftnet/weft/proxy"
 )
 
 // leaseStatser is implemented by lease managers that count what they do (etcd mode).
 type leaseStatser interface {
-	Stats() lease.ManagerStats
+	Stats() etcd.Stats
 }
 
 // metricsHandler serves GET /metrics from a registry of this daemon's own: the Go
@@ -161,7 +161,7 @@ func readyReason(err error) string {
 		return "no_lease"
 	case errors.Is(err, errNoDataPath):
 		return "no_data_path"
-	case errors.Is(err, lease.ErrEtcdUnreachable):
+	case errors.Is(err, etcd.ErrUnreachable):
 		return "etcd_unreachable"
 	}
 	return "other"

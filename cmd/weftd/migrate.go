@@ -8,7 +8,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/lease/etcd"
 )
 
 const migrateUsage = `usage: weftd migrate-etcd --from-v2 [--dry-run] [etcd flags]
@@ -44,7 +44,7 @@ func runMigrate(args []string, env func(string) string, stdout, stderr io.Writer
 	defer log.Sync()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	steps, err := lease.MigrateV2ToV3(ctx, lease.EtcdOptions{
+	steps, err := etcd.MigrateV2ToV3(ctx, etcd.Options{
 		Endpoints: splitList(o.etcdEndpoints), Prefix: o.etcdPrefix,
 		CertFile: o.etcdCertFile, KeyFile: o.etcdKeyFile, CAFile: o.etcdCAFile,
 		Username: o.etcdUsername, Password: o.etcdPassword,
@@ -63,7 +63,7 @@ func runMigrate(args []string, env func(string) string, stdout, stderr io.Writer
 			line += ": " + s.Note
 		}
 		fmt.Fprintln(stdout, line)
-		if s.Action == lease.MigrateCopied {
+		if s.Action == etcd.MigrateCopied {
 			copied++
 		}
 	}

@@ -1,10 +1,12 @@
-package lease
+package etcd
 
 import (
 	"crypto/rand"
 	"fmt"
 	"math/big"
 	"net/netip"
+
+	"github.com/weftnet/weft/lease"
 )
 
 // randomTriesV6 is how many random IPv6 subnets are tried before the ordered walk.
@@ -15,7 +17,7 @@ const randomTriesV6 = 32
 // so it first tries random ones (spreading hosts as flanneld's random pick does), then
 // walks the range from IPv6SubnetMin, jumping past each taken prefix it meets: at most
 // len(taken)+1 steps, so a free subnet is found whenever one exists.
-func (c *Config) pickV6(taken []netip.Prefix) (netip.Prefix, error) {
+func pickV6(c *lease.Config, taken []netip.Prefix) (netip.Prefix, error) {
 	bits := c.IPv6SubnetLen
 	step := new(big.Int).Lsh(big.NewInt(1), uint(128-bits))
 	lo, hi := addrInt(c.IPv6SubnetMin), addrInt(c.IPv6SubnetMax)
@@ -70,4 +72,14 @@ func intAddr(i *big.Int) netip.Addr {
 	var b [16]byte
 	i.FillBytes(b[:])
 	return netip.AddrFrom16(b)
+}
+
+// lastAddr is the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }

@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"context"
@@ -18,37 +18,37 @@ import (
 // registries wrap one of them (errors.Is) with a hint naming the flag or the role to
 // look at, and keep the client library's own words after it.
 var (
-	// ErrEtcdUnreachable: no connection to any endpoint (refused, no route, no answer).
-	ErrEtcdUnreachable = errors.New("no connection to etcd")
-	// ErrEtcdTLS: the TLS handshake failed, on either side.
-	ErrEtcdTLS = errors.New("etcd TLS handshake failed")
-	// ErrEtcdAuth: etcd rejected the user name and password, or wants some.
-	ErrEtcdAuth = errors.New("etcd authentication failed")
-	// ErrEtcdPermission: the user's roles do not grant the key.
-	ErrEtcdPermission = errors.New("etcd permission denied")
+	// ErrUnreachable: no connection to any endpoint (refused, no route, no answer).
+	ErrUnreachable = errors.New("no connection to etcd")
+	// ErrTLS: the TLS handshake failed, on either side.
+	ErrTLS = errors.New("etcd TLS handshake failed")
+	// ErrAuth: etcd rejected the user name and password, or wants some.
+	ErrAuth = errors.New("etcd authentication failed")
+	// ErrPermission: the user's roles do not grant the key.
+	ErrPermission = errors.New("etcd permission denied")
 )
 
 // tlsCause is one TLS failure recognised by the words the Go TLS stack uses; gRPC
 // passes connection errors on only as text.
 type tlsCause struct {
 	match string
-	hint  func(o EtcdOptions) string
+	hint  func(o Options) string
 }
 
 var tlsCauses = []tlsCause{
-	{"certificate signed by unknown authority", func(o EtcdOptions) string {
+	{"certificate signed by unknown authority", func(o Options) string {
 		if o.CAFile == "" {
 			return "etcd's certificate is not signed by a CA this host trusts (set --etcd-cafile)"
 		}
 		return "etcd's certificate is not signed by the CA in --etcd-cafile=" + o.CAFile
 	}},
-	{"certificate has expired or is not yet valid", func(EtcdOptions) string {
+	{"certificate has expired or is not yet valid", func(Options) string {
 		return "etcd's certificate has expired or is not yet valid"
 	}},
-	{"certificate is valid for", func(EtcdOptions) string {
+	{"certificate is valid for", func(Options) string {
 		return "etcd's certificate does not name the host of the endpoint"
 	}},
-	{"remote error: tls:", func(o EtcdOptions) string {
+	{"remote error: tls:", func(o Options) string {
 		h := "etcd refused our client certificate (--etcd-certfile=" + o.CertFile + ")"
 		if o.CertFile == "" {
 			h = "etcd wants a client certificate (set --etcd-certfile and --etcd-keyfile)"
@@ -58,14 +58,14 @@ var tlsCauses = []tlsCause{
 		}
 		return h
 	}},
-	{"first record does not look like a TLS handshake", func(EtcdOptions) string {
+	{"first record does not look like a TLS handshake", func(Options) string {
 		return "the endpoint does not speak TLS (use http://)"
 	}},
-	{"server gave HTTP response to HTTPS client", func(EtcdOptions) string {
+	{"server gave HTTP response to HTTPS client", func(Options) string {
 		return "the endpoint does not speak TLS (use http://)"
 	}},
-	{"tls:", func(EtcdOptions) string { return "TLS error" }},
-	{"x509:", func(EtcdOptions) string { return "certificate error" }},
+	{"tls:", func(Options) string { return "TLS error" }},
+	{"x509:", func(Options) string { return "certificate error" }},
 }
 
 var unreachableWords = []string{
@@ -113,7 +113,7 @@ func errorSummary(err error) string {
 
 // explain wraps err, from an etcd call about key, in the sentinel of its cause. Errors
 // of other kinds (etcd's answers about keys, cancellation) come back unchanged.
-func (o EtcdOptions) explain(err error, key string) error {
+func (o Options) explain(err error, key string) error {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return err
 	}
@@ -128,32 +128,32 @@ func (o EtcdOptions) explain(err error, key string) error {
 	wrap := func(what string, causes ...error) error { return &etcdError{causes: causes, what: what, err: err} }
 	switch {
 	case errors.Is(err, rpctypes.ErrAuthFailed):
-		return wrap(fmt.Sprintf("for user %q: check --etcd-username and --etcd-password", o.Username), ErrEtcdAuth)
+		return wrap(fmt.Sprintf("for user %q: check --etcd-username and --etcd-password", o.Username), ErrAuth)
 	case errors.Is(err, rpctypes.ErrUserEmpty), errors.Is(err, rpctypes.ErrUserNotFound):
-		return wrap("at "+o.endpoints()+": etcd wants a known user (--etcd-username/--etcd-password, or a client certificate whose CN is an etcd user)", ErrEtcdAuth)
+		return wrap("at "+o.endpoints()+": etcd wants a known user (--etcd-username/--etcd-password, or a client certificate whose CN is an etcd user)", ErrAuth)
 	case errors.Is(err, rpctypes.ErrPermissionDenied):
-		return wrap(fmt.Sprintf("for user %s on %s: %s", user, key, o.roleHint()), ErrEtcdPermission)
+		return wrap(fmt.Sprintf("for user %s on %s: %s", user, key, o.roleHint()), ErrPermission)
 	case isV2NoCredentials(err):
 		return wrap(fmt.Sprintf("(the v2 API does not say which) for user %s on %s: check --etcd-username and --etcd-password; %s", user, key, o.roleHint()),
-			ErrEtcdAuth, ErrEtcdPermission)
+			ErrAuth, ErrPermission)
 	}
 	for _, c := range tlsCauses {
 		if strings.Contains(msg, c.match) {
-			return wrap("at "+o.endpoints()+": "+c.hint(o), ErrEtcdTLS)
+			return wrap("at "+o.endpoints()+": "+c.hint(o), ErrTLS)
 		}
 	}
 	if o.tlsCfg != nil && isTransportError(msg) {
 		if perr := probeTLS(context.Background(), o.Endpoints, o.tlsCfg); perr != nil {
 			for _, c := range tlsCauses {
 				if strings.Contains(perr.Error(), c.match) {
-					return &etcdError{causes: []error{ErrEtcdTLS}, what: "at " + o.endpoints() + ": " + c.hint(o),
+					return &etcdError{causes: []error{ErrTLS}, what: "at " + o.endpoints() + ": " + c.hint(o),
 						err: fmt.Errorf("%w (the connection broke: %w)", perr, err)}
 				}
 			}
 		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
-		return wrap(fmt.Sprintf("at %s: no answer within %v%s", o.endpoints(), requestTimeout, o.noCertHint()), ErrEtcdUnreachable)
+		return wrap(fmt.Sprintf("at %s: no answer within %v%s", o.endpoints(), requestTimeout, o.noCertHint()), ErrUnreachable)
 	}
 	for _, w := range unreachableWords {
 		if strings.Contains(msg, w) {
@@ -161,7 +161,7 @@ func (o EtcdOptions) explain(err error, key string) error {
 			if o.tlsCfg == nil && o.CAFile == "" && isTransportError(msg) {
 				hint = " (if etcd serves TLS, use https:// endpoints and --etcd-cafile)"
 			}
-			return wrap("at "+o.endpoints()+hint, ErrEtcdUnreachable)
+			return wrap("at "+o.endpoints()+hint, ErrUnreachable)
 		}
 	}
 	return err
@@ -177,11 +177,11 @@ func isTransportError(msg string) bool {
 	return false
 }
 
-func (o EtcdOptions) roleHint() string {
+func (o Options) roleHint() string {
 	return "its roles must grant read on " + o.configKey() + " and readwrite on the keys under " + o.subnetsDir() + " (see README.md)"
 }
 
-func (o EtcdOptions) endpoints() string { return strings.Join(o.Endpoints, ",") }
+func (o Options) endpoints() string { return strings.Join(o.Endpoints, ",") }
 
 // isV2NoCredentials reports etcd's v2 answer to a request its auth does not allow:
 // error 110 "Insufficient credentials", the same for a wrong password and a missing
@@ -190,7 +190,7 @@ func isV2NoCredentials(err error) bool { return errCode(err) == client.ErrorCode
 
 // noCertHint is said of a connection closed under TLS without a client certificate:
 // over TLS 1.3 etcd's refusal may reach us as a broken pipe rather than an alert.
-func (o EtcdOptions) noCertHint() string {
+func (o Options) noCertHint() string {
 	if o.CAFile != "" && o.CertFile == "" {
 		return " (if etcd checks client certificates, set --etcd-certfile and --etcd-keyfile)"
 	}

@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"errors"
@@ -8,9 +8,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// TestEtcdManagerHealth: not ready once etcd has been unreachable longer than a
+// TestManagerHealth: not ready once etcd has been unreachable longer than a
 // reconnect takes, ready again when MonitorEtcd sees it back.
-func TestEtcdManagerHealth(t *testing.T) {
+func TestManagerHealth(t *testing.T) {
 	m := NewManager(nil, ManagerOptions{}, zap.NewNop())
 	now := time.Now()
 	if err := m.Health(now); err != nil {
@@ -20,8 +20,8 @@ func TestEtcdManagerHealth(t *testing.T) {
 	if err := m.Health(now.Add(time.Second)); err != nil {
 		t.Fatalf("down for a second (a reconnect): %v", err)
 	}
-	if err := m.Health(now.Add(unreachableAfter + time.Second)); !errors.Is(err, ErrEtcdUnreachable) {
-		t.Fatalf("down for longer: %v, want ErrEtcdUnreachable", err)
+	if err := m.Health(now.Add(unreachableAfter + time.Second)); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("down for longer: %v, want ErrUnreachable", err)
 	}
 	m.downSince.Store(0)
 	if err := m.Health(now.Add(time.Minute)); err != nil {

@@ -1,9 +1,11 @@
-package lease
+package etcd
 
 import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/weftnet/weft/lease"
 )
 
 var (
@@ -20,10 +22,10 @@ var (
 
 // Listing is the set of leases at one point in the store's history.
 type Listing struct {
-	Leases []Lease
+	Leases []lease.Lease
 	// Unreadable holds the leases whose key is valid but whose value is not: their
 	// subnets are someone's, never free space.
-	Unreadable []Key
+	Unreadable []lease.Key
 	// Rev is the store revision (v3) or index (v2) the listing was taken at.
 	Rev int64
 }
@@ -31,8 +33,8 @@ type Listing struct {
 // Change is one change to a lease key seen by a watch. Lease.Attrs is zero for
 // Removed; a change whose value cannot be decoded is reported with Bad set.
 type Change struct {
-	Type  EventType
-	Lease Lease
+	Type  lease.EventType
+	Lease lease.Lease
 	Bad   error
 }
 
@@ -41,10 +43,10 @@ type Change struct {
 type Registry interface {
 	Config(ctx context.Context) ([]byte, error)
 	List(ctx context.Context) (Listing, error)
-	Create(ctx context.Context, k Key, a Attrs, ttl time.Duration) (time.Time, error)
+	Create(ctx context.Context, k lease.Key, a lease.Attrs, ttl time.Duration) (time.Time, error)
 	// Update replaces the attrs of an existing lease and renews its TTL.
-	Update(ctx context.Context, k Key, a Attrs, ttl time.Duration) (time.Time, error)
-	Delete(ctx context.Context, k Key) error
+	Update(ctx context.Context, k lease.Key, a lease.Attrs, ttl time.Duration) (time.Time, error)
+	Delete(ctx context.Context, k lease.Key) error
 	// Watch sends the changes after rev until ctx ends or an error; ErrGap means a
 	// re-list is needed.
 	Watch(ctx context.Context, rev int64, changes func([]Change)) error

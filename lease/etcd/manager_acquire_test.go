@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"encoding/json"
@@ -12,13 +12,14 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/weftnet/weft/bench/etcdproc"
+	"github.com/weftnet/weft/lease"
 )
 
 var ourIP = addr("192.0.2.1")
 
 // newManager is a manager on s with its own state file (unless opts has one), after
 // Config; the network config is written first when cfg is not "".
-func newManager(t *testing.T, s *store, cfg string, opts ManagerOptions) *EtcdManager {
+func newManager(t *testing.T, s *store, cfg string, opts ManagerOptions) *Manager {
 	t.Helper()
 	if cfg != "" {
 		s.put(t, "/config", cfg)
@@ -33,16 +34,16 @@ func newManager(t *testing.T, s *store, cfg string, opts ManagerOptions) *EtcdMa
 	return m
 }
 
-func writeState(t *testing.T, path string, st state) {
+func writeState(t *testing.T, path string, st lease.State) {
 	t.Helper()
-	if err := saveState(path, st); err != nil {
+	if err := lease.SaveState(path, st); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func create(t *testing.T, s *store, sub netip.Prefix, a Attrs) {
+func create(t *testing.T, s *store, sub netip.Prefix, a lease.Attrs) {
 	t.Helper()
-	if _, err := s.reg.Create(testCtx(t, 30*time.Second), Key{Subnet: sub}, a, time.Hour); err != nil {
+	if _, err := s.reg.Create(testCtx(t, 30*time.Second), lease.Key{Subnet: sub}, a, time.Hour); err != nil {
 		t.Fatalf("create %v: %v", sub, err)
 	}
 }
@@ -50,8 +51,10 @@ func create(t *testing.T, s *store, sub netip.Prefix, a Attrs) {
 func TestAcquire(t *testing.T) {
 	const net16 = `{"Network":"198.18.0.0/16"}`
 	const net24 = `{"Network":"198.18.0.0/24","SubnetLen":26}` // usable: .64 .128 .192
-	other := Attrs{PublicIP: addr("192.0.2.50"), BackendType: "udp", HostID: "someone"}
-	mine := func(typ, host string) Attrs { return Attrs{PublicIP: ourIP, BackendType: typ, HostID: host} }
+	other := lease.Attrs{PublicIP: addr("192.0.2.50"), BackendType: "udp", HostID: "someone"}
+	mine := func(typ, host string) lease.Attrs {
+		return lease.Attrs{PublicIP: ourIP, BackendType: typ, HostID: host}
+	}
 	type env struct {
 		s         *store
 		state     string // state file path, already holding HostID "me"
@@ -66,44 +69,44 @@ func TestAcquire(t *testing.T) {
 		gone    string // a subnet that must no longer be leased
 	}{
 		{name: "own lease by PublicIP", cfg: net16, want: "198.18.7.0/24", setup: func(t *testing.T, e env) {
-			writeState(t, e.state, state{HostID: "me", Subnet: pfx("198.18.9.0/24")})
+			writeState(t, e.state, lease.State{HostID: "me", Subnet: pfx("198.18.9.0/24")})
 			create(t, e.s, pfx("198.18.7.0/24"), mine("udp", "me"))
 		}},
 		{name: "flanneld lease of our PublicIP", cfg: net16, want: "198.18.7.0/24", setup: func(t *testing.T, e env) {
-			create(t, e.s, pfx("198.18.7.0/24"), Attrs{PublicIP: ourIP})
+			create(t, e.s, pfx("198.18.7.0/24"), lease.Attrs{PublicIP: ourIP})
 		}},
 		{name: "own lease of another backend", cfg: net16, want: "198.18.9.0/24", gone: "198.18.7.0/24", setup: func(t *testing.T, e env) {
-			writeState(t, e.state, state{HostID: "me", Subnet: pfx("198.18.9.0/24")})
+			writeState(t, e.state, lease.State{HostID: "me", Subnet: pfx("198.18.9.0/24")})
 			create(t, e.s, pfx("198.18.7.0/24"), mine("vxlan", "me"))
 		}},
 		{name: "own lease out of range", cfg: `{"Network":"198.18.0.0/16","SubnetMin":"198.18.100.0"}`, gone: "198.18.7.0/24", setup: func(t *testing.T, e env) {
 			create(t, e.s, pfx("198.18.7.0/24"), mine("udp", "me"))
 		}},
 		{name: "previous subnet from state file", cfg: net16, want: "198.18.9.0/24", setup: func(t *testing.T, e env) {
-			writeState(t, e.state, state{HostID: "me", Network: pfx("198.18.0.0/16"), Subnet: pfx("198.18.9.0/24")})
+			writeState(t, e.state, lease.State{HostID: "me", Network: pfx("198.18.0.0/16"), Subnet: pfx("198.18.9.0/24")})
 			create(t, e.s, pfx("198.18.8.0/24"), other)
 		}},
 		{name: "subnet.env before state file", cfg: net16, want: "198.18.11.0/24", setup: func(t *testing.T, e env) {
-			writeState(t, e.state, state{HostID: "me", Subnet: pfx("198.18.9.0/24")})
-			if err := WriteSubnetEnv(e.subnetEnv, SubnetEnv{Network: pfx("198.18.0.0/16"), Subnet: pfx("198.18.11.0/24"), MTU: 1472}); err != nil {
+			writeState(t, e.state, lease.State{HostID: "me", Subnet: pfx("198.18.9.0/24")})
+			if err := lease.WriteSubnetEnv(e.subnetEnv, lease.SubnetEnv{Network: pfx("198.18.0.0/16"), Subnet: pfx("198.18.11.0/24"), MTU: 1472}); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{name: "previous subnet taken", cfg: net16, gone: "", setup: func(t *testing.T, e env) {
-			writeState(t, e.state, state{HostID: "me", Subnet: pfx("198.18.9.0/24")})
+			writeState(t, e.state, lease.State{HostID: "me", Subnet: pfx("198.18.9.0/24")})
 			create(t, e.s, pfx("198.18.9.0/24"), other)
 		}},
 		{name: "previous subnet out of range", cfg: net16, setup: func(t *testing.T, e env) {
-			writeState(t, e.state, state{HostID: "me", Subnet: pfx("198.19.9.0/24")})
+			writeState(t, e.state, lease.State{HostID: "me", Subnet: pfx("198.19.9.0/24")})
 		}},
 		{name: "unreadable lease is not free", cfg: net24, want: "198.18.0.192/26", setup: func(t *testing.T, e env) {
-			writeState(t, e.state, state{HostID: "me", Subnet: pfx("198.18.0.128/26")})
+			writeState(t, e.state, lease.State{HostID: "me", Subnet: pfx("198.18.0.128/26")})
 			create(t, e.s, pfx("198.18.0.64/26"), other)
 			e.s.put(t, "/subnets/198.18.0.128-26", "garbage")
 		}},
 		{name: "exhausted", cfg: net24, wantErr: ErrNoFreeSubnet, setup: func(t *testing.T, e env) {
 			create(t, e.s, pfx("198.18.0.64/26"), other)
-			create(t, e.s, pfx("198.18.0.128/26"), Attrs{PublicIP: addr("192.0.2.51")})
+			create(t, e.s, pfx("198.18.0.128/26"), lease.Attrs{PublicIP: addr("192.0.2.51")})
 			e.s.put(t, "/subnets/198.18.0.192-26", `{"PublicIP":""}`)
 		}},
 		{name: "PublicIP held by another host", cfg: net16, wantErr: ErrPublicIPConflict, setup: func(t *testing.T, e env) {
@@ -115,10 +118,10 @@ func TestAcquire(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				dir := t.TempDir()
 				e := env{s: newStore(t, srv, api), state: filepath.Join(dir, "lease.json"), subnetEnv: filepath.Join(dir, "subnet.env")}
-				writeState(t, e.state, state{HostID: "me"})
+				writeState(t, e.state, lease.State{HostID: "me"})
 				tc.setup(t, e)
 				m := newManager(t, e.s, tc.cfg, ManagerOptions{StateFile: e.state, SubnetFile: e.subnetEnv})
-				attrs := Attrs{PublicIP: ourIP, BackendType: "udp", BackendData: json.RawMessage(`{"n":1}`)}
+				attrs := lease.Attrs{PublicIP: ourIP, BackendType: "udp", BackendData: json.RawMessage(`{"n":1}`)}
 				l, err := m.Acquire(testCtx(t, 60*time.Second), attrs)
 				if tc.wantErr != nil {
 					if !errors.Is(err, tc.wantErr) {
@@ -129,7 +132,7 @@ func TestAcquire(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Acquire: %v", err)
 				}
-				cfg, _ := ParseConfig([]byte(tc.cfg))
+				cfg, _ := lease.ParseConfig([]byte(tc.cfg))
 				if tc.want != "" && l.Subnet != pfx(tc.want) || !cfg.InRange(l.Subnet) {
 					t.Fatalf("Acquire = %v, want %s in range", l.Subnet, tc.want)
 				}
@@ -143,7 +146,7 @@ func TestAcquire(t *testing.T) {
 						t.Errorf("old lease %s still there: %+v", tc.gone, got)
 					}
 				}
-				if st, err := loadState(e.state); err != nil || st.Subnet != l.Subnet || st.Network != cfg.Network || st.HostID != "me" {
+				if st, err := lease.LoadState(e.state); err != nil || st.Subnet != l.Subnet || st.Network != cfg.Network || st.HostID != "me" {
 					t.Errorf("state file after Acquire: %+v, %v", st, err)
 				}
 			})
@@ -153,7 +156,7 @@ func TestAcquire(t *testing.T) {
 
 func TestAcquireNeedsConfig(t *testing.T) {
 	m := NewManager(nil, ManagerOptions{StateFile: filepath.Join(t.TempDir(), "s.json")}, zaptest.NewLogger(t))
-	if _, err := m.Acquire(t.Context(), Attrs{PublicIP: ourIP}); err == nil {
+	if _, err := m.Acquire(t.Context(), lease.Attrs{PublicIP: ourIP}); err == nil {
 		t.Fatal("Acquire before Config succeeded")
 	}
 }
@@ -178,7 +181,7 @@ func TestAcquireStateFile(t *testing.T) {
 				}
 				m := newManager(t, s, `{"Network":"198.18.0.0/16"}`, ManagerOptions{})
 				m.opts.StateFile = path
-				l, err := m.Acquire(testCtx(t, 60*time.Second), Attrs{PublicIP: ourIP, BackendType: "udp"})
+				l, err := m.Acquire(testCtx(t, 60*time.Second), lease.Attrs{PublicIP: ourIP, BackendType: "udp"})
 				leases := leaseMap(t, s.reg)
 				if !tc.ok {
 					if err == nil || len(leases) != 0 {

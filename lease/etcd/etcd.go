@@ -1,4 +1,8 @@
-package lease
+// Package etcd is a lease.Manager over etcd: the registries that keep the network
+// config and the leases on etcd's v3 or v2 API in flanneld's layout, the Manager that
+// acquires, renews and watches leases through them, the naming of why etcd cannot be
+// reached or refuses us, and the migration of a cluster's keys from v2 to v3.
+package etcd
 
 import (
 	"crypto/tls"
@@ -10,10 +14,12 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/lease"
 )
 
-// EtcdOptions says how to reach etcd.
-type EtcdOptions struct {
+// Options says how to reach etcd.
+type Options struct {
 	Endpoints                 []string
 	Prefix                    string
 	CertFile, KeyFile, CAFile string
@@ -29,17 +35,17 @@ type EtcdOptions struct {
 // another attempt, rather than a wait without a word.
 const requestTimeout = 4 * time.Second
 
-// ErrBadEtcdOptions is wrapped by errors about EtcdOptions.
-var ErrBadEtcdOptions = errors.New("bad etcd options")
+// ErrBadOptions is wrapped by errors about Options.
+var ErrBadOptions = errors.New("bad etcd options")
 
-// NewEtcdRegistry returns the registry for opts.API. It does no network I/O: the
+// NewRegistry returns the registry for opts.API. It does no network I/O: the
 // daemon starts while etcd is down and waits for it.
-func NewEtcdRegistry(opts EtcdOptions, log *zap.Logger) (Registry, error) {
+func NewRegistry(opts Options, log *zap.Logger) (Registry, error) {
 	if len(opts.Endpoints) == 0 {
-		return nil, fmt.Errorf("%w: no endpoints", ErrBadEtcdOptions)
+		return nil, fmt.Errorf("%w: no endpoints", ErrBadOptions)
 	}
 	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
+		opts.Prefix = lease.DefaultPrefix
 	}
 	opts.Prefix = "/" + strings.Trim(opts.Prefix, "/")
 	tlsCfg, err := opts.tls()
@@ -62,10 +68,10 @@ func NewEtcdRegistry(opts EtcdOptions, log *zap.Logger) (Registry, error) {
 	case "v2":
 		return newEtcd2(opts, tlsCfg, log)
 	}
-	return nil, fmt.Errorf("%w: API %q (want v3 or v2)", ErrBadEtcdOptions, opts.API)
+	return nil, fmt.Errorf("%w: API %q (want v3 or v2)", ErrBadOptions, opts.API)
 }
 
-func (o EtcdOptions) tls() (*tls.Config, error) {
+func (o Options) tls() (*tls.Config, error) {
 	if o.CertFile == "" && o.KeyFile == "" && o.CAFile == "" {
 		return nil, nil
 	}
@@ -73,23 +79,23 @@ func (o EtcdOptions) tls() (*tls.Config, error) {
 	if o.CertFile != "" || o.KeyFile != "" {
 		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --etcd-certfile/--etcd-keyfile: %w", ErrBadEtcdOptions, err)
+			return nil, fmt.Errorf("%w: --etcd-certfile/--etcd-keyfile: %w", ErrBadOptions, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	if o.CAFile != "" {
 		pem, err := os.ReadFile(o.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --etcd-cafile: %w", ErrBadEtcdOptions, err)
+			return nil, fmt.Errorf("%w: --etcd-cafile: %w", ErrBadOptions, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: --etcd-cafile %s holds no certificate", ErrBadEtcdOptions, o.CAFile)
+			return nil, fmt.Errorf("%w: --etcd-cafile %s holds no certificate", ErrBadOptions, o.CAFile)
 		}
 		cfg.RootCAs = pool
 	}
 	return cfg, nil
 }
 
-func (o EtcdOptions) configKey() string  { return o.Prefix + "/config" }
-func (o EtcdOptions) subnetsDir() string { return o.Prefix + "/subnets/" }
+func (o Options) configKey() string  { return o.Prefix + "/config" }
+func (o Options) subnetsDir() string { return o.Prefix + "/subnets/" }

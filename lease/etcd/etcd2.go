@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"context"
@@ -12,12 +12,14 @@ import (
 
 	client "go.etcd.io/etcd/client/v2"
 	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/lease"
 )
 
 // etcd2 keeps leases on etcd's v2 API, as flanneld did before v0.21: key TTLs, create
 // with prevExist=false, watch from an index.
 type etcd2 struct {
-	opts  EtcdOptions
+	opts  Options
 	cli   client.Client
 	kapi  client.KeysAPI
 	log   *zap.Logger
@@ -27,16 +29,16 @@ type etcd2 struct {
 	accepted atomic.Bool
 }
 
-// explain is EtcdOptions.explain, told whether our credentials worked before.
+// explain is Options.explain, told whether our credentials worked before.
 func (e *etcd2) explain(err error, key string) error {
 	if e.accepted.Load() && isV2NoCredentials(err) {
-		return &etcdError{causes: []error{ErrEtcdPermission},
+		return &etcdError{causes: []error{ErrPermission},
 			what: fmt.Sprintf("for user %s on %s (its password was accepted): %s", e.opts.Username, key, e.opts.roleHint()), err: err}
 	}
 	return e.opts.explain(err, key)
 }
 
-func newEtcd2(opts EtcdOptions, tlsCfg *tls.Config, log *zap.Logger) (*etcd2, error) {
+func newEtcd2(opts Options, tlsCfg *tls.Config, log *zap.Logger) (*etcd2, error) {
 	transport := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -98,18 +100,18 @@ func (e *etcd2) List(ctx context.Context) (Listing, error) {
 	}
 	l := Listing{Rev: int64(resp.Index)}
 	for _, n := range resp.Node.Nodes {
-		subnet, subnet6, err := ParseLeaseKey(n.Key)
+		subnet, subnet6, err := lease.ParseLeaseKey(n.Key)
 		if err != nil {
 			e.log.Error("skipping malformed subnet key", zap.String("key", n.Key), zap.Error(err))
 			continue
 		}
-		a, err := DecodeAttrs([]byte(n.Value))
+		a, err := lease.DecodeAttrs([]byte(n.Value))
 		if err != nil {
 			e.log.Error("skipping malformed lease", zap.String("key", n.Key), zap.Error(err))
-			l.Unreadable = append(l.Unreadable, Key{Subnet: subnet, IPv6Subnet: subnet6})
+			l.Unreadable = append(l.Unreadable, lease.Key{Subnet: subnet, IPv6Subnet: subnet6})
 			continue
 		}
-		lease := Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a}
+		lease := lease.Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a}
 		if n.Expiration != nil {
 			lease.Expiration = *n.Expiration
 		}
@@ -118,10 +120,10 @@ func (e *etcd2) List(ctx context.Context) (Listing, error) {
 	return l, nil
 }
 
-func (e *etcd2) key(k Key) string { return e.opts.subnetsDir() + k.String() }
+func (e *etcd2) key(k lease.Key) string { return e.opts.subnetsDir() + k.String() }
 
-func (e *etcd2) set(ctx context.Context, k Key, a Attrs, ttl time.Duration, prev client.PrevExistType) (time.Time, error) {
-	val, err := EncodeAttrs(a)
+func (e *etcd2) set(ctx context.Context, k lease.Key, a lease.Attrs, ttl time.Duration, prev client.PrevExistType) (time.Time, error) {
+	val, err := lease.EncodeAttrs(a)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -141,15 +143,15 @@ func (e *etcd2) set(ctx context.Context, k Key, a Attrs, ttl time.Duration, prev
 	return time.Now().Add(ttl), nil
 }
 
-func (e *etcd2) Create(ctx context.Context, k Key, a Attrs, ttl time.Duration) (time.Time, error) {
+func (e *etcd2) Create(ctx context.Context, k lease.Key, a lease.Attrs, ttl time.Duration) (time.Time, error) {
 	return e.set(ctx, k, a, ttl, client.PrevNoExist)
 }
 
-func (e *etcd2) Update(ctx context.Context, k Key, a Attrs, ttl time.Duration) (time.Time, error) {
+func (e *etcd2) Update(ctx context.Context, k lease.Key, a lease.Attrs, ttl time.Duration) (time.Time, error) {
 	return e.set(ctx, k, a, ttl, client.PrevExist)
 }
 
-func (e *etcd2) Delete(ctx context.Context, k Key) error {
+func (e *etcd2) Delete(ctx context.Context, k lease.Key) error {
 	_, err := e.kapi.Delete(ctx, e.key(k), nil)
 	if errCode(err) == client.ErrorCodeKeyNotFound {
 		return nil
@@ -173,21 +175,21 @@ func (e *etcd2) Watch(ctx context.Context, rev int64, changes func([]Change)) er
 		if resp.Node == nil || resp.Node.Dir {
 			continue
 		}
-		subnet, subnet6, err := ParseLeaseKey(resp.Node.Key)
+		subnet, subnet6, err := lease.ParseLeaseKey(resp.Node.Key)
 		if err != nil {
 			e.log.Error("skipping malformed subnet key", zap.String("key", resp.Node.Key), zap.Error(err))
 			continue
 		}
 		switch resp.Action {
 		case "delete", "expire", "compareAndDelete":
-			changes([]Change{{Type: Removed, Lease: Lease{Subnet: subnet, IPv6Subnet: subnet6}}})
+			changes([]Change{{Type: lease.Removed, Lease: lease.Lease{Subnet: subnet, IPv6Subnet: subnet6}}})
 		default:
-			a, err := DecodeAttrs([]byte(resp.Node.Value))
-			l := Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a}
+			a, err := lease.DecodeAttrs([]byte(resp.Node.Value))
+			l := lease.Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a}
 			if resp.Node.Expiration != nil {
 				l.Expiration = *resp.Node.Expiration
 			}
-			changes([]Change{{Type: Added, Lease: l, Bad: err}})
+			changes([]Change{{Type: lease.Added, Lease: l, Bad: err}})
 		}
 	}
 }

@@ -1,8 +1,10 @@
-package lease
+package etcd
 
 import (
 	"net/netip"
 	"testing"
+
+	"github.com/weftnet/weft/lease"
 )
 
 // TestPickFree: a free subnet in range is found, whatever the range's size (up to
@@ -10,10 +12,10 @@ import (
 func TestPickFree(t *testing.T) {
 	for _, tc := range []struct {
 		name, json string
-		take       func(c *Config) map[netip.Prefix]bool
+		take       func(c *lease.Config) map[netip.Prefix]bool
 		want       string // the only free subnet, "" for any, "none" for none
 	}{
-		{"small, one left", `{"Network":"198.18.0.0/16","SubnetLen":24}`, func(c *Config) map[netip.Prefix]bool {
+		{"small, one left", `{"Network":"198.18.0.0/16","SubnetLen":24}`, func(c *lease.Config) map[netip.Prefix]bool {
 			m := map[netip.Prefix]bool{}
 			for i := c.Index(c.SubnetMin); i <= c.Index(c.SubnetMax); i++ {
 				if s := c.Subnet(i); s.String() != "198.18.77.0/24" {
@@ -22,14 +24,14 @@ func TestPickFree(t *testing.T) {
 			}
 			return m
 		}, "198.18.77.0/24"},
-		{"small, full", `{"Network":"198.18.0.0/28"}`, func(c *Config) map[netip.Prefix]bool {
+		{"small, full", `{"Network":"198.18.0.0/28"}`, func(c *lease.Config) map[netip.Prefix]bool {
 			m := map[netip.Prefix]bool{}
 			for i := c.Index(c.SubnetMin); i <= c.Index(c.SubnetMax); i++ {
 				m[c.Subnet(i)] = true
 			}
 			return m
 		}, "none"},
-		{"2^30, some taken", `{"Network":"0.0.0.0/0","SubnetLen":30}`, func(c *Config) map[netip.Prefix]bool {
+		{"2^30, some taken", `{"Network":"0.0.0.0/0","SubnetLen":30}`, func(c *lease.Config) map[netip.Prefix]bool {
 			m := map[netip.Prefix]bool{}
 			for i := 1; i < 5000; i++ {
 				m[c.Subnet(i)] = true
@@ -37,7 +39,7 @@ func TestPickFree(t *testing.T) {
 			return m
 		}, ""},
 		{"16 between Min and Max, all but one taken", `{"Network":"10.0.0.0/8","SubnetLen":28,"SubnetMin":"10.0.0.16","SubnetMax":"10.0.1.0"}`,
-			func(c *Config) map[netip.Prefix]bool {
+			func(c *lease.Config) map[netip.Prefix]bool {
 				return map[netip.Prefix]bool{c.Subnet(1): true, c.Subnet(2): true, c.Subnet(3): true, c.Subnet(4): true,
 					c.Subnet(5): true, c.Subnet(6): true, c.Subnet(7): true, c.Subnet(8): true, c.Subnet(9): true,
 					c.Subnet(10): true, c.Subnet(11): true, c.Subnet(12): true, c.Subnet(13): true, c.Subnet(14): true,
@@ -45,7 +47,7 @@ func TestPickFree(t *testing.T) {
 			}, "10.0.1.0/28"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := ParseConfig([]byte(tc.json))
+			c, err := lease.ParseConfig([]byte(tc.json))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +73,7 @@ func TestPickFree(t *testing.T) {
 // TestPickFreeLargeScan: in a range beyond 2^16 where random probes keep hitting
 // taken subnets, the scan still finds the few free ones.
 func TestPickFreeLargeScan(t *testing.T) {
-	c, err := ParseConfig([]byte(`{"Network":"10.0.0.0/8","SubnetLen":30,"SubnetMin":"10.0.0.4","SubnetMax":"10.8.0.0"}`))
+	c, err := lease.ParseConfig([]byte(`{"Network":"10.0.0.0/8","SubnetLen":30,"SubnetMin":"10.0.0.4","SubnetMax":"10.8.0.0"}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/bench/etcdproc"
+	"github.com/weftnet/weft/lease"
 )
 
 // A peer's dual-stack vxlan lease and an IPv6-only one, as flanneld writes them.
@@ -26,18 +27,23 @@ const (
 )
 
 var (
-	dualKeyParsed   = Key{Subnet: pfx("198.18.207.0/24"), IPv6Subnet: pfx("fd00:db8:0:207::/64")}
-	v6OnlyKeyParsed = Key{IPv6Subnet: pfx("fd00:db8:0:208::/64")}
+	dualKeyParsed   = lease.Key{Subnet: pfx("198.18.207.0/24"), IPv6Subnet: pfx("fd00:db8:0:207::/64")}
+	v6OnlyKeyParsed = lease.Key{IPv6Subnet: pfx("fd00:db8:0:208::/64")}
 	ourIPv6         = addr("2001:db8::1")
 )
+
+// flanneld's lease value on a dual-stack vxlan network (the MACs made up), as in the
+// lease package's codec tests.
+const flanneldDualStackVXLAN = `{"PublicIP":"192.0.2.1","PublicIPv6":"2001:db8::1","BackendType":"vxlan",` +
+	`"BackendData":{"VNI":1,"VtepMAC":"aa:bb:cc:dd:ee:ff"},"BackendV6Data":{"VNI":1,"VtepMAC":"aa:bb:cc:dd:ee:fe"}}`
 
 func peerDualValue() string {
 	return strings.Replace(flanneldDualStackVXLAN, "192.0.2.1", peerDualIP, 1)
 }
 
-func decode(t *testing.T, v string) Attrs {
+func decode(t *testing.T, v string) lease.Attrs {
 	t.Helper()
-	a, err := DecodeAttrs([]byte(v))
+	a, err := lease.DecodeAttrs([]byte(v))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,13 +51,13 @@ func decode(t *testing.T, v string) Attrs {
 }
 
 // leaseKeys lists the store and indexes the leases by their whole key.
-func leaseKeys(t *testing.T, reg Registry) map[Key]Lease {
+func leaseKeys(t *testing.T, reg Registry) map[lease.Key]lease.Lease {
 	t.Helper()
 	l, err := reg.List(testCtx(t, 30*time.Second))
 	if err != nil {
 		t.Fatalf("list: %v", err)
 	}
-	m := map[Key]Lease{}
+	m := map[lease.Key]lease.Lease{}
 	for _, x := range l.Leases {
 		m[x.Key()] = x
 	}
@@ -73,11 +79,11 @@ func TestRegistryV6Leases(t *testing.T) {
 		s.put(t, v6OnlyKey, peerV6Value)
 		s.put(t, dualKey, peerDualValue())
 
-		if c := w.next(t); c.Type != Added || c.Bad != nil || c.Lease.Key() != v6OnlyKeyParsed ||
+		if c := w.next(t); c.Type != lease.Added || c.Bad != nil || c.Lease.Key() != v6OnlyKeyParsed ||
 			!c.Lease.Attrs.Equal(decode(t, peerV6Value)) {
 			t.Fatalf("first change %+v, want the IPv6-only lease %v", c, v6OnlyKeyParsed)
 		}
-		if c := w.next(t); c.Type != Added || c.Lease.Key() != dualKeyParsed || !c.Lease.Attrs.Equal(decode(t, peerDualValue())) {
+		if c := w.next(t); c.Type != lease.Added || c.Lease.Key() != dualKeyParsed || !c.Lease.Attrs.Equal(decode(t, peerDualValue())) {
 			t.Fatalf("second change %+v, want the dual-stack lease %v", c, dualKeyParsed)
 		}
 		got := leaseKeys(t, s.reg)
@@ -87,8 +93,8 @@ func TestRegistryV6Leases(t *testing.T) {
 
 		// Our own, written by the registry: a taken key is ErrTaken, renewal and
 		// deletion go to the same key.
-		mine := Key{IPv6Subnet: pfx("fd00:db8:0:9::/64")}
-		a := Attrs{PublicIP: addr("0.0.0.0"), PublicIPv6: ourIPv6, BackendType: "vxlan", BackendV6Data: []byte(`{"VNI":1}`)}
+		mine := lease.Key{IPv6Subnet: pfx("fd00:db8:0:9::/64")}
+		a := lease.Attrs{PublicIP: addr("0.0.0.0"), PublicIPv6: ourIPv6, BackendType: "vxlan", BackendV6Data: []byte(`{"VNI":1}`)}
 		if _, err := s.reg.Create(ctx, mine, a, time.Hour); err != nil {
 			t.Fatal(err)
 		}
@@ -98,24 +104,24 @@ func TestRegistryV6Leases(t *testing.T) {
 		if _, err := s.reg.Create(ctx, dualKeyParsed, a, time.Hour); !errors.Is(err, ErrTaken) {
 			t.Fatalf("Create on flanneld's dual-stack key = %v, want ErrTaken", err)
 		}
-		if c := w.next(t); c.Type != Added || c.Lease.Key() != mine || !c.Lease.Attrs.Equal(a) {
+		if c := w.next(t); c.Type != lease.Added || c.Lease.Key() != mine || !c.Lease.Attrs.Equal(a) {
 			t.Fatalf("after Create: %+v", c)
 		}
 		a.BackendV6Data = []byte(`{"VNI":2}`)
 		if _, err := s.reg.Update(ctx, mine, a, time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		if c := w.next(t); c.Type != Added || c.Lease.Key() != mine || string(c.Lease.Attrs.BackendV6Data) != `{"VNI":2}` {
+		if c := w.next(t); c.Type != lease.Added || c.Lease.Key() != mine || string(c.Lease.Attrs.BackendV6Data) != `{"VNI":2}` {
 			t.Fatalf("after Update: %+v", c)
 		}
 		if err := s.reg.Delete(ctx, mine); err != nil {
 			t.Fatal(err)
 		}
-		if c := w.next(t); c.Type != Removed || c.Lease.Key() != mine {
+		if c := w.next(t); c.Type != lease.Removed || c.Lease.Key() != mine {
 			t.Fatalf("after Delete: %+v, want Removed %v", c, mine)
 		}
 		s.del(t, dualKey)
-		if c := w.next(t); c.Type != Removed || c.Lease.Key() != dualKeyParsed {
+		if c := w.next(t); c.Type != lease.Removed || c.Lease.Key() != dualKeyParsed {
 			t.Fatalf("after deleting flanneld's key: %+v, want Removed %v", c, dualKeyParsed)
 		}
 		if _, ok := leaseKeys(t, s.reg)[v6OnlyKeyParsed]; !ok {
@@ -135,25 +141,25 @@ func TestManagerV4IgnoresV6Only(t *testing.T) {
 		s.put(t, dualKey, peerDualValue())
 		s.put(t, v6OnlyKey, peerV6Value)
 		m := newManager(t, s, `{"Network":"198.18.0.0/16","SubnetMin":"198.18.207.0","SubnetMax":"198.18.208.0","Backend":{"Type":"vxlan"}}`, ManagerOptions{})
-		own, err := m.Acquire(ctx, Attrs{PublicIP: ourIP, BackendType: "vxlan"})
+		own, err := m.Acquire(ctx, lease.Attrs{PublicIP: ourIP, BackendType: "vxlan"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if own.Key() != (Key{Subnet: pfx("198.18.208.0/24")}) {
+		if own.Key() != (lease.Key{Subnet: pfx("198.18.208.0/24")}) {
 			t.Fatalf("leased %v, want 198.18.208.0-24 (198.18.207.0/24 is the peer's)", own.Key())
 		}
 		ch := watchEvents(t, m, own.Key())
-		expectBatch(t, ch, describeEvents([]Event{{Type: Added, Lease: Lease{Subnet: dualKeyParsed.Subnet, IPv6Subnet: dualKeyParsed.IPv6Subnet,
+		expectBatch(t, ch, describeEvents([]lease.Event{{Type: lease.Added, Lease: lease.Lease{Subnet: dualKeyParsed.Subnet, IPv6Subnet: dualKeyParsed.IPv6Subnet,
 			Attrs: decode(t, peerDualValue())}}}))
 
 		s2 := newStore(t, srv, api)
 		s2.put(t, "/subnets/198.18.9.0-24&fd00:db8:0:9::-64", flanneldDualStackVXLAN)
 		m2 := newManager(t, s2, `{"Network":"198.18.0.0/16","SubnetMin":"198.18.9.0","SubnetMax":"198.18.9.0","Backend":{"Type":"vxlan"}}`, ManagerOptions{})
-		l, err := m2.Acquire(ctx, Attrs{PublicIP: ourIP, BackendType: "vxlan"})
+		l, err := m2.Acquire(ctx, lease.Attrs{PublicIP: ourIP, BackendType: "vxlan"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := Key{Subnet: pfx("198.18.9.0/24")}
+		want := lease.Key{Subnet: pfx("198.18.9.0/24")}
 		if got := leaseKeys(t, s2.reg); l.Key() != want || len(got) != 1 || got[want].Attrs.PublicIP != ourIP {
 			t.Errorf("Acquire = %v; leases %+v; want only the IPv4 lease %v", l.Key(), got, want)
 		}
@@ -173,7 +179,7 @@ func TestManagerDualStack(t *testing.T) {
 		stateFile := filepath.Join(t.TempDir(), "lease.json")
 		opts := ManagerOptions{StateFile: stateFile, TTL: 3 * time.Second, RenewMargin: 2 * time.Second}
 		m := newManager(t, s, dualCfg, opts)
-		attrs := Attrs{PublicIP: ourIP, PublicIPv6: ourIPv6, BackendType: "vxlan", BackendV6Data: []byte(`{"VNI":1}`)}
+		attrs := lease.Attrs{PublicIP: ourIP, PublicIPv6: ourIPv6, BackendType: "vxlan", BackendV6Data: []byte(`{"VNI":1}`)}
 		own, err := m.Acquire(ctx, attrs)
 		if err != nil {
 			t.Fatal(err)
@@ -186,11 +192,11 @@ func TestManagerDualStack(t *testing.T) {
 			t.Fatalf("stored %+v under %v, want %+v", got, own.Key(), own.Attrs)
 		}
 		ch := watchEvents(t, m, own.Key())
-		expectBatch(t, ch, describeEvents([]Event{{Type: Added, Lease: Lease{Subnet: dualKeyParsed.Subnet, IPv6Subnet: dualKeyParsed.IPv6Subnet,
+		expectBatch(t, ch, describeEvents([]lease.Event{{Type: lease.Added, Lease: lease.Lease{Subnet: dualKeyParsed.Subnet, IPv6Subnet: dualKeyParsed.IPv6Subnet,
 			Attrs: decode(t, peerDualValue())}}}))
 
 		done := make(chan struct{})
-		go func() { defer close(done); _ = m.Hold(ctx, own, func(Lease) {}) }()
+		go func() { defer close(done); _ = m.Hold(ctx, own, func(lease.Lease) {}) }()
 		eventually(t, 20*time.Second, "two renewals of the dual-stack lease", func() bool { return m.Stats().Renewals >= 2 })
 		cancel()
 		<-done
@@ -223,8 +229,8 @@ func TestManagerIPv6Only(t *testing.T) {
 		opts1 := ManagerOptions{StateFile: filepath.Join(t.TempDir(), "lease.json")}
 		m1 := newManager(t, s, v6OnlyCfg, opts1)
 		m2 := newManager(t, s, "", ManagerOptions{})
-		a1 := Attrs{PublicIP: addr("0.0.0.0"), PublicIPv6: addr("2001:db8::1"), BackendType: "vxlan"}
-		a2 := Attrs{PublicIP: addr("0.0.0.0"), PublicIPv6: addr("2001:db8::2"), BackendType: "vxlan"}
+		a1 := lease.Attrs{PublicIP: addr("0.0.0.0"), PublicIPv6: addr("2001:db8::1"), BackendType: "vxlan"}
+		a2 := lease.Attrs{PublicIP: addr("0.0.0.0"), PublicIPv6: addr("2001:db8::2"), BackendType: "vxlan"}
 		l1, err := m1.Acquire(ctx, a1)
 		if err != nil {
 			t.Fatal(err)
@@ -233,7 +239,7 @@ func TestManagerIPv6Only(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, l := range []Lease{l1, l2} {
+		for _, l := range []lease.Lease{l1, l2} {
 			if l.Subnet.IsValid() || !l.IPv6Subnet.IsValid() || !strings.HasPrefix(l.Key().String(), "0.0.0.0-0&fd00:db8:") {
 				t.Fatalf("leased %v, want an IPv6-only key", l.Key())
 			}
@@ -241,8 +247,8 @@ func TestManagerIPv6Only(t *testing.T) {
 		if l1.IPv6Subnet == l2.IPv6Subnet {
 			t.Fatalf("both hosts leased %v", l1.IPv6Subnet)
 		}
-		expectBatch(t, watchEvents(t, m1, l1.Key()), describeEvents([]Event{{Type: Added, Lease: l2}}))
-		expectBatch(t, watchEvents(t, m2, l2.Key()), describeEvents([]Event{{Type: Added, Lease: l1}}))
+		expectBatch(t, watchEvents(t, m1, l1.Key()), describeEvents([]lease.Event{{Type: lease.Added, Lease: l2}}))
+		expectBatch(t, watchEvents(t, m2, l2.Key()), describeEvents([]lease.Event{{Type: lease.Added, Lease: l1}}))
 
 		again, err := newManager(t, s, "", opts1).Acquire(ctx, a1)
 		if err != nil || again.Key() != l1.Key() {
@@ -259,10 +265,10 @@ func TestManagerTurnsOnIPv6(t *testing.T) {
 		ctx := testCtx(t, time.Minute)
 		s := newStore(t, srv, api)
 		stateFile := filepath.Join(t.TempDir(), "lease.json")
-		writeState(t, stateFile, state{HostID: "h1", Network: pfx("198.18.0.0/16"), Subnet: pfx("198.18.44.0/24")})
-		create(t, s, pfx("198.18.44.0/24"), Attrs{PublicIP: ourIP, BackendType: "vxlan", HostID: "h1"})
+		writeState(t, stateFile, lease.State{HostID: "h1", Network: pfx("198.18.0.0/16"), Subnet: pfx("198.18.44.0/24")})
+		create(t, s, pfx("198.18.44.0/24"), lease.Attrs{PublicIP: ourIP, BackendType: "vxlan", HostID: "h1"})
 		m := newManager(t, s, dualCfg, ManagerOptions{StateFile: stateFile})
-		l, err := m.Acquire(ctx, Attrs{PublicIP: ourIP, PublicIPv6: ourIPv6, BackendType: "vxlan"})
+		l, err := m.Acquire(ctx, lease.Attrs{PublicIP: ourIP, PublicIPv6: ourIPv6, BackendType: "vxlan"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +278,7 @@ func TestManagerTurnsOnIPv6(t *testing.T) {
 		if got := leaseKeys(t, s.reg); len(got) != 1 {
 			t.Errorf("leases %+v, want only the dual-stack one", got)
 		}
-		st, err := loadState(stateFile)
+		st, err := lease.LoadState(stateFile)
 		if err != nil || st.IPv6Subnet != l.IPv6Subnet || st.IPv6Network != pfx("fd00:db8::/48") {
 			t.Errorf("state file %+v, %v; want the IPv6 subnet %v recorded", st, err, l.IPv6Subnet)
 		}
@@ -282,7 +288,7 @@ func TestManagerTurnsOnIPv6(t *testing.T) {
 // TestPickV6: the IPv6 pick finds the one free subnet of a range where taken
 // prefixes of other lengths cover the rest, and reports a full range.
 func TestPickV6(t *testing.T) {
-	cfg, err := ParseConfig([]byte(`{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:db8::/120","IPv6SubnetLen":126}`))
+	cfg, err := lease.ParseConfig([]byte(`{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:db8::/120","IPv6SubnetLen":126}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,22 +298,22 @@ func TestPickV6(t *testing.T) {
 		taken = append(taken, netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0x0d, 0xb8, 15: byte(i)}), 126))
 	}
 	for range 20 {
-		p, err := cfg.pickV6(taken)
+		p, err := pickV6(cfg, taken)
 		if err != nil || p != pfx("fd00:db8::fc/126") {
 			t.Fatalf("pickV6 = %v, %v; want fd00:db8::fc/126", p, err)
 		}
 	}
-	if p, err := cfg.pickV6(append(taken, pfx("fd00:db8::fc/126"))); !errors.Is(err, ErrNoFreeSubnet) {
+	if p, err := pickV6(cfg, append(taken, pfx("fd00:db8::fc/126"))); !errors.Is(err, ErrNoFreeSubnet) {
 		t.Fatalf("full range: pickV6 = %v, %v; want ErrNoFreeSubnet", p, err)
 	}
 	// A wide range: random picks, all in range and aligned.
-	wide, err := ParseConfig([]byte(`{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/16"}`))
+	wide, err := lease.ParseConfig([]byte(`{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/16"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := map[netip.Prefix]bool{}
 	for range 50 {
-		p, err := wide.pickV6(nil)
+		p, err := pickV6(wide, nil)
 		if err != nil || !wide.InRangeV6(p) {
 			t.Fatalf("pickV6 = %v, %v; want a /64 in range", p, err)
 		}

@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/bench/etcdtest"
+	"github.com/weftnet/weft/lease"
 )
 
 // outage is how long etcd stays down: the length of the scenario, not a wait for
@@ -23,14 +24,14 @@ func TestWatchSurvivesEtcdOutage(t *testing.T) {
 			const cfg = `{"Network":"198.18.0.0/16"}`
 			create(t, s, pfx("198.18.1.0/24"), peer1)
 			create(t, s, pfx("198.18.2.0/24"), peer2)
-			snapshot := evs(ev(Added, "198.18.1.0/24", peer1), ev(Added, "198.18.2.0/24", peer2))
+			snapshot := evs(ev(lease.Added, "198.18.1.0/24", peer1), ev(lease.Added, "198.18.2.0/24", peer2))
 			m1 := newManager(t, s, cfg, ManagerOptions{})
 			m2 := newManager(t, s, "", ManagerOptions{})
-			ch1 := watchEvents(t, m1, Key{Subnet: pfx("198.18.100.0/24")})
+			ch1 := watchEvents(t, m1, lease.Key{Subnet: pfx("198.18.100.0/24")})
 			expectBatch(t, ch1, snapshot)
 
 			srv.Stop()
-			ch2 := watchEvents(t, m2, Key{Subnet: pfx("198.18.100.0/24")})
+			ch2 := watchEvents(t, m2, lease.Key{Subnet: pfx("198.18.100.0/24")})
 			down := time.NewTimer(outage)
 			defer down.Stop()
 			for stop := false; !stop; {
@@ -50,8 +51,8 @@ func TestWatchSurvivesEtcdOutage(t *testing.T) {
 			}
 			expectBatch(t, ch2, snapshot)
 			create(t, s, pfx("198.18.3.0/24"), peer3)
-			expectBatch(t, ch1, ev(Added, "198.18.3.0/24", peer3))
-			expectBatch(t, ch2, ev(Added, "198.18.3.0/24", peer3))
+			expectBatch(t, ch1, ev(lease.Added, "198.18.3.0/24", peer3))
+			expectBatch(t, ch2, ev(lease.Added, "198.18.3.0/24", peer3))
 		})
 	}
 }

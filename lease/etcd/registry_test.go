@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"encoding/json"
@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/bench/etcdproc"
+	"github.com/weftnet/weft/lease"
 )
 
 var (
-	attrsA = Attrs{PublicIP: addr("192.0.2.10"), BackendType: "udp", HostID: "host-a"}
-	attrsB = Attrs{PublicIP: addr("192.0.2.11"), BackendType: "vxlan", BackendData: json.RawMessage(`{"VtepMAC":"aa:bb:cc:dd:ee:ff"}`)}
+	attrsA = lease.Attrs{PublicIP: addr("192.0.2.10"), BackendType: "udp", HostID: "host-a"}
+	attrsB = lease.Attrs{PublicIP: addr("192.0.2.11"), BackendType: "vxlan", BackendData: json.RawMessage(`{"VtepMAC":"aa:bb:cc:dd:ee:ff"}`)}
 )
 
 // TestRegistryConformance runs the same table against the v3 and the v2 registry.
@@ -37,14 +38,14 @@ func TestRegistryConformance(t *testing.T) {
 			ctx := testCtx(t, 30*time.Second)
 			sub := pfx("198.18.5.0/24")
 			before := time.Now()
-			exp, err := s.reg.Create(ctx, Key{Subnet: sub}, attrsA, time.Hour)
+			exp, err := s.reg.Create(ctx, lease.Key{Subnet: sub}, attrsA, time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if exp.Before(before.Add(time.Hour-5*time.Second)) || exp.After(time.Now().Add(time.Hour+5*time.Second)) {
 				t.Errorf("expiration %v is not an hour from %v", exp, before)
 			}
-			if _, err := s.reg.Create(ctx, Key{Subnet: sub}, attrsB, time.Hour); !errors.Is(err, ErrTaken) {
+			if _, err := s.reg.Create(ctx, lease.Key{Subnet: sub}, attrsB, time.Hour); !errors.Is(err, ErrTaken) {
 				t.Fatalf("second Create = %v, want ErrTaken", err)
 			}
 			if got := leaseMap(t, s.reg)[sub]; !got.Attrs.Equal(attrsA) {
@@ -54,29 +55,29 @@ func TestRegistryConformance(t *testing.T) {
 		{"update and delete", func(t *testing.T, s *store) {
 			ctx := testCtx(t, 30*time.Second)
 			sub := pfx("198.18.6.0/24")
-			if _, err := s.reg.Update(ctx, Key{Subnet: sub}, attrsA, time.Hour); !errors.Is(err, ErrNotFound) {
+			if _, err := s.reg.Update(ctx, lease.Key{Subnet: sub}, attrsA, time.Hour); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("Update of a missing lease = %v, want ErrNotFound", err)
 			}
 			// Delete is idempotent: a lease already gone is no error (both APIs alike).
-			if err := s.reg.Delete(ctx, Key{Subnet: sub}); err != nil {
+			if err := s.reg.Delete(ctx, lease.Key{Subnet: sub}); err != nil {
 				t.Fatalf("Delete of a missing lease = %v", err)
 			}
-			if _, err := s.reg.Create(ctx, Key{Subnet: sub}, attrsA, time.Hour); err != nil {
+			if _, err := s.reg.Create(ctx, lease.Key{Subnet: sub}, attrsA, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.reg.Update(ctx, Key{Subnet: sub}, attrsB, time.Hour); err != nil {
+			if _, err := s.reg.Update(ctx, lease.Key{Subnet: sub}, attrsB, time.Hour); err != nil {
 				t.Fatalf("Update: %v", err)
 			}
 			if got := leaseMap(t, s.reg)[sub]; !got.Attrs.Equal(attrsB) {
 				t.Errorf("after Update: %+v, want %+v", got.Attrs, attrsB)
 			}
-			if err := s.reg.Delete(ctx, Key{Subnet: sub}); err != nil {
+			if err := s.reg.Delete(ctx, lease.Key{Subnet: sub}); err != nil {
 				t.Fatal(err)
 			}
 			if _, ok := leaseMap(t, s.reg)[sub]; ok {
 				t.Error("lease listed after Delete")
 			}
-			if _, err := s.reg.Update(ctx, Key{Subnet: sub}, attrsA, time.Hour); !errors.Is(err, ErrNotFound) {
+			if _, err := s.reg.Update(ctx, lease.Key{Subnet: sub}, attrsA, time.Hour); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("Update after Delete = %v, want ErrNotFound", err)
 			}
 		}},
@@ -88,7 +89,7 @@ func TestRegistryConformance(t *testing.T) {
 		}},
 		{"list unreadable", func(t *testing.T, s *store) {
 			ctx := testCtx(t, 30*time.Second)
-			if _, err := s.reg.Create(ctx, Key{Subnet: pfx("198.18.1.0/24")}, attrsA, time.Hour); err != nil {
+			if _, err := s.reg.Create(ctx, lease.Key{Subnet: pfx("198.18.1.0/24")}, attrsA, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			s.put(t, "/subnets/198.18.2.0-24", `{"PublicIP":"192.0.2.11"}`) // flanneld udp
@@ -105,17 +106,17 @@ func TestRegistryConformance(t *testing.T) {
 				got = append(got, x.Subnet)
 			}
 			slices.SortFunc(got, netip.Prefix.Compare)
-			slices.SortFunc(l.Unreadable, func(a, b Key) int { return a.Subnet.Compare(b.Subnet) })
+			slices.SortFunc(l.Unreadable, func(a, b lease.Key) int { return a.Subnet.Compare(b.Subnet) })
 			if want := []netip.Prefix{pfx("198.18.1.0/24"), pfx("198.18.2.0/24")}; !reflect.DeepEqual(got, want) {
 				t.Errorf("leases %v, want %v", got, want)
 			}
-			if want := []Key{{Subnet: pfx("198.18.9.0/24")}, {Subnet: pfx("198.18.10.0/24")}}; !reflect.DeepEqual(l.Unreadable, want) {
+			if want := []lease.Key{{Subnet: pfx("198.18.9.0/24")}, {Subnet: pfx("198.18.10.0/24")}}; !reflect.DeepEqual(l.Unreadable, want) {
 				t.Errorf("unreadable %v, want %v", l.Unreadable, want)
 			}
 		}},
 		{"ttl expiry", func(t *testing.T, s *store) {
 			sub := pfx("198.18.7.0/24")
-			if _, err := s.reg.Create(testCtx(t, 30*time.Second), Key{Subnet: sub}, attrsA, 2*time.Second); err != nil {
+			if _, err := s.reg.Create(testCtx(t, 30*time.Second), lease.Key{Subnet: sub}, attrsA, 2*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			if _, ok := leaseMap(t, s.reg)[sub]; !ok {
@@ -134,23 +135,23 @@ func TestRegistryConformance(t *testing.T) {
 	})
 }
 
-func TestNewEtcdRegistryOptions(t *testing.T) {
+func TestNewRegistryOptions(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts EtcdOptions
+		opts Options
 	}{
-		{"no endpoints", EtcdOptions{API: "v3"}},
-		{"unknown API", EtcdOptions{Endpoints: []string{"http://127.0.0.1:1"}, API: "v4"}},
-		{"missing cert", EtcdOptions{Endpoints: []string{"http://127.0.0.1:1"}, CertFile: "/nonexistent.pem", KeyFile: "/nonexistent.key"}},
-		{"missing CA", EtcdOptions{Endpoints: []string{"http://127.0.0.1:1"}, CAFile: "/nonexistent.pem"}},
+		{"no endpoints", Options{API: "v3"}},
+		{"unknown API", Options{Endpoints: []string{"http://127.0.0.1:1"}, API: "v4"}},
+		{"missing cert", Options{Endpoints: []string{"http://127.0.0.1:1"}, CertFile: "/nonexistent.pem", KeyFile: "/nonexistent.key"}},
+		{"missing CA", Options{Endpoints: []string{"http://127.0.0.1:1"}, CAFile: "/nonexistent.pem"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			reg, err := NewEtcdRegistry(tc.opts, nil)
-			if !errors.Is(err, ErrBadEtcdOptions) {
+			reg, err := NewRegistry(tc.opts, nil)
+			if !errors.Is(err, ErrBadOptions) {
 				if reg != nil {
 					reg.Close()
 				}
-				t.Fatalf("NewEtcdRegistry = %v, want ErrBadEtcdOptions", err)
+				t.Fatalf("NewRegistry = %v, want ErrBadOptions", err)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/weftnet/weft/bench/etcdtest"
 	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/bench/testpki"
+	"github.com/weftnet/weft/lease"
 )
 
 // secureLab is one etcd over TLS with client certificates and authentication on both
@@ -55,8 +56,8 @@ func newSecureLab(t *testing.T) *secureLab {
 }
 
 // good are the options weftd runs with: etcd's CA, its own certificate, its user.
-func (l *secureLab) good(api string) EtcdOptions {
-	return EtcdOptions{
+func (l *secureLab) good(api string) Options {
+	return Options{
 		Endpoints: []string{l.etcd.Endpoint()}, Prefix: l.prefix, API: api,
 		CAFile: l.etcd.CA.CertFile, CertFile: l.etcd.Client.CertFile, KeyFile: l.etcd.Client.KeyFile,
 		Username: etcdtest.WeftdUser, Password: etcdtest.WeftdPassword,
@@ -69,7 +70,7 @@ func TestRegistryTLSAndAuth(t *testing.T) {
 	l := newSecureLab(t)
 	for _, api := range apis {
 		t.Run(api, func(t *testing.T) {
-			reg, err := NewEtcdRegistry(l.good(api), zaptest.NewLogger(t))
+			reg, err := NewRegistry(l.good(api), zaptest.NewLogger(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,12 +92,12 @@ func TestRegistryTLSAndAuth(t *testing.T) {
 			wdone := make(chan error, 1)
 			go func() { wdone <- reg.Watch(wctx, listing.Rev, func(c []Change) { changes <- c }) }()
 			t.Cleanup(func() { stop(); <-wdone })
-			if _, err := reg.Create(ctx, Key{Subnet: sub}, attrsA, time.Hour); err != nil {
+			if _, err := reg.Create(ctx, lease.Key{Subnet: sub}, attrsA, time.Hour); err != nil {
 				t.Fatalf("Create: %v", err)
 			}
 			select {
 			case c := <-changes:
-				if len(c) != 1 || c[0].Type != Added || c[0].Lease.Subnet != sub {
+				if len(c) != 1 || c[0].Type != lease.Added || c[0].Lease.Subnet != sub {
 					t.Fatalf("watch sent %+v, want %v added", c, sub)
 				}
 			case err := <-wdone:
@@ -104,13 +105,13 @@ func TestRegistryTLSAndAuth(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("no watch event for the created lease")
 			}
-			if _, err := reg.Update(ctx, Key{Subnet: sub}, attrsB, time.Hour); err != nil {
+			if _, err := reg.Update(ctx, lease.Key{Subnet: sub}, attrsB, time.Hour); err != nil {
 				t.Fatalf("Update: %v", err)
 			}
 			if got := leaseMap(t, reg)[sub]; !got.Attrs.Equal(attrsB) {
 				t.Fatalf("after Update: %+v", got.Attrs)
 			}
-			if err := reg.Delete(ctx, Key{Subnet: sub}); err != nil {
+			if err := reg.Delete(ctx, lease.Key{Subnet: sub}); err != nil {
 				t.Fatalf("Delete: %v", err)
 			}
 		})
@@ -124,42 +125,42 @@ func TestRegistryTLSAndAuthFailures(t *testing.T) {
 	cases := []struct {
 		name  string
 		apis  []string
-		opts  func(o *EtcdOptions)
+		opts  func(o *Options)
 		is    []error
 		words []string
 	}{
-		{"wrong CA", apis, func(o *EtcdOptions) { o.CAFile = l.otherCA.CertFile },
-			[]error{ErrEtcdTLS}, []string{"certificate signed by unknown authority", "--etcd-cafile=" + l.otherCA.CertFile}},
-		{"client certificate from another CA", apis, func(o *EtcdOptions) { o.CertFile, o.KeyFile = l.stranger.CertFile, l.stranger.KeyFile },
-			[]error{ErrEtcdTLS}, []string{"etcd refused our client certificate", "remote error: tls"}},
-		{"expired client certificate", apis, func(o *EtcdOptions) { o.CertFile, o.KeyFile = l.expired.CertFile, l.expired.KeyFile },
-			[]error{ErrEtcdTLS}, []string{"etcd refused our client certificate", "expired at"}},
+		{"wrong CA", apis, func(o *Options) { o.CAFile = l.otherCA.CertFile },
+			[]error{ErrTLS}, []string{"certificate signed by unknown authority", "--etcd-cafile=" + l.otherCA.CertFile}},
+		{"client certificate from another CA", apis, func(o *Options) { o.CertFile, o.KeyFile = l.stranger.CertFile, l.stranger.KeyFile },
+			[]error{ErrTLS}, []string{"etcd refused our client certificate", "remote error: tls"}},
+		{"expired client certificate", apis, func(o *Options) { o.CertFile, o.KeyFile = l.expired.CertFile, l.expired.KeyFile },
+			[]error{ErrTLS}, []string{"etcd refused our client certificate", "expired at"}},
 		// Over TLS 1.3 the refusal comes as an alert or a broken pipe (a race): the
 		// error names the flag either way.
-		{"no client certificate", apis, func(o *EtcdOptions) { o.CertFile, o.KeyFile = "", "" },
+		{"no client certificate", apis, func(o *Options) { o.CertFile, o.KeyFile = "", "" },
 			nil, []string{"--etcd-certfile and --etcd-keyfile"}},
-		{"http:// to a TLS etcd", []string{"v3"}, func(o *EtcdOptions) {
+		{"http:// to a TLS etcd", []string{"v3"}, func(o *Options) {
 			o.Endpoints[0] = strings.Replace(o.Endpoints[0], "https://", "http://", 1)
 			o.CAFile, o.CertFile, o.KeyFile = "", "", ""
-		}, []error{ErrEtcdUnreachable}, []string{"if etcd serves TLS, use https://"}},
-		{"wrong password", []string{"v3"}, func(o *EtcdOptions) { o.Password = "wrong" },
-			[]error{ErrEtcdAuth}, []string{"authentication failed", `user "weftd"`}},
-		{"user without rights on the prefix", []string{"v3"}, func(o *EtcdOptions) {
+		}, []error{ErrUnreachable}, []string{"if etcd serves TLS, use https://"}},
+		{"wrong password", []string{"v3"}, func(o *Options) { o.Password = "wrong" },
+			[]error{ErrAuth}, []string{"authentication failed", `user "weftd"`}},
+		{"user without rights on the prefix", []string{"v3"}, func(o *Options) {
 			o.Username, o.Password = etcdtest.OutsiderUser, etcdtest.OutsiderSecret
-		}, []error{ErrEtcdPermission}, []string{"permission denied", l.prefix + "/config"}},
+		}, []error{ErrPermission}, []string{"permission denied", l.prefix + "/config"}},
 		// The v2 API answers both with the same 401 "Insufficient credentials".
-		{"wrong password", []string{"v2"}, func(o *EtcdOptions) { o.Password = "wrong" },
-			[]error{ErrEtcdAuth, ErrEtcdPermission}, []string{"authentication failed or etcd permission denied", "Insufficient credentials"}},
-		{"user without rights on the prefix", []string{"v2"}, func(o *EtcdOptions) {
+		{"wrong password", []string{"v2"}, func(o *Options) { o.Password = "wrong" },
+			[]error{ErrAuth, ErrPermission}, []string{"authentication failed or etcd permission denied", "Insufficient credentials"}},
+		{"user without rights on the prefix", []string{"v2"}, func(o *Options) {
 			o.Username, o.Password = etcdtest.OutsiderUser, etcdtest.OutsiderSecret
-		}, []error{ErrEtcdAuth, ErrEtcdPermission}, []string{"authentication failed or etcd permission denied", l.prefix + "/config"}},
+		}, []error{ErrAuth, ErrPermission}, []string{"authentication failed or etcd permission denied", l.prefix + "/config"}},
 	}
 	for _, c := range cases {
 		for _, api := range c.apis {
 			t.Run(c.name+"/"+api, func(t *testing.T) {
 				o := l.good(api)
 				c.opts(&o)
-				reg, err := NewEtcdRegistry(o, zaptest.NewLogger(t))
+				reg, err := NewRegistry(o, zaptest.NewLogger(t))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -191,14 +192,14 @@ func TestRegistryUnreachable(t *testing.T) {
 	srv.Close()
 	for _, api := range apis {
 		t.Run(api, func(t *testing.T) {
-			reg, err := NewEtcdRegistry(EtcdOptions{Endpoints: []string{ep}, API: api}, zaptest.NewLogger(t))
+			reg, err := NewRegistry(Options{Endpoints: []string{ep}, API: api}, zaptest.NewLogger(t))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { reg.Close() })
 			_, err = reg.Config(testCtx(t, 30*time.Second))
-			if !errors.Is(err, ErrEtcdUnreachable) || !strings.Contains(err.Error(), "connection refused") {
-				t.Fatalf("Config = %v, want ErrEtcdUnreachable saying connection refused", err)
+			if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "connection refused") {
+				t.Fatalf("Config = %v, want ErrUnreachable saying connection refused", err)
 			}
 		})
 	}
@@ -210,14 +211,14 @@ func TestRegistryNoUser(t *testing.T) {
 	l := newSecureLab(t)
 	o := l.good("v3")
 	o.Username, o.Password = "", ""
-	reg, err := NewEtcdRegistry(o, zaptest.NewLogger(t))
+	reg, err := NewRegistry(o, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Close() })
 	_, err = reg.Config(testCtx(t, 30*time.Second))
-	if !errors.Is(err, ErrEtcdAuth) && !errors.Is(err, ErrEtcdPermission) {
-		t.Fatalf("Config without a user = %v, want ErrEtcdAuth or ErrEtcdPermission", err)
+	if !errors.Is(err, ErrAuth) && !errors.Is(err, ErrPermission) {
+		t.Fatalf("Config without a user = %v, want ErrAuth or ErrPermission", err)
 	}
 }
 
@@ -245,14 +246,14 @@ func TestRegistryExpiredServerCertificate(t *testing.T) {
 	t.Cleanup(srv.Close)
 	for _, api := range apis {
 		t.Run(api, func(t *testing.T) {
-			reg, err := NewEtcdRegistry(EtcdOptions{Endpoints: []string{srv.Endpoint()}, API: api, CAFile: ca.CertFile}, zaptest.NewLogger(t))
+			reg, err := NewRegistry(Options{Endpoints: []string{srv.Endpoint()}, API: api, CAFile: ca.CertFile}, zaptest.NewLogger(t))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { reg.Close() })
 			_, err = reg.Config(testCtx(t, 30*time.Second))
-			if !errors.Is(err, ErrEtcdTLS) || !strings.Contains(err.Error(), "etcd's certificate has expired or is not yet valid") {
-				t.Fatalf("Config = %v, want ErrEtcdTLS saying etcd's certificate expired", err)
+			if !errors.Is(err, ErrTLS) || !strings.Contains(err.Error(), "etcd's certificate has expired or is not yet valid") {
+				t.Fatalf("Config = %v, want ErrTLS saying etcd's certificate expired", err)
 			}
 		})
 	}
@@ -289,14 +290,14 @@ func TestRegistryNoAnswer(t *testing.T) {
 	})
 	for _, api := range apis {
 		t.Run(api, func(t *testing.T) {
-			reg, err := NewEtcdRegistry(EtcdOptions{Endpoints: []string{"http://" + ln.Addr().String()}, API: api}, zaptest.NewLogger(t))
+			reg, err := NewRegistry(Options{Endpoints: []string{"http://" + ln.Addr().String()}, API: api}, zaptest.NewLogger(t))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { reg.Close() })
 			_, err = reg.Config(testCtx(t, 30*time.Second))
-			if !errors.Is(err, ErrEtcdUnreachable) || !strings.Contains(err.Error(), "no answer within") {
-				t.Fatalf("Config = %v, want ErrEtcdUnreachable saying there was no answer", err)
+			if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "no answer within") {
+				t.Fatalf("Config = %v, want ErrUnreachable saying there was no answer", err)
 			}
 		})
 	}
@@ -319,7 +320,7 @@ func TestRegistryClientCertificateAsUser(t *testing.T) {
 			o := l.good(api)
 			o.Username, o.Password = "", ""
 			o.CertFile, o.KeyFile = cert.CertFile, cert.KeyFile
-			reg, err := NewEtcdRegistry(o, zaptest.NewLogger(t))
+			reg, err := NewRegistry(o, zaptest.NewLogger(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -329,21 +330,21 @@ func TestRegistryClientCertificateAsUser(t *testing.T) {
 				t.Fatalf("Config as CN %s: %v", etcdtest.WeftdUser, err)
 			}
 			sub := pfx("198.18.9.0/24")
-			if _, err := reg.Create(ctx, Key{Subnet: sub}, attrsA, time.Hour); err != nil {
+			if _, err := reg.Create(ctx, lease.Key{Subnet: sub}, attrsA, time.Hour); err != nil {
 				t.Fatalf("Create as CN %s: %v", etcdtest.WeftdUser, err)
 			}
-			if err := reg.Delete(ctx, Key{Subnet: sub}); err != nil {
+			if err := reg.Delete(ctx, lease.Key{Subnet: sub}); err != nil {
 				t.Fatal(err)
 			}
 
 			o.CertFile, o.KeyFile = outsider.CertFile, outsider.KeyFile
-			reg2, err := NewEtcdRegistry(o, zaptest.NewLogger(t))
+			reg2, err := NewRegistry(o, zaptest.NewLogger(t))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { reg2.Close() })
-			if _, err := reg2.Config(ctx); !errors.Is(err, ErrEtcdPermission) {
-				t.Fatalf("Config as CN %s = %v, want ErrEtcdPermission", etcdtest.OutsiderUser, err)
+			if _, err := reg2.Config(ctx); !errors.Is(err, ErrPermission) {
+				t.Fatalf("Config as CN %s = %v, want ErrPermission", etcdtest.OutsiderUser, err)
 			}
 		})
 	}

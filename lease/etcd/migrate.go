@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	client "go.etcd.io/etcd/client/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/lease"
 )
 
 // ErrMigrateConflict is wrapped when the v3 keyspace already holds a different value
@@ -41,9 +43,9 @@ type MigrateStep struct {
 // same value are left as they are, so a second run changes nothing; keys v3 holds
 // with another value are reported as conflicts and left alone. With dryRun nothing is
 // written. The error wraps ErrMigrateConflict when there were conflicts.
-func MigrateV2ToV3(ctx context.Context, opts EtcdOptions, dryRun bool, log *zap.Logger) ([]MigrateStep, error) {
+func MigrateV2ToV3(ctx context.Context, opts Options, dryRun bool, log *zap.Logger) ([]MigrateStep, error) {
 	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
+		opts.Prefix = lease.DefaultPrefix
 	}
 	opts.Prefix = "/" + strings.Trim(opts.Prefix, "/")
 	tlsCfg, err := opts.tls()
@@ -69,7 +71,7 @@ func MigrateV2ToV3(ctx context.Context, opts EtcdOptions, dryRun bool, log *zap.
 	if err != nil {
 		return nil, fmt.Errorf("v2 %s: %w", opts.configKey(), v2.explain(err, opts.configKey()))
 	}
-	if _, err := ParseConfig([]byte(cfg.Node.Value)); err != nil {
+	if _, err := lease.ParseConfig([]byte(cfg.Node.Value)); err != nil {
 		return nil, fmt.Errorf("v2 %s: %w", opts.configKey(), err)
 	}
 	step, err := copyKey(ctx, cli, cfg.Node, dryRun)
@@ -90,7 +92,7 @@ func MigrateV2ToV3(ctx context.Context, opts EtcdOptions, dryRun bool, log *zap.
 	}
 	conflicts := 0
 	for _, n := range list.Node.Nodes {
-		if _, _, err := ParseLeaseKey(n.Key); err != nil || n.Dir {
+		if _, _, err := lease.ParseLeaseKey(n.Key); err != nil || n.Dir {
 			steps = append(steps, MigrateStep{Key: n.Key, Action: MigrateSkipped, Note: "not a subnet lease"})
 			continue
 		}

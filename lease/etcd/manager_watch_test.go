@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/bench/etcdproc"
+	"github.com/weftnet/weft/lease"
 )
 
 // watchEvents runs m.Watch(own) until the test ends and returns its batches.
-func watchEvents(t *testing.T, m *EtcdManager, own Key) <-chan []Event {
+func watchEvents(t *testing.T, m *Manager, own lease.Key) <-chan []lease.Event {
 	ctx, cancel := context.WithCancel(context.Background())
-	ch := make(chan []Event, 64)
+	ch := make(chan []lease.Event, 64)
 	done := make(chan error, 1)
 	go func() { done <- m.Watch(ctx, own, ch) }()
 	t.Cleanup(func() {
@@ -33,7 +34,7 @@ func watchEvents(t *testing.T, m *EtcdManager, own Key) <-chan []Event {
 }
 
 // batch is the next batch of events, as sorted "added 198.18.1.0-24 192.0.2.10" lines.
-func batch(t *testing.T, ch <-chan []Event) string {
+func batch(t *testing.T, ch <-chan []lease.Event) string {
 	t.Helper()
 	select {
 	case evs := <-ch:
@@ -44,7 +45,7 @@ func batch(t *testing.T, ch <-chan []Event) string {
 	return ""
 }
 
-func describeEvents(evs []Event) string {
+func describeEvents(evs []lease.Event) string {
 	var out []string
 	for _, e := range evs {
 		v6 := ""
@@ -57,8 +58,8 @@ func describeEvents(evs []Event) string {
 	return strings.Join(out, "; ")
 }
 
-func ev(typ EventType, sub string, a Attrs) string {
-	return describeEvents([]Event{{Type: typ, Lease: Lease{Subnet: pfx(sub), Attrs: a}}})
+func ev(typ lease.EventType, sub string, a lease.Attrs) string {
+	return describeEvents([]lease.Event{{Type: typ, Lease: lease.Lease{Subnet: pfx(sub), Attrs: a}}})
 }
 
 func evs(lines ...string) string {
@@ -66,7 +67,7 @@ func evs(lines ...string) string {
 	return strings.Join(lines, "; ")
 }
 
-func expectBatch(t *testing.T, ch <-chan []Event, want string) {
+func expectBatch(t *testing.T, ch <-chan []lease.Event, want string) {
 	t.Helper()
 	if got := batch(t, ch); got != want {
 		t.Fatalf("batch\n  %s\nwant\n  %s", got, want)
@@ -74,10 +75,10 @@ func expectBatch(t *testing.T, ch <-chan []Event, want string) {
 }
 
 var (
-	peer1  = Attrs{PublicIP: addr("192.0.2.11"), BackendType: "udp", HostID: "p1"}
-	peer2  = Attrs{PublicIP: addr("192.0.2.12"), BackendType: "udp"}
-	peer2b = Attrs{PublicIP: addr("192.0.2.12"), BackendType: "udp", BackendData: []byte(`{"v":2}`)}
-	peer3  = Attrs{PublicIP: addr("192.0.2.13")}
+	peer1  = lease.Attrs{PublicIP: addr("192.0.2.11"), BackendType: "udp", HostID: "p1"}
+	peer2  = lease.Attrs{PublicIP: addr("192.0.2.12"), BackendType: "udp"}
+	peer2b = lease.Attrs{PublicIP: addr("192.0.2.12"), BackendType: "udp", BackendData: []byte(`{"v":2}`)}
+	peer3  = lease.Attrs{PublicIP: addr("192.0.2.13")}
 )
 
 func TestWatchSnapshotAndChanges(t *testing.T) {
@@ -87,39 +88,39 @@ func TestWatchSnapshotAndChanges(t *testing.T) {
 		ctx := testCtx(t, 2*time.Minute)
 		s := newStore(t, srv, api)
 		m := newManager(t, s, cfg, ManagerOptions{})
-		own, err := m.Acquire(ctx, Attrs{PublicIP: ourIP, BackendType: "udp"})
+		own, err := m.Acquire(ctx, lease.Attrs{PublicIP: ourIP, BackendType: "udp"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		create(t, s, pfx("198.18.201.0/24"), peer1)
 		ch := watchEvents(t, m, own.Key())
-		expectBatch(t, ch, ev(Added, "198.18.201.0/24", peer1)) // never our own subnet
+		expectBatch(t, ch, ev(lease.Added, "198.18.201.0/24", peer1)) // never our own subnet
 		create(t, s, pfx("198.18.202.0/24"), peer2)
-		expectBatch(t, ch, ev(Added, "198.18.202.0/24", peer2))
-		if _, err := s.reg.Update(ctx, Key{Subnet: pfx("198.18.202.0/24")}, peer2b, time.Hour); err != nil {
+		expectBatch(t, ch, ev(lease.Added, "198.18.202.0/24", peer2))
+		if _, err := s.reg.Update(ctx, lease.Key{Subnet: pfx("198.18.202.0/24")}, peer2b, time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		expectBatch(t, ch, ev(Added, "198.18.202.0/24", peer2b))
+		expectBatch(t, ch, ev(lease.Added, "198.18.202.0/24", peer2b))
 		// A renewal of our own lease, and one that changes nothing, send nothing.
 		if _, err := s.reg.Update(ctx, own.Key(), own.Attrs, time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.reg.Update(ctx, Key{Subnet: pfx("198.18.201.0/24")}, peer1, time.Hour); err != nil {
+		if _, err := s.reg.Update(ctx, lease.Key{Subnet: pfx("198.18.201.0/24")}, peer1, time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.reg.Delete(ctx, Key{Subnet: pfx("198.18.201.0/24")}); err != nil {
+		if err := s.reg.Delete(ctx, lease.Key{Subnet: pfx("198.18.201.0/24")}); err != nil {
 			t.Fatal(err)
 		}
-		expectBatch(t, ch, ev(Removed, "198.18.201.0/24", peer1))
+		expectBatch(t, ch, ev(lease.Removed, "198.18.201.0/24", peer1))
 		// Malformed values and keys are skipped: no event, and the lease whose value
 		// went bad is kept, not removed.
 		s.put(t, "/subnets/198.18.202.0-24", "garbage")
 		s.put(t, "/subnets/198.18.203.0-24", `{"PublicIP":"fd00::1"}`)
 		s.put(t, "/subnets/junk", `{"PublicIP":"192.0.2.99"}`)
 		create(t, s, pfx("198.18.204.0/24"), peer3)
-		expectBatch(t, ch, ev(Added, "198.18.204.0/24", peer3))
+		expectBatch(t, ch, ev(lease.Added, "198.18.204.0/24", peer3))
 		s.del(t, "/subnets/198.18.202.0-24")
-		expectBatch(t, ch, ev(Removed, "198.18.202.0/24", peer2b))
+		expectBatch(t, ch, ev(lease.Removed, "198.18.202.0/24", peer2b))
 	})
 }
 
@@ -127,7 +128,7 @@ func TestWatchEmptySnapshot(t *testing.T) {
 	eachAPI(t, func(t *testing.T, srv *etcdproc.Server, api string) {
 		s := newStore(t, srv, api)
 		m := newManager(t, s, `{"Network":"198.18.0.0/16"}`, ManagerOptions{})
-		ch := watchEvents(t, m, Key{Subnet: pfx("198.18.1.0/24")})
+		ch := watchEvents(t, m, lease.Key{Subnet: pfx("198.18.1.0/24")})
 		select {
 		case first := <-ch:
 			if first == nil || len(first) != 0 {
@@ -137,7 +138,7 @@ func TestWatchEmptySnapshot(t *testing.T) {
 			t.Fatal("no snapshot")
 		}
 		create(t, s, pfx("198.18.2.0/24"), peer1)
-		expectBatch(t, ch, ev(Added, "198.18.2.0/24", peer1))
+		expectBatch(t, ch, ev(lease.Added, "198.18.2.0/24", peer1))
 	})
 }
 
@@ -185,17 +186,17 @@ func TestWatchGapSendsDifference(t *testing.T) {
 		g := newGated(s.reg)
 		s.reg = g
 		m := newManager(t, s, `{"Network":"198.18.0.0/16"}`, ManagerOptions{})
-		ch := watchEvents(t, m, Key{Subnet: pfx("198.18.100.0/24")})
-		expectBatch(t, ch, evs(ev(Added, "198.18.1.0/24", peer1), ev(Added, "198.18.2.0/24", peer2), ev(Added, "198.18.3.0/24", peer3)))
+		ch := watchEvents(t, m, lease.Key{Subnet: pfx("198.18.100.0/24")})
+		expectBatch(t, ch, evs(ev(lease.Added, "198.18.1.0/24", peer1), ev(lease.Added, "198.18.2.0/24", peer2), ev(lease.Added, "198.18.3.0/24", peer3)))
 		select {
 		case <-g.started:
 		case <-time.After(60 * time.Second):
 			t.Fatal("the manager did not start watching")
 		}
-		if err := s.reg.Delete(ctx, Key{Subnet: pfx("198.18.1.0/24")}); err != nil {
+		if err := s.reg.Delete(ctx, lease.Key{Subnet: pfx("198.18.1.0/24")}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.reg.Update(ctx, Key{Subnet: pfx("198.18.2.0/24")}, peer2b, time.Hour); err != nil {
+		if _, err := s.reg.Update(ctx, lease.Key{Subnet: pfx("198.18.2.0/24")}, peer2b, time.Hour); err != nil {
 			t.Fatal(err)
 		}
 		create(t, s, pfx("198.18.4.0/24"), peer1)
@@ -205,10 +206,10 @@ func TestWatchGapSendsDifference(t *testing.T) {
 			t.Fatalf("the held-back watch returned %v, want ErrGap", err)
 		}
 		// One batch with exactly the difference; 198.18.3.0/24 is not sent again.
-		expectBatch(t, ch, evs(ev(Removed, "198.18.1.0/24", peer1), ev(Added, "198.18.2.0/24", peer2b), ev(Added, "198.18.4.0/24", peer1)))
-		if err := s.reg.Delete(ctx, Key{Subnet: pfx("198.18.3.0/24")}); err != nil {
+		expectBatch(t, ch, evs(ev(lease.Removed, "198.18.1.0/24", peer1), ev(lease.Added, "198.18.2.0/24", peer2b), ev(lease.Added, "198.18.4.0/24", peer1)))
+		if err := s.reg.Delete(ctx, lease.Key{Subnet: pfx("198.18.3.0/24")}); err != nil {
 			t.Fatal(err)
 		}
-		expectBatch(t, ch, ev(Removed, "198.18.3.0/24", peer3))
+		expectBatch(t, ch, ev(lease.Removed, "198.18.3.0/24", peer3))
 	})
 }

@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"context"
@@ -26,7 +26,7 @@ const unreachableAfter = 5 * time.Second
 // the daemon would be silent through an outage until a renewal failed, up to an hour
 // later. On the v3 API it costs etcd nothing: it watches the client's own connection
 // state; on v2 it asks etcd for its version every probeEvery.
-func (m *EtcdManager) MonitorEtcd(ctx context.Context) {
+func (m *Manager) MonitorEtcd(ctx context.Context) {
 	cs, ok := m.reg.(connStater)
 	if !ok {
 		return
@@ -69,13 +69,13 @@ func (m *EtcdManager) MonitorEtcd(ctx context.Context) {
 // Health returns nil unless MonitorEtcd has seen etcd unreachable for longer than a
 // reconnect takes; then the watch of the other hosts' leases is not current (weftd's
 // /readyz says so, while forwarding goes on with the last known leases).
-func (m *EtcdManager) Health(now time.Time) error {
+func (m *Manager) Health(now time.Time) error {
 	ns := m.downSince.Load()
 	if ns == 0 {
 		return nil
 	}
 	if d := now.Sub(time.Unix(0, ns)); d >= unreachableAfter {
-		return fmt.Errorf("%w for %s: forwarding with the last known leases", ErrEtcdUnreachable, d.Round(time.Second))
+		return fmt.Errorf("%w for %s: forwarding with the last known leases", ErrUnreachable, d.Round(time.Second))
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
+
+	"github.com/weftnet/weft/lease"
 )
 
 // etcd3 keeps leases as flanneld v0.28 does on the v3 API: one etcd lease per subnet
@@ -27,7 +29,7 @@ import (
 // and logs in through it first, failing fast with the cause; only then does it make
 // the client that holds the credentials (and renews the token).
 type etcd3 struct {
-	opts EtcdOptions
+	opts Options
 	cfg  clientv3.Config
 	log  *zap.Logger
 	bare *clientv3.Client // no credentials: login and probes
@@ -36,7 +38,7 @@ type etcd3 struct {
 	cli atomic.Pointer[clientv3.Client]
 }
 
-func newEtcd3(opts EtcdOptions, tlsCfg *tls.Config, log *zap.Logger) (*etcd3, error) {
+func newEtcd3(opts Options, tlsCfg *tls.Config, log *zap.Logger) (*etcd3, error) {
 	cfg := clientv3.Config{
 		Endpoints:   opts.Endpoints,
 		TLS:         tlsCfg,
@@ -135,25 +137,25 @@ func (e *etcd3) List(ctx context.Context) (Listing, error) {
 	}
 	l := Listing{Rev: resp.Header.Revision}
 	for _, kv := range resp.Kvs {
-		subnet, subnet6, err := ParseLeaseKey(string(kv.Key))
+		subnet, subnet6, err := lease.ParseLeaseKey(string(kv.Key))
 		if err != nil {
 			e.log.Error("skipping malformed subnet key", zap.ByteString("key", kv.Key), zap.Error(err))
 			continue
 		}
-		a, err := DecodeAttrs(kv.Value)
+		a, err := lease.DecodeAttrs(kv.Value)
 		if err != nil {
 			e.log.Error("skipping malformed lease", zap.ByteString("key", kv.Key), zap.Error(err))
-			l.Unreadable = append(l.Unreadable, Key{Subnet: subnet, IPv6Subnet: subnet6})
+			l.Unreadable = append(l.Unreadable, lease.Key{Subnet: subnet, IPv6Subnet: subnet6})
 			continue
 		}
-		l.Leases = append(l.Leases, Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a})
+		l.Leases = append(l.Leases, lease.Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a})
 	}
 	return l, nil
 }
 
-func (e *etcd3) key(k Key) string { return e.opts.subnetsDir() + k.String() }
+func (e *etcd3) key(k lease.Key) string { return e.opts.subnetsDir() + k.String() }
 
-func (e *etcd3) Create(ctx context.Context, k Key, a Attrs, ttl time.Duration) (time.Time, error) {
+func (e *etcd3) Create(ctx context.Context, k lease.Key, a lease.Attrs, ttl time.Duration) (time.Time, error) {
 	cli, key, val, err := e.begin(ctx, k, a)
 	if err != nil {
 		return time.Time{}, err
@@ -163,7 +165,7 @@ func (e *etcd3) Create(ctx context.Context, k Key, a Attrs, ttl time.Duration) (
 	return exp, err
 }
 
-func (e *etcd3) Update(ctx context.Context, k Key, a Attrs, ttl time.Duration) (time.Time, error) {
+func (e *etcd3) Update(ctx context.Context, k lease.Key, a lease.Attrs, ttl time.Duration) (time.Time, error) {
 	cli, key, val, err := e.begin(ctx, k, a)
 	if err != nil {
 		return time.Time{}, err
@@ -190,8 +192,8 @@ func (e *etcd3) Update(ctx context.Context, k Key, a Attrs, ttl time.Duration) (
 }
 
 // begin encodes a lease's attributes and finds the client and the etcd key to write.
-func (e *etcd3) begin(ctx context.Context, k Key, a Attrs) (*clientv3.Client, string, string, error) {
-	val, err := EncodeAttrs(a)
+func (e *etcd3) begin(ctx context.Context, k lease.Key, a lease.Attrs) (*clientv3.Client, string, string, error) {
+	val, err := lease.EncodeAttrs(a)
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -221,7 +223,7 @@ func (e *etcd3) putLeased(ctx context.Context, cli *clientv3.Client, key, val st
 	return time.Now().Add(time.Duration(grant.TTL) * time.Second), nil
 }
 
-func (e *etcd3) Delete(ctx context.Context, k Key) error {
+func (e *etcd3) Delete(ctx context.Context, k lease.Key) error {
 	cli, err := e.client(ctx)
 	if err != nil {
 		return err
@@ -247,17 +249,17 @@ func (e *etcd3) Watch(ctx context.Context, rev int64, changes func([]Change)) er
 		}
 		batch := make([]Change, 0, len(resp.Events))
 		for _, ev := range resp.Events {
-			subnet, subnet6, err := ParseLeaseKey(string(ev.Kv.Key))
+			subnet, subnet6, err := lease.ParseLeaseKey(string(ev.Kv.Key))
 			if err != nil {
 				e.log.Error("skipping malformed subnet key", zap.ByteString("key", ev.Kv.Key), zap.Error(err))
 				continue
 			}
 			if ev.Type == clientv3.EventTypeDelete {
-				batch = append(batch, Change{Type: Removed, Lease: Lease{Subnet: subnet, IPv6Subnet: subnet6}})
+				batch = append(batch, Change{Type: lease.Removed, Lease: lease.Lease{Subnet: subnet, IPv6Subnet: subnet6}})
 				continue
 			}
-			a, err := DecodeAttrs(ev.Kv.Value)
-			batch = append(batch, Change{Type: Added, Lease: Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a}, Bad: err})
+			a, err := lease.DecodeAttrs(ev.Kv.Value)
+			batch = append(batch, Change{Type: lease.Added, Lease: lease.Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a}, Bad: err})
 		}
 		if len(batch) > 0 {
 			changes(batch)

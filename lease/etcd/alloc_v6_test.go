@@ -1,9 +1,11 @@
-package lease
+package etcd
 
 import (
 	"errors"
 	"net/netip"
 	"testing"
+
+	"github.com/weftnet/weft/lease"
 )
 
 // FuzzPickV6: on any small IPv6 network (a /120 with /126 subnets: 64 of them) and any
@@ -19,7 +21,7 @@ func FuzzPickV6(f *testing.F) {
 		if lo == 0 {
 			lo = 4
 		}
-		cfg, err := ParseConfig([]byte(`{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:db8::/120","IPv6SubnetLen":126,` +
+		cfg, err := lease.ParseConfig([]byte(`{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:db8::/120","IPv6SubnetLen":126,` +
 			`"IPv6SubnetMin":"` + v6At(lo).String() + `","IPv6SubnetMax":"` + v6At(hi).String() + `"}`))
 		if err != nil {
 			return // hi below lo
@@ -29,7 +31,7 @@ func FuzzPickV6(f *testing.F) {
 			bits := 120 + int(raw[i+1])%9
 			taken = append(taken, netip.PrefixFrom(v6At(raw[i]), bits).Masked())
 		}
-		p, err := cfg.pickV6(taken)
+		p, err := pickV6(cfg, taken)
 		free := false
 		for a := int(lo); a <= int(hi); a += 4 {
 			if _, hit := overlapping(netip.PrefixFrom(v6At(uint8(a)), 126), taken); !hit {

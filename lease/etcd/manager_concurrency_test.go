@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/bench/etcdproc"
+	"github.com/weftnet/weft/lease"
 )
 
 // TestAcquireConcurrent has N hosts acquire at once from a network of exactly N
@@ -18,14 +19,14 @@ func TestAcquireConcurrent(t *testing.T) {
 	const cfg = `{"Network":"198.18.0.0/21","SubnetMin":"198.18.0.0","SubnetMax":"198.18.7.0"}` // 8 × /24
 	eachAPI(t, func(t *testing.T, srv *etcdproc.Server, api string) {
 		s := newStore(t, srv, api)
-		ms := make([]*EtcdManager, n+1)
+		ms := make([]*Manager, n+1)
 		for i := range ms {
 			ms[i] = newManager(t, s, cfg, ManagerOptions{})
 		}
 		ip := func(i int) netip.Addr { return addr(fmt.Sprintf("192.0.2.%d", 100+i)) }
 		ctx := testCtx(t, 2*time.Minute)
 		start := make(chan struct{})
-		got := make([]Lease, n)
+		got := make([]lease.Lease, n)
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		for i := 0; i < n; i++ {
@@ -33,7 +34,7 @@ func TestAcquireConcurrent(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				got[i], errs[i] = ms[i].Acquire(ctx, Attrs{PublicIP: ip(i), BackendType: "udp"})
+				got[i], errs[i] = ms[i].Acquire(ctx, lease.Attrs{PublicIP: ip(i), BackendType: "udp"})
 			}()
 		}
 		close(start)
@@ -57,7 +58,7 @@ func TestAcquireConcurrent(t *testing.T) {
 				t.Errorf("%v stored for %v, want %v", sub, stored[sub].Attrs.PublicIP, ip(i))
 			}
 		}
-		if l, err := ms[n].Acquire(ctx, Attrs{PublicIP: ip(n), BackendType: "udp"}); !errors.Is(err, ErrNoFreeSubnet) {
+		if l, err := ms[n].Acquire(ctx, lease.Attrs{PublicIP: ip(n), BackendType: "udp"}); !errors.Is(err, ErrNoFreeSubnet) {
 			t.Fatalf("host %d: Acquire = %v, %v; want ErrNoFreeSubnet", n, l, err)
 		}
 	})
@@ -71,7 +72,7 @@ func TestAcquirePublicIPConflict(t *testing.T) {
 		const cfg = `{"Network":"198.18.0.0/16"}`
 		first, second := newManager(t, s, cfg, ManagerOptions{}), newManager(t, s, cfg, ManagerOptions{})
 		ctx := testCtx(t, time.Minute)
-		attrs := Attrs{PublicIP: ourIP, BackendType: "udp"}
+		attrs := lease.Attrs{PublicIP: ourIP, BackendType: "udp"}
 		l1, err := first.Acquire(ctx, attrs)
 		if err != nil {
 			t.Fatal(err)

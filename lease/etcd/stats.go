@@ -1,13 +1,13 @@
-package lease
+package etcd
 
 import (
 	"sync/atomic"
 	"time"
 )
 
-// ManagerStats is a snapshot of what the lease manager has done since it started, for
+// Stats is a snapshot of what the lease manager has done since it started, for
 // weftd's /metrics.
-type ManagerStats struct {
+type Stats struct {
 	Expiration    time.Time // when our lease runs out (zero before one is held)
 	Renewals      uint64    // successful renewals of our lease
 	RenewFailures uint64    // renewals that failed (retried)
@@ -28,8 +28,8 @@ type managerCounters struct {
 func (c *managerCounters) held(exp time.Time) { c.expiration.Store(exp.UnixNano()) }
 
 // Stats returns the manager's counters.
-func (m *EtcdManager) Stats() ManagerStats {
-	s := ManagerStats{
+func (m *Manager) Stats() Stats {
+	s := Stats{
 		Renewals:      m.cnt.renewals.Load(),
 		RenewFailures: m.cnt.renewFailures.Load(),
 		Resyncs:       m.cnt.resyncs.Load(),

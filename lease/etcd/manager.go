@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/lease"
 )
 
 var (
@@ -25,7 +27,7 @@ var (
 
 const createAttempts = 10
 
-// ManagerOptions tune an EtcdManager; zero values take the defaults.
+// ManagerOptions tune a Manager; zero values take the defaults.
 type ManagerOptions struct {
 	SubnetFile    string        // subnet.env of an earlier run: its subnet is preferred
 	StateFile     string        // weft's durable state (our subnet and host identity)
@@ -35,15 +37,15 @@ type ManagerOptions struct {
 	ConfigPoll    time.Duration // between looks for a missing config (1 s)
 }
 
-// EtcdManager is the lease.Manager over a Registry.
-type EtcdManager struct {
+// Manager is the lease.Manager over a Registry.
+type Manager struct {
 	reg  Registry
 	opts ManagerOptions
 	log  *zap.Logger
 
 	mu  sync.Mutex
-	cfg *Config
-	st  state
+	cfg *lease.Config
+	st  lease.State
 
 	// downSince is when etcd became unreachable (Unix ns; 0 while it is reachable or
 	// nobody watches, see MonitorEtcd), for Health.
@@ -52,13 +54,15 @@ type EtcdManager struct {
 	cnt managerCounters // for Stats
 }
 
+var _ lease.Manager = (*Manager)(nil)
+
 // NewManager returns a Manager over reg.
-func NewManager(reg Registry, opts ManagerOptions, log *zap.Logger) *EtcdManager {
+func NewManager(reg Registry, opts ManagerOptions, log *zap.Logger) *Manager {
 	if opts.RenewMargin <= 0 {
 		opts.RenewMargin = 60 * time.Minute
 	}
 	if opts.TTL <= 0 {
-		opts.TTL = DefaultTTL
+		opts.TTL = lease.DefaultTTL
 	}
 	if opts.RetryInterval <= 0 {
 		opts.RetryInterval = time.Minute
@@ -66,17 +70,17 @@ func NewManager(reg Registry, opts ManagerOptions, log *zap.Logger) *EtcdManager
 	if opts.ConfigPoll <= 0 {
 		opts.ConfigPoll = time.Second
 	}
-	return &EtcdManager{reg: reg, opts: opts, log: log}
+	return &Manager{reg: reg, opts: opts, log: log}
 }
 
 // Close closes the registry.
-func (m *EtcdManager) Close() error { return m.reg.Close() }
+func (m *Manager) Close() error { return m.reg.Close() }
 
 // Config waits for <prefix>/config and parses it. A config that does not parse is an
 // error; a missing one is polled for every ConfigPoll. While etcd cannot be asked
 // (unreachable, TLS, authentication, permission) it retries with backoff, and says
 // why at once, again whenever the cause changes, and every 30 s while it lasts.
-func (m *EtcdManager) Config(ctx context.Context) (*Config, error) {
+func (m *Manager) Config(ctx context.Context) (*lease.Config, error) {
 	var (
 		lastLog  time.Time
 		lastWhy  string
@@ -87,7 +91,7 @@ func (m *EtcdManager) Config(ctx context.Context) (*Config, error) {
 		data, err := m.reg.Config(ctx)
 		attempts++
 		if err == nil {
-			cfg, err := ParseConfig(data)
+			cfg, err := lease.ParseConfig(data)
 			if err != nil {
 				return nil, err
 			}
@@ -122,7 +126,7 @@ func (m *EtcdManager) Config(ctx context.Context) (*Config, error) {
 	}
 }
 
-func (m *EtcdManager) config() (*Config, error) {
+func (m *Manager) config() (*lease.Config, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.cfg == nil {
@@ -134,14 +138,14 @@ func (m *EtcdManager) config() (*Config, error) {
 // Acquire leases a subnet for each family the config enables (IPv4, IPv6 or both, in
 // one key): ours by PublicIP, else the previous ones, else random free ones. While
 // etcd is unreachable it waits, retrying with backoff.
-func (m *EtcdManager) Acquire(ctx context.Context, attrs Attrs) (Lease, error) {
+func (m *Manager) Acquire(ctx context.Context, attrs lease.Attrs) (lease.Lease, error) {
 	cfg, err := m.config()
 	if err != nil {
-		return Lease{}, err
+		return lease.Lease{}, err
 	}
-	st, err := loadState(m.opts.StateFile)
+	st, err := lease.LoadState(m.opts.StateFile)
 	if err != nil {
-		return Lease{}, err
+		return lease.Lease{}, err
 	}
 	m.mu.Lock()
 	m.st = st
@@ -154,7 +158,7 @@ func (m *EtcdManager) Acquire(ctx context.Context, attrs Attrs) (Lease, error) {
 		case err == nil:
 			st.Network, st.Subnet = cfg.Network, l.Subnet
 			st.IPv6Network, st.IPv6Subnet = cfg.IPv6Network, l.IPv6Subnet
-			if serr := saveState(m.opts.StateFile, st); serr != nil {
+			if serr := lease.SaveState(m.opts.StateFile, st); serr != nil {
 				m.log.Warn("could not record the lease", zap.Error(serr))
 			}
 			m.cnt.held(l.Expiration)
@@ -162,26 +166,26 @@ func (m *EtcdManager) Acquire(ctx context.Context, attrs Attrs) (Lease, error) {
 		case errors.Is(err, ErrTaken):
 			attempt++
 			m.log.Info("subnet taken by another host meanwhile; trying again", zap.Error(err))
-		case errors.Is(err, ErrNoFreeSubnet), errors.Is(err, ErrPublicIPConflict), errors.Is(err, ErrBadValue):
-			return Lease{}, err
+		case errors.Is(err, ErrNoFreeSubnet), errors.Is(err, ErrPublicIPConflict), errors.Is(err, lease.ErrBadValue):
+			return lease.Lease{}, err
 		default:
 			m.log.Warn("acquiring a lease failed; retrying", zap.Error(err))
 		}
 		if err := sleep(ctx, bo.next()); err != nil {
-			return Lease{}, err
+			return lease.Lease{}, err
 		}
 	}
-	return Lease{}, fmt.Errorf("%w (%d attempts)", ErrRaceLost, createAttempts)
+	return lease.Lease{}, fmt.Errorf("%w (%d attempts)", ErrRaceLost, createAttempts)
 }
 
-func (m *EtcdManager) tryAcquire(ctx context.Context, cfg *Config, attrs Attrs) (Lease, error) {
+func (m *Manager) tryAcquire(ctx context.Context, cfg *lease.Config, attrs lease.Attrs) (lease.Lease, error) {
 	listing, err := m.reg.List(ctx)
 	if err != nil {
-		return Lease{}, err
+		return lease.Lease{}, err
 	}
 	taken4 := map[netip.Prefix]bool{}
 	var taken6 []netip.Prefix
-	mark := func(k Key) {
+	mark := func(k lease.Key) {
 		if k.Subnet.IsValid() {
 			taken4[k.Subnet] = true
 		}
@@ -201,7 +205,7 @@ func (m *EtcdManager) tryAcquire(ctx context.Context, cfg *Config, attrs Attrs) 
 			continue
 		}
 		if l.Attrs.HostID != "" && l.Attrs.HostID != attrs.HostID {
-			return Lease{}, fmt.Errorf("%w: %s holds %v with host id %s (ours is %s); if that host is gone, delete its key or wait for its lease to expire",
+			return lease.Lease{}, fmt.Errorf("%w: %s holds %v with host id %s (ours is %s); if that host is gone, delete its key or wait for its lease to expire",
 				ErrPublicIPConflict, publicName(attrs), l.Key(), l.Attrs.HostID, attrs.HostID)
 		}
 		ours := attrs.BackendType
@@ -209,26 +213,26 @@ func (m *EtcdManager) tryAcquire(ctx context.Context, cfg *Config, attrs Attrs) 
 			ours = "udp"
 		}
 		// flanneld's udp leases carry no BackendType: compatible, not ours to drop.
-		if CompatibleWith(ours, l) && cfg.fits(l.Key()) {
+		if lease.CompatibleWith(ours, l) && fits(cfg, l.Key()) {
 			exp, err := m.reg.Update(ctx, l.Key(), attrs, m.opts.TTL)
 			if err != nil {
-				return Lease{}, err
+				return lease.Lease{}, err
 			}
 			m.log.Info("reusing our lease", zap.Stringer("lease", l.Key()))
-			return Lease{Subnet: l.Subnet, IPv6Subnet: l.IPv6Subnet, Attrs: attrs, Expiration: exp}, nil
+			return lease.Lease{Subnet: l.Subnet, IPv6Subnet: l.IPv6Subnet, Attrs: attrs, Expiration: exp}, nil
 		}
 		// Another backend, or a lease of other families or lengths than the config's
 		// (IPv6 switched on or off): flanneld deletes it too.
 		m.log.Info("removing our incompatible lease", zap.Stringer("lease", l.Key()),
 			zap.String("backend", l.Attrs.BackendType))
 		if err := m.reg.Delete(ctx, l.Key()); err != nil {
-			return Lease{}, err
+			return lease.Lease{}, err
 		}
 		delete(taken4, l.Subnet)
 		taken6 = slices.DeleteFunc(taken6, func(p netip.Prefix) bool { return p == l.IPv6Subnet })
 	}
 	// 2. The subnets we had before, each family on its own, if still free.
-	var k Key
+	var k lease.Key
 	why := "previous subnet"
 	prev4, prev6 := m.previous()
 	if cfg.EnableIPv4 {
@@ -252,18 +256,18 @@ func (m *EtcdManager) tryAcquire(ctx context.Context, cfg *Config, attrs Attrs) 
 		why = "free subnet"
 		s, ok := pickFree(cfg, taken4)
 		if !ok {
-			return Lease{}, fmt.Errorf("%w in %v between %v and %v", ErrNoFreeSubnet, cfg.Network, cfg.SubnetMin, cfg.SubnetMax)
+			return lease.Lease{}, fmt.Errorf("%w in %v between %v and %v", ErrNoFreeSubnet, cfg.Network, cfg.SubnetMin, cfg.SubnetMax)
 		}
 		k.Subnet = s
 	}
 	if cfg.EnableIPv6 && !k.IPv6Subnet.IsValid() {
 		why = "free subnet"
-		if k.IPv6Subnet, err = cfg.pickV6(taken6); err != nil {
-			return Lease{}, err
+		if k.IPv6Subnet, err = pickV6(cfg, taken6); err != nil {
+			return lease.Lease{}, err
 		}
 	}
 	if !k.IsValid() {
-		return Lease{}, errors.New("lease manager: the network config enables neither IPv4 nor IPv6")
+		return lease.Lease{}, errors.New("lease manager: the network config enables neither IPv4 nor IPv6")
 	}
 	return m.create(ctx, k, attrs, why)
 }
@@ -272,7 +276,7 @@ func (m *EtcdManager) tryAcquire(ctx context.Context, cfg *Config, attrs Attrs) 
 // not hold. Up to 2^16 subnets, every free one is listed and one drawn evenly. A
 // larger range (flanneld accepts up to 2^30 subnets) is probed at random, then
 // scanned from a random start: the work is bounded by the leases, not the range.
-func pickFree(cfg *Config, taken map[netip.Prefix]bool) (netip.Prefix, bool) {
+func pickFree(cfg *lease.Config, taken map[netip.Prefix]bool) (netip.Prefix, bool) {
 	lo, hi := cfg.Index(cfg.SubnetMin), cfg.Index(cfg.SubnetMax)
 	n := hi - lo + 1
 	if n <= 1<<16 {
@@ -304,8 +308,8 @@ func pickFree(cfg *Config, taken map[netip.Prefix]bool) (netip.Prefix, bool) {
 // samePublicIP reports whether two lease values name the same host: the same IPv4
 // PublicIP, or, where either has none (IPv6-only, PublicIP 0.0.0.0 as flanneld writes
 // it), the same PublicIPv6.
-func samePublicIP(a, b Attrs) bool {
-	has4 := func(x Attrs) bool { return x.PublicIP.IsValid() && !x.PublicIP.IsUnspecified() }
+func samePublicIP(a, b lease.Attrs) bool {
+	has4 := func(x lease.Attrs) bool { return x.PublicIP.IsValid() && !x.PublicIP.IsUnspecified() }
 	if has4(a) && has4(b) {
 		return a.PublicIP == b.PublicIP
 	}
@@ -313,7 +317,7 @@ func samePublicIP(a, b Attrs) bool {
 }
 
 // publicName is the address a names its host by, for messages.
-func publicName(a Attrs) string {
+func publicName(a lease.Attrs) string {
 	if a.PublicIP.IsValid() && !a.PublicIP.IsUnspecified() {
 		return a.PublicIP.String()
 	}
@@ -322,7 +326,7 @@ func publicName(a Attrs) string {
 
 // fits reports whether a lease named k can be ours under c: a subnet in range for
 // each family c enables, none for a family it does not.
-func (c *Config) fits(k Key) bool {
+func fits(c *lease.Config, k lease.Key) bool {
 	ok4 := !k.Subnet.IsValid()
 	if c.EnableIPv4 {
 		ok4 = c.InRange(k.Subnet)
@@ -334,20 +338,20 @@ func (c *Config) fits(k Key) bool {
 	return ok4 && ok6
 }
 
-func (m *EtcdManager) create(ctx context.Context, k Key, attrs Attrs, why string) (Lease, error) {
+func (m *Manager) create(ctx context.Context, k lease.Key, attrs lease.Attrs, why string) (lease.Lease, error) {
 	exp, err := m.reg.Create(ctx, k, attrs, m.opts.TTL)
 	if err != nil {
-		return Lease{}, err
+		return lease.Lease{}, err
 	}
 	m.log.Info("leased "+why, zap.Stringer("lease", k))
-	return Lease{Subnet: k.Subnet, IPv6Subnet: k.IPv6Subnet, Attrs: attrs, Expiration: exp}, nil
+	return lease.Lease{Subnet: k.Subnet, IPv6Subnet: k.IPv6Subnet, Attrs: attrs, Expiration: exp}, nil
 }
 
 // previous lists the subnets we held before, IPv4 and IPv6: from subnet.env, then
 // the state file.
-func (m *EtcdManager) previous() (v4, v6 []netip.Prefix) {
+func (m *Manager) previous() (v4, v6 []netip.Prefix) {
 	if m.opts.SubnetFile != "" {
-		if env, err := ReadSubnetEnv(m.opts.SubnetFile); err == nil {
+		if env, err := lease.ReadSubnetEnv(m.opts.SubnetFile); err == nil {
 			if env.Subnet.IsValid() {
 				v4 = append(v4, env.Subnet)
 			}

@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"context"
@@ -6,19 +6,21 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/lease"
 )
 
 // Watch sends every lease but own that has a subnet of a family the network config
 // enables (an IPv6-only lease means nothing to an IPv4 network): one snapshot batch,
 // then changes. Leases are told apart by their whole key, so IPv6-only and dual-stack
 // leases are followed alike.
-func (m *EtcdManager) Watch(ctx context.Context, own Key, events chan<- []Event) error {
+func (m *Manager) Watch(ctx context.Context, own lease.Key, events chan<- []lease.Event) error {
 	cfg, err := m.config()
 	if err != nil {
 		return err
 	}
-	keep := func(k Key) bool { return k != own && cfg.Usable(k) }
-	return m.follow(ctx, &m.cnt, keep, func(evs []Event, _ bool) {
+	keep := func(k lease.Key) bool { return k != own && cfg.Usable(k) }
+	return m.follow(ctx, &m.cnt, keep, func(evs []lease.Event, _ bool) {
 		select {
 		case events <- evs:
 		case <-ctx.Done():
@@ -30,11 +32,11 @@ func (m *EtcdManager) Watch(ctx context.Context, own Key, events chan<- []Event)
 // off, lists again and hands on exactly the difference to what it handed on before.
 // An error is never taken for an empty list: the last known leases stay until etcd
 // says otherwise. Re-lists and failures are counted in cnt unless it is nil.
-func (m *EtcdManager) follow(ctx context.Context, cnt *managerCounters, keep func(Key) bool, handle func([]Event, bool)) error {
+func (m *Manager) follow(ctx context.Context, cnt *managerCounters, keep func(lease.Key) bool, handle func([]lease.Event, bool)) error {
 	if cnt == nil {
 		cnt = &managerCounters{} // counted nowhere
 	}
-	known := map[Key]Lease{}
+	known := map[lease.Key]lease.Lease{}
 	first := true
 	bo := newBackoff()
 	var lastLog time.Time
@@ -87,9 +89,9 @@ func (m *EtcdManager) follow(ctx context.Context, cnt *managerCounters, keep fun
 }
 
 // resync makes known match listing and returns the events that do so.
-func resync(known map[Key]Lease, listing Listing, keep func(Key) bool) []Event {
-	evs := []Event{}
-	seen := map[Key]bool{}
+func resync(known map[lease.Key]lease.Lease, listing Listing, keep func(lease.Key) bool) []lease.Event {
+	evs := []lease.Event{}
+	seen := map[lease.Key]bool{}
 	for _, k := range listing.Unreadable {
 		seen[k] = true // unreadable now: keep what we knew of it
 	}
@@ -101,20 +103,20 @@ func resync(known map[Key]Lease, listing Listing, keep func(Key) bool) []Event {
 		seen[k] = true
 		if old, ok := known[k]; !ok || !old.Attrs.Equal(l.Attrs) {
 			known[k] = l
-			evs = append(evs, Event{Type: Added, Lease: l})
+			evs = append(evs, lease.Event{Type: lease.Added, Lease: l})
 		}
 	}
 	for s, l := range known {
 		if !seen[s] {
 			delete(known, s)
-			evs = append(evs, Event{Type: Removed, Lease: l})
+			evs = append(evs, lease.Event{Type: lease.Removed, Lease: l})
 		}
 	}
 	return evs
 }
 
-func (m *EtcdManager) apply(known map[Key]Lease, chs []Change, keep func(Key) bool) []Event {
-	var evs []Event
+func (m *Manager) apply(known map[lease.Key]lease.Lease, chs []Change, keep func(lease.Key) bool) []lease.Event {
+	var evs []lease.Event
 	for _, c := range chs {
 		s := c.Lease.Key()
 		if !keep(s) {
@@ -123,15 +125,15 @@ func (m *EtcdManager) apply(known map[Key]Lease, chs []Change, keep func(Key) bo
 		switch {
 		case c.Bad != nil:
 			m.log.Error("skipping malformed lease", zap.Stringer("key", s), zap.Error(c.Bad))
-		case c.Type == Removed:
+		case c.Type == lease.Removed:
 			if old, ok := known[s]; ok {
 				delete(known, s)
-				evs = append(evs, Event{Type: Removed, Lease: old})
+				evs = append(evs, lease.Event{Type: lease.Removed, Lease: old})
 			}
 		default:
 			if old, ok := known[s]; !ok || !old.Attrs.Equal(c.Lease.Attrs) {
 				known[s] = c.Lease
-				evs = append(evs, Event{Type: Added, Lease: c.Lease})
+				evs = append(evs, lease.Event{Type: lease.Added, Lease: c.Lease})
 			}
 		}
 	}
@@ -139,7 +141,7 @@ func (m *EtcdManager) apply(known map[Key]Lease, chs []Change, keep func(Key) bo
 }
 
 // Hold renews own before it expires and re-acquires it when someone deletes it.
-func (m *EtcdManager) Hold(ctx context.Context, own Lease, changed func(Lease)) error {
+func (m *Manager) Hold(ctx context.Context, own lease.Lease, changed func(lease.Lease)) error {
 	lost := make(chan struct{}, 1)
 	signal := func() {
 		select {
@@ -150,14 +152,14 @@ func (m *EtcdManager) Hold(ctx context.Context, own Lease, changed func(Lease)) 
 	hostID := own.Attrs.HostID
 	// watchOwn follows our key and signals when it is deleted or taken over; the
 	// function it returns stops the watch and waits for it.
-	watchOwn := func(s Key) func() {
+	watchOwn := func(s lease.Key) func() {
 		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_ = m.follow(wctx, nil, func(k Key) bool { return k == s }, func(evs []Event, snapshot bool) {
+			_ = m.follow(wctx, nil, func(k lease.Key) bool { return k == s }, func(evs []lease.Event, snapshot bool) {
 				for _, e := range evs {
-					if e.Type == Removed || e.Lease.Attrs.HostID != hostID {
+					if e.Type == lease.Removed || e.Lease.Attrs.HostID != hostID {
 						signal()
 						return
 					}

@@ -1,4 +1,4 @@
-package lease
+package etcd
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/bench/etcdproc"
+	"github.com/weftnet/weft/lease"
 )
 
 // watcher runs reg.Watch from rev until stopped (at the latest when the test ends),
@@ -82,32 +83,32 @@ func TestRegistryWatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Half the changes happen before the watch starts: they come from history.
-			if _, err := s.reg.Create(ctx, Key{Subnet: a}, attrsA, time.Hour); err != nil {
+			if _, err := s.reg.Create(ctx, lease.Key{Subnet: a}, attrsA, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.reg.Create(ctx, Key{Subnet: b}, attrsB, time.Hour); err != nil {
+			if _, err := s.reg.Create(ctx, lease.Key{Subnet: b}, attrsB, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			w := startWatch(t, s.reg, l.Rev)
-			if _, err := s.reg.Update(ctx, Key{Subnet: a}, attrsA2, time.Hour); err != nil {
+			if _, err := s.reg.Update(ctx, lease.Key{Subnet: a}, attrsA2, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.reg.Delete(ctx, Key{Subnet: b}); err != nil {
+			if err := s.reg.Delete(ctx, lease.Key{Subnet: b}); err != nil {
 				t.Fatal(err)
 			}
 			s.put(t, "/subnets/not-a-subnet", `{"PublicIP":"192.0.2.99"}`)
 			s.put(t, "/subnets/198.18.3.0-24", "garbage")
 			s.put(t, "/config", `{"Network":"198.18.0.0/16"}`)
-			if _, err := s.reg.Create(ctx, Key{Subnet: b}, attrsA, time.Hour); err != nil {
+			if _, err := s.reg.Create(ctx, lease.Key{Subnet: b}, attrsA, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			for i, want := range []Change{
-				{Type: Added, Lease: Lease{Subnet: a, Attrs: attrsA}},
-				{Type: Added, Lease: Lease{Subnet: b, Attrs: attrsB}},
-				{Type: Added, Lease: Lease{Subnet: a, Attrs: attrsA2}},
-				{Type: Removed, Lease: Lease{Subnet: b}},
-				{Type: Added, Lease: Lease{Subnet: pfx("198.18.3.0/24")}, Bad: ErrBadValue},
-				{Type: Added, Lease: Lease{Subnet: b, Attrs: attrsA}},
+				{Type: lease.Added, Lease: lease.Lease{Subnet: a, Attrs: attrsA}},
+				{Type: lease.Added, Lease: lease.Lease{Subnet: b, Attrs: attrsB}},
+				{Type: lease.Added, Lease: lease.Lease{Subnet: a, Attrs: attrsA2}},
+				{Type: lease.Removed, Lease: lease.Lease{Subnet: b}},
+				{Type: lease.Added, Lease: lease.Lease{Subnet: pfx("198.18.3.0/24")}, Bad: lease.ErrBadValue},
+				{Type: lease.Added, Lease: lease.Lease{Subnet: b, Attrs: attrsA}},
 			} {
 				got := w.next(t)
 				if describe(got) != describe(want) || !got.Lease.Attrs.Equal(want.Lease.Attrs) ||
@@ -127,13 +128,13 @@ func TestRegistryWatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			w := startWatch(t, s.reg, l.Rev)
-			if _, err := s.reg.Create(ctx, Key{Subnet: sub}, attrsA, 2*time.Second); err != nil {
+			if _, err := s.reg.Create(ctx, lease.Key{Subnet: sub}, attrsA, 2*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			if c := w.next(t); c.Type != Added || c.Lease.Subnet != sub {
+			if c := w.next(t); c.Type != lease.Added || c.Lease.Subnet != sub {
 				t.Fatalf("first change %s, want added %v", describe(c), sub)
 			}
-			if c := w.next(t); c.Type != Removed || c.Lease.Subnet != sub {
+			if c := w.next(t); c.Type != lease.Removed || c.Lease.Subnet != sub {
 				t.Fatalf("second change %s, want removed %v", describe(c), sub)
 			}
 		}},
@@ -143,7 +144,7 @@ func TestRegistryWatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.reg.Create(ctx, Key{Subnet: pfx("198.18.5.0/24")}, attrsA, time.Hour); err != nil {
+			if _, err := s.reg.Create(ctx, lease.Key{Subnet: pfx("198.18.5.0/24")}, attrsA, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			s.gap(t)
@@ -159,10 +160,10 @@ func TestRegistryWatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			w := startWatch(t, s.reg, l.Rev)
-			if err := s.reg.Delete(ctx, Key{Subnet: pfx("198.18.5.0/24")}); err != nil {
+			if err := s.reg.Delete(ctx, lease.Key{Subnet: pfx("198.18.5.0/24")}); err != nil {
 				t.Fatal(err)
 			}
-			if c := w.next(t); c.Type != Removed || c.Lease.Subnet != pfx("198.18.5.0/24") {
+			if c := w.next(t); c.Type != lease.Removed || c.Lease.Subnet != pfx("198.18.5.0/24") {
 				t.Fatalf("change after re-list: %s", describe(c))
 			}
 		}},
