@@ -321,6 +321,8 @@ func (m *Manager) Acquire(ctx context.Context, attrs lease.Attrs) (lease.Lease, 
 				l.Attrs = attrs
 				m.held.Store(&l)
 				return l, nil
+			} else if errors.Is(err, ErrPodCIDROutsideNetwork) {
+				return lease.Lease{}, err
 			} else if time.Since(lastLog) > 30*time.Second {
 				m.log.Info("waiting for the node's podCIDR (assigned by kube-controller-manager --allocate-node-cidrs)",
 					zap.String("node", m.name()), zap.Error(err))
@@ -348,6 +350,17 @@ func notify(c chan struct{}) {
 
 // errNoPodCIDR is returned for nodes without a podCIDR of a family the network needs.
 var errNoPodCIDR = errors.New("no podCIDR")
+
+// ErrPodCIDROutsideNetwork: our node's podCIDR does not lie inside the network config's
+// Network (or IPv6Network). flanneld refuses to start then; so does weftd, because the
+// CNI plugin rejects a subnet.env whose subnet is not inside its network and pods would
+// hang in ContainerCreating. Acquire returns it at once instead of waiting.
+var ErrPodCIDROutsideNetwork = errors.New("podCIDR outside the network config's Network")
+
+// contains reports whether prefix p lies wholly inside network n.
+func contains(n, p netip.Prefix) bool {
+	return n.IsValid() && p.IsValid() && p.Bits() >= n.Bits() && n.Contains(p.Addr())
+}
 
 // podCIDRs returns a node's IPv4 and IPv6 podCIDRs (zero when absent): spec.podCIDRs,
 // one per family on a dual-stack node, else spec.podCIDR.
@@ -378,6 +391,19 @@ func (m *Manager) ownLease(n *corev1.Node) (lease.Lease, error) {
 		return lease.Lease{}, fmt.Errorf("%w of IPv4 on node %s", errNoPodCIDR, n.Name)
 	case want6 && !v6.IsValid():
 		return lease.Lease{}, fmt.Errorf("%w of IPv6 on node %s (a dual-stack cluster gives each node one per family)", errNoPodCIDR, n.Name)
+	}
+	m.cfgMu.Lock()
+	cfg := m.cfg
+	m.cfgMu.Unlock()
+	if cfg != nil {
+		switch {
+		case want4 && !contains(cfg.Network, v4):
+			return lease.Lease{}, fmt.Errorf("%w: node %s has podCIDR %s, the network config's Network is %s (set Network in net-conf.json to the cluster CIDR)",
+				ErrPodCIDROutsideNetwork, n.Name, v4, cfg.Network)
+		case want6 && !contains(cfg.IPv6Network, v6):
+			return lease.Lease{}, fmt.Errorf("%w: node %s has IPv6 podCIDR %s, the network config's IPv6Network is %s (set IPv6Network in net-conf.json to the cluster CIDR)",
+				ErrPodCIDROutsideNetwork, n.Name, v6, cfg.IPv6Network)
+		}
 	}
 	var l lease.Lease
 	if want4 {

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -187,6 +188,22 @@ func TestKubeSubnetManager(t *testing.T) {
 		t.Fatalf("n3 got %v", l.Subnet)
 	}
 	expect(t, events, lease.Added, "198.18.3.0/24", "198.51.100.10")
+
+	// A podCIDR outside Network (kube-flannel's 10.244.0.0/16 left in a ConfigMap of a
+	// cluster that allocates others) is refused at once, as flanneld refuses it, and the
+	// node is not annotated: no other host routes to a subnet nobody serves.
+	createNode(t, cs, "n4", "10.244.4.0/24", nil)
+	m4 := newManager(t, id, Options{NodeName: "n4"})
+	if _, err := m4.Config(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := m4.Acquire(ctx, attrs("198.51.100.11")); !errors.Is(err, ErrPodCIDROutsideNetwork) {
+		t.Fatalf("acquire with a podCIDR outside Network: %v, %v; want ErrPodCIDROutsideNetwork", l, err)
+	}
+	n4, _ := cs.CoreV1().Nodes().Get(ctx, "n4", metav1.GetOptions{})
+	if v, ok := n4.Annotations["flannel.alpha.coreos.com/public-ip"]; ok {
+		t.Fatalf("n4 annotated (public-ip %q) although its podCIDR is outside Network", v)
+	}
 
 	// A deleted node is a removed lease.
 	if err := cs.CoreV1().Nodes().Delete(ctx, "n2", metav1.DeleteOptions{}); err != nil {
