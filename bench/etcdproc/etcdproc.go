@@ -1,7 +1,8 @@
 // Package etcdproc runs a real etcd server (Debian's etcd-server) for tests, the demo
 // and benchmarks: on a free loopback port, or on a given address inside a network
 // namespace, with the v2 API enabled, in a temporary data directory; optionally over
-// TLS with client certificates.
+// TLS with client certificates. StartCluster runs several such servers as the
+// members of one cluster.
 package etcdproc
 
 import (
@@ -30,6 +31,12 @@ type Options struct {
 	Port   int    // client port; default a free port (loopback) or 2379 (namespace)
 	Dir    string // data directory; default a new temp dir, removed by Stop
 	TLS    *TLS   // serve clients over TLS (https://); nil for plain http
+	// Name is the member's name (default "weft-test").
+	Name string
+	// Cluster is --initial-cluster, every member's name=peerURL, comma-separated,
+	// for a member of a cluster (StartCluster sets it); "" for a cluster of one.
+	// Peers talk plain http on port Port+1 whatever TLS says.
+	Cluster string
 }
 
 // TLS is etcd's client-facing TLS: its certificate and, with ClientCertAuth, the CA
@@ -60,13 +67,18 @@ func (s *Server) Endpoint() string {
 	return scheme + net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.Port))
 }
 
-// Start starts etcd and waits until it serves clients.
+// Start starts etcd and waits until it serves clients. A member of a cluster
+// (Options.Cluster) serves clients only once a quorum of its members runs: start
+// them together (StartCluster).
 func Start(ctx context.Context, o Options) (*Server, error) {
 	if o.Binary == "" {
 		o.Binary = "etcd"
 	}
 	if o.Host == "" {
 		o.Host = "127.0.0.1"
+	}
+	if o.Name == "" {
+		o.Name = "weft-test"
 	}
 	s := &Server{opts: o}
 	if o.Port == 0 {
@@ -96,16 +108,28 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	return s, nil
 }
 
+// Name is the member's name.
+func (s *Server) Name() string { return s.opts.Name }
+
+// PeerURL is the URL the member's peers reach it on (always http://).
+func (s *Server) PeerURL() string {
+	return "http://" + net.JoinHostPort(s.opts.Host, strconv.Itoa(s.peer))
+}
+
 func (s *Server) start(ctx context.Context) error {
-	peerURL := "http://" + net.JoinHostPort(s.opts.Host, strconv.Itoa(s.peer))
+	peerURL := s.PeerURL()
+	cluster := s.opts.Cluster
+	if cluster == "" {
+		cluster = s.opts.Name + "=" + peerURL
+	}
 	args := []string{
-		"--name", "weft-test",
+		"--name", s.opts.Name,
 		"--data-dir", s.opts.Dir,
 		"--listen-client-urls", s.Endpoint(),
 		"--advertise-client-urls", s.Endpoint(),
 		"--listen-peer-urls", peerURL,
 		"--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "weft-test=" + peerURL,
+		"--initial-cluster", cluster,
 		"--enable-v2",
 		"--logger", "zap",
 	}
@@ -186,6 +210,20 @@ func (s *Server) kill() {
 		_ = cmd.Process.Kill()
 		<-done
 	}
+}
+
+// Kill ends etcd with SIGKILL, as a crash would, and waits for it; its data stays, so
+// that Restart can start it again.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
 }
 
 // Restart starts a stopped etcd again on the same ports and data.

@@ -83,8 +83,8 @@ type DaemonSpec struct {
 }
 
 // StartDaemon runs binary, a flanneld-compatible daemon, on h with flanneld's flags:
-// etcd at EtcdEndpoint, prefix lease.DefaultPrefix, --iface=eth0, its own subnet file,
-// healthz off. extraArgs come last, so they override (an --etcd-prefix there is
+// etcd at EtcdEndpoints (with the certificates of a TLS etcd), prefix
+// lease.DefaultPrefix, --iface=eth0, its own subnet file, healthz off. extraArgs come last, so they override (an --etcd-prefix there is
 // honoured). Unless backendType is empty, the network config under the prefix is
 // first set to that type when it holds another (dropping stale leases). Wait for the
 // lease with WaitSubnetEnv.
@@ -130,7 +130,8 @@ func (l *Lab) Start(ctx context.Context, h *Host, spec DaemonSpec) (*Daemon, err
 	defer logf.Close()
 	args := []string{"netns", "exec", h.NS.Name, abs}
 	if !spec.NoEtcd && !spec.Bare {
-		args = append(args, "--etcd-endpoints="+EtcdEndpoint, "--etcd-prefix="+lease.DefaultPrefix)
+		args = append(args, l.etcdFlags()...)
+		args = append(args, "--etcd-prefix="+lease.DefaultPrefix)
 	}
 	if !spec.NoIface && !spec.Bare {
 		args = append(args, "--iface=eth0")

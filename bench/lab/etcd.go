@@ -3,8 +3,10 @@ package lab
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -21,10 +23,19 @@ import (
 
 // etcdHTTP talks to the lab's etcd over HTTP (the v3 JSON gateway and the v2 keys
 // API) from inside the router namespace: the root namespace has no route to it.
-func (l *Lab) etcdHTTP() *http.Client {
+// With Spec.EtcdTLS it shows the lab's client certificate.
+func (l *Lab) etcdHTTP() (*http.Client, error) {
+	var tc *tls.Config
+	if l.tls != nil {
+		var err error
+		if tc, err = l.tls.Config(); err != nil {
+			return nil, err
+		}
+	}
 	return &http.Client{
 		Timeout: 10 * time.Second,
 		Transport: &http.Transport{
+			TLSClientConfig: tc,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				var c net.Conn
 				err := l.router.Do(func() error {
@@ -36,23 +47,46 @@ func (l *Lab) etcdHTTP() *http.Client {
 			},
 			DisableKeepAlives: true,
 		},
-	}
+	}, nil
 }
 
+// etcdDo sends one request to the lab's etcd: to the first of its endpoints that
+// answers (a cluster's member may be down). While a cluster elects a leader, etcd
+// answers writes with 503: callers that kill members retry.
 func (l *Lab) etcdDo(ctx context.Context, method, path string, body io.Reader, ctype string, out any) error {
-	if l.etcd == nil {
+	if len(l.endpoints) == 0 {
 		return ErrNoEtcd
 	}
-	req, err := http.NewRequestWithContext(ctx, method, EtcdEndpoint+path, body)
+	hc, err := l.etcdHTTP()
 	if err != nil {
-		return fmt.Errorf("etcd %s: %w", path, err)
+		return err
 	}
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
+	var payload []byte
+	if body != nil {
+		if payload, err = io.ReadAll(body); err != nil {
+			return fmt.Errorf("etcd %s: %w", path, err)
+		}
 	}
-	resp, err := l.etcdHTTP().Do(req)
-	if err != nil {
-		return fmt.Errorf("etcd %s %s: %w", method, path, err)
+	var resp *http.Response
+	var last error
+	for _, ep := range l.endpoints {
+		req, err := http.NewRequestWithContext(ctx, method, ep+path, bytes.NewReader(payload))
+		if err != nil {
+			return fmt.Errorf("etcd %s: %w", path, err)
+		}
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		if resp, last = hc.Do(req); last == nil {
+			break
+		}
+		if len(l.endpoints) == 1 || ctx.Err() != nil {
+			return fmt.Errorf("etcd %s %s: %w", method, path, last)
+		}
+		l.log.Debug("etcd member does not answer", zap.String("endpoint", ep), errField(last))
+	}
+	if last != nil {
+		return fmt.Errorf("etcd %s %s: %w: %w", method, path, ErrEtcdUnreachable, last)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
@@ -69,6 +103,9 @@ func (l *Lab) etcdDo(ctx context.Context, method, path string, body io.Reader, c
 	}
 	return nil
 }
+
+// ErrEtcdUnreachable is returned when no member of the lab's etcd answers.
+var ErrEtcdUnreachable = errors.New("no etcd member answers")
 
 // StatusError is an HTTP error answer of etcd.
 type StatusError struct {

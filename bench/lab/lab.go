@@ -71,6 +71,14 @@ type Spec struct {
 	// NoRouter leaves the router (and so etcd) out: at most two hosts, both on LAN1,
 	// their eth0s the two ends of one veth, without a default route.
 	NoRouter bool
+	// EtcdCluster runs etcd as a cluster of one member per host of Hosts (three
+	// for a cluster that outlives a member), in the host's namespace on its eth0
+	// address (clients on port 2379, peers on 2380, plain http), instead of one etcd
+	// on the router. Hosts added later run none. See EtcdMembers and EtcdEndpoints.
+	EtcdCluster bool
+	// EtcdTLS serves etcd's clients over TLS only, and only to certificates of a CA
+	// the lab makes (see Lab.EtcdTLS); the daemons the lab starts get the flags.
+	EtcdTLS bool
 }
 
 // Host is one host namespace with eth0 on its LAN.
@@ -90,7 +98,12 @@ type Lab struct {
 	log    *zap.Logger
 	dir    string
 	router *netns.NS
-	etcd   *etcdproc.Server
+	etcd   *etcdproc.Server // the single etcd on the router
+	// members is the etcd cluster (Spec.EtcdCluster), endpoints the client URLs
+	// of etcd or of every member, tls the certificates of a TLS etcd (or nil).
+	members   []EtcdMember
+	endpoints []string
+	tls       *EtcdTLS
 
 	mu      sync.Mutex
 	hosts   []*Host
@@ -121,6 +134,12 @@ func build(ctx context.Context, spec Spec, log *zap.Logger) (l *Lab, err error) 
 		spec.NoEtcd = true
 	}
 	l = &Lab{spec: spec, log: log, byName: map[string]*Host{}, next: map[string]int{LAN1: 10, LAN2: 10}}
+	if (spec.EtcdCluster || spec.EtcdTLS) && spec.NoEtcd {
+		return l, fmt.Errorf("%w: an etcd cluster or TLS etcd in a lab without etcd", ErrSpec)
+	}
+	if spec.EtcdCluster && len(spec.Hosts) == 0 {
+		return l, fmt.Errorf("%w: an etcd cluster needs hosts to run on", ErrSpec)
+	}
 	if l.dir, err = os.MkdirTemp("", "weft-lab-"); err != nil {
 		return l, fmt.Errorf("lab dir: %w", err)
 	}
@@ -135,16 +154,12 @@ func build(ctx context.Context, spec Spec, log *zap.Logger) (l *Lab, err error) 
 		}
 	}
 	if !spec.NoEtcd {
-		l.etcd, err = etcdproc.Start(ctx, etcdproc.Options{
-			Binary: spec.EtcdBinary, Netns: l.router.Name, Host: "192.0.2.1", Port: 2379,
-			Dir: l.dir + "/etcd",
-		})
-		if err != nil {
-			return l, fmt.Errorf("lab etcd: %w", err)
+		if err = l.startEtcd(ctx); err != nil {
+			return l, err
 		}
 		l.saveState()
 	}
-	log.Debug("lab up", zap.Int("hosts", len(l.hosts)), zap.Bool("router", l.router != nil), zap.Bool("etcd", l.etcd != nil))
+	log.Debug("lab up", zap.Int("hosts", len(l.hosts)), zap.Bool("router", l.router != nil), zap.Strings("etcd", l.endpoints))
 	return l, nil
 }
 
@@ -289,7 +304,8 @@ func (l *Lab) Host(name string) *Host {
 // without a router.
 func (l *Lab) Router() *netns.NS { return l.router }
 
-// Etcd returns the lab's etcd server (to stop and restart it), or nil without etcd.
+// Etcd returns the lab's etcd server (to stop and restart it), or nil without etcd
+// or with an etcd cluster (see EtcdMembers).
 func (l *Lab) Etcd() *etcdproc.Server { return l.etcd }
 
 // Daemons returns every daemon started in the lab, stopped ones included.
@@ -324,6 +340,10 @@ func (l *Lab) Close() error {
 	}
 	for i := len(pods) - 1; i >= 0; i-- {
 		keep(pods[i].remove())
+	}
+	// A cluster's members run in the hosts' namespaces: stop them first.
+	for _, m := range l.members {
+		m.Server.Close()
 	}
 	for _, ns := range extra {
 		keep(ns.Close())

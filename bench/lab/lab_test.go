@@ -121,6 +121,10 @@ func TestBadSpec(t *testing.T) {
 		{"LAN2 without router", lab.Spec{NoRouter: true, Hosts: []lab.HostSpec{{Name: "a", LAN: lab.LAN2}}}},
 		{"unknown LAN", lab.Spec{NoRouter: true, Hosts: []lab.HostSpec{{Name: "a", LAN: "lan3"}}}},
 		{"no name", lab.Spec{NoRouter: true, Hosts: []lab.HostSpec{{}}}},
+		{"etcd cluster without etcd", lab.Spec{NoEtcd: true, EtcdCluster: true, Hosts: []lab.HostSpec{{Name: "a"}}}},
+		{"etcd cluster without router", lab.Spec{NoRouter: true, EtcdCluster: true, Hosts: []lab.HostSpec{{Name: "a"}}}},
+		{"TLS etcd without etcd", lab.Spec{NoEtcd: true, EtcdTLS: true}},
+		{"etcd cluster without hosts", lab.Spec{EtcdCluster: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := lab.New(context.Background(), tc.spec, zaptest.NewLogger(t))
@@ -326,5 +330,54 @@ func TestCNIPods(t *testing.T) {
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("host-local state %s after Close: %v", dir, err)
 		}
+	}
+}
+
+// TestEtcdCluster: a lab with Spec.EtcdCluster runs one etcd member per host, on the
+// host's address; with Spec.EtcdTLS over https only. The lab's own writes go on with
+// a member down, and the member comes back on its data.
+func TestEtcdCluster(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		tls    bool
+		scheme string
+	}{
+		// Plain http is TestEtcdCluster of e2e's; a write after a kill can take 7 s.
+		{"https", true, "https://"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := labtest.New(t, lab.Spec{EtcdCluster: true, EtcdTLS: tc.tls,
+				Hosts: []lab.HostSpec{{Name: "a"}, {Name: "b"}, {Name: "c", LAN: lab.LAN2}}})
+			want := []string{tc.scheme + "192.0.2.10:2379", tc.scheme + "192.0.2.11:2379", tc.scheme + "198.51.100.10:2379"}
+			if got := l.EtcdEndpoints(); strings.Join(got, ",") != strings.Join(want, ",") {
+				t.Errorf("endpoints %v, want %v", got, want)
+			}
+			if got := l.State().Etcd; got != strings.Join(want, ",") {
+				t.Errorf("state's etcd %q", got)
+			}
+			if l.Etcd() != nil || len(l.EtcdMembers()) != 3 || (l.EtcdTLS() != nil) != tc.tls {
+				t.Fatalf("etcd %v, members %v, TLS %v", l.Etcd(), l.EtcdMembers(), l.EtcdTLS())
+			}
+			ctx := context.Background()
+			key := lease.DefaultPrefix + "/subnets/198.18.7.0-24"
+			for i, m := range l.EtcdMembers() {
+				if m.Host != l.Hosts()[i] || m.Server.Name() != m.Host.Name {
+					t.Errorf("member %d: %s on %s", i, m.Server.Name(), m.Host.Name)
+				}
+			}
+			// The first member's endpoint is the lab's first choice.
+			m := l.EtcdMembers()[0]
+			m.Server.Kill()
+			// A write while the others elect a new leader fails: etcd's answer.
+			val := `{"PublicIP":"192.0.2.10"}`
+			testenv.Eventually(t, 20*time.Second, func() error { return l.Put(ctx, key, val) })
+			if err := m.Server.Restart(ctx); err != nil {
+				t.Fatal(err)
+			}
+			leases, err := l.Leases(ctx, "")
+			if err != nil || leases["198.18.7.0-24"] != val {
+				t.Errorf("leases %v, %v; want %s", leases, err, val)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,7 +19,7 @@ type State struct {
 	Keeper     int         `json:"keeper,omitempty"` // pid of the process that holds the lab
 	Dir        string      `json:"dir"`
 	Router     string      `json:"router"`
-	Etcd       string      `json:"etcd"`
+	Etcd       string      `json:"etcd"`       // client URLs, comma-separated
 	Namespaces []string    `json:"namespaces"` // every namespace, router included
 	Pids       []int       `json:"pids"`       // daemons
 	Hosts      []HostState `json:"hosts"`
@@ -46,9 +47,7 @@ func (l *Lab) State() State {
 		s.Router = l.router.Name
 		s.Namespaces = append(s.Namespaces, l.router.Name)
 	}
-	if l.etcd != nil {
-		s.Etcd = EtcdEndpoint
-	}
+	s.Etcd = strings.Join(l.endpoints, ",")
 	for _, ns := range l.nsExtra {
 		s.Namespaces = append(s.Namespaces, ns.Name)
 	}

@@ -66,8 +66,9 @@ func NewCA(dir, name string) (*CA, error) {
 type Spec struct {
 	Name      string // file name stem, and CommonName unless CN is set
 	CN        string
-	Server    bool // server auth, for 127.0.0.1 and localhost
-	Client    bool // client auth
+	Server    bool     // server auth, for 127.0.0.1 and localhost
+	IPs       []net.IP // more addresses a server certificate is for
+	Client    bool     // client auth
 	NotBefore time.Time
 	NotAfter  time.Time // zero: a day from now
 }
@@ -97,7 +98,7 @@ func (ca *CA) Issue(spec Spec) (Pair, error) {
 	}
 	if spec.Server {
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+		tmpl.IPAddresses = append([]net.IP{net.ParseIP("127.0.0.1")}, spec.IPs...)
 		tmpl.DNSNames = []string{"localhost"}
 	}
 	if spec.Client {
