@@ -53,6 +53,10 @@ type Lease struct {
 	IPv6Subnet netip.Prefix
 	Attrs      Attrs
 	Expiration time.Time
+	// Reserved: the key has no TTL, a reservation (flannel's Documentation/
+	// reservations.md). It is used by the host whose PublicIP it names, never given a
+	// TTL, never renewed and never deleted by weftd; Expiration is zero.
+	Reserved bool
 }
 
 // Key names a lease: its IPv4 subnet, its IPv6 subnet, or both (dual stack); the

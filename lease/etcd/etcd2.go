@@ -111,7 +111,7 @@ func (e *etcd2) List(ctx context.Context) (Listing, error) {
 			l.Unreadable = append(l.Unreadable, lease.Key{Subnet: subnet, IPv6Subnet: subnet6})
 			continue
 		}
-		lease := lease.Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a}
+		lease := lease.Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a, Reserved: n.Expiration == nil}
 		if n.Expiration != nil {
 			lease.Expiration = *n.Expiration
 		}
@@ -139,6 +139,9 @@ func (e *etcd2) set(ctx context.Context, k lease.Key, a lease.Attrs, ttl time.Du
 	}
 	if resp.Node.Expiration != nil {
 		return *resp.Node.Expiration, nil
+	}
+	if ttl <= 0 {
+		return time.Time{}, nil // a reservation: no TTL
 	}
 	return time.Now().Add(ttl), nil
 }
@@ -185,7 +188,7 @@ func (e *etcd2) Watch(ctx context.Context, rev int64, changes func([]Change)) er
 			changes([]Change{{Type: lease.Removed, Lease: lease.Lease{Subnet: subnet, IPv6Subnet: subnet6}}})
 		default:
 			a, err := lease.DecodeAttrs([]byte(resp.Node.Value))
-			l := lease.Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a}
+			l := lease.Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a, Reserved: resp.Node.Expiration == nil}
 			if resp.Node.Expiration != nil {
 				l.Expiration = *resp.Node.Expiration
 			}

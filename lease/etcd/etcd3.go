@@ -148,7 +148,7 @@ func (e *etcd3) List(ctx context.Context) (Listing, error) {
 			l.Unreadable = append(l.Unreadable, lease.Key{Subnet: subnet, IPv6Subnet: subnet6})
 			continue
 		}
-		l.Leases = append(l.Leases, lease.Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a})
+		l.Leases = append(l.Leases, lease.Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a, Reserved: kv.Lease == 0})
 	}
 	return l, nil
 }
@@ -206,8 +206,19 @@ func (e *etcd3) begin(ctx context.Context, k lease.Key, a lease.Attrs) (*clientv
 
 // putLeased writes val at key under a new etcd lease of ttl if cmp holds, and returns
 // when that lease expires. When cmp does not hold the error is lost; on any failure the
-// new etcd lease is revoked.
+// new etcd lease is revoked. A ttl of 0 writes the key without a lease (a reservation)
+// and returns the zero time.
 func (e *etcd3) putLeased(ctx context.Context, cli *clientv3.Client, key, val string, cmp clientv3.Cmp, ttl time.Duration, lost error) (time.Time, error) {
+	if ttl <= 0 {
+		resp, err := cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, val)).Commit()
+		if err == nil && !resp.Succeeded {
+			err = lost
+		}
+		if err != nil {
+			return time.Time{}, e.opts.explain(err, key)
+		}
+		return time.Time{}, nil
+	}
 	grant, err := cli.Grant(ctx, int64(ttl/time.Second))
 	if err != nil {
 		return time.Time{}, e.opts.explain(err, key)
@@ -259,7 +270,8 @@ func (e *etcd3) Watch(ctx context.Context, rev int64, changes func([]Change)) er
 				continue
 			}
 			a, err := lease.DecodeAttrs(ev.Kv.Value)
-			batch = append(batch, Change{Type: lease.Added, Lease: lease.Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a}, Bad: err})
+			l := lease.Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a, Reserved: ev.Kv.Lease == 0}
+			batch = append(batch, Change{Type: lease.Added, Lease: l, Bad: err})
 		}
 		if len(batch) > 0 {
 			changes(batch)

@@ -40,6 +40,9 @@ type store struct {
 	reg    Registry
 	put    func(t *testing.T, key, val string) // key relative to prefix
 	del    func(t *testing.T, key string)
+	// hasTTL reports whether the key (relative to prefix) carries a TTL: an etcd
+	// lease (v3) or an expiration (v2).
+	hasTTL func(t *testing.T, key string) bool
 	// gap makes every revision before now unwatchable (v3: compaction; v2: more than
 	// 1000 events, past the v2 event history).
 	gap func(t *testing.T)
@@ -86,6 +89,14 @@ func newStore(t *testing.T, srv *etcdproc.Server, api string) *store {
 				t.Fatalf("delete %s: %v", k, err)
 			}
 		}
+		s.hasTTL = func(t *testing.T, k string) bool {
+			t.Helper()
+			resp, err := cli.Get(ctx(), s.prefix+k)
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("get %s: %v (%d keys)", k, err, len(resp.Kvs))
+			}
+			return resp.Kvs[0].Lease != 0
+		}
 		s.gap = func(t *testing.T) {
 			t.Helper()
 			resp, err := cli.Put(ctx(), s.prefix+"/churn", "x")
@@ -114,6 +125,14 @@ func newStore(t *testing.T, srv *etcdproc.Server, api string) *store {
 			if _, err := kapi.Delete(ctx(), s.prefix+k, nil); err != nil {
 				t.Fatalf("delete %s: %v", k, err)
 			}
+		}
+		s.hasTTL = func(t *testing.T, k string) bool {
+			t.Helper()
+			resp, err := kapi.Get(ctx(), s.prefix+k, &client.GetOptions{Quorum: true})
+			if err != nil {
+				t.Fatalf("get %s: %v", k, err)
+			}
+			return resp.Node.Expiration != nil
 		}
 		s.gap = func(t *testing.T) {
 			t.Helper()

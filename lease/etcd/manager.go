@@ -46,6 +46,10 @@ type Manager struct {
 	mu  sync.Mutex
 	cfg *lease.Config
 	st  lease.State
+	// attrs is what Republish asked Hold to publish (nil: nothing); republish wakes
+	// Hold for it.
+	attrs     *lease.Attrs
+	republish chan struct{}
 
 	// downSince is when etcd became unreachable (Unix ns; 0 while it is reachable or
 	// nobody watches, see MonitorEtcd), for Health.
@@ -70,7 +74,33 @@ func NewManager(reg Registry, opts ManagerOptions, log *zap.Logger) *Manager {
 	if opts.ConfigPoll <= 0 {
 		opts.ConfigPoll = time.Second
 	}
-	return &Manager{reg: reg, opts: opts, log: log}
+	return &Manager{reg: reg, opts: opts, log: log, republish: make(chan struct{}, 1)}
+}
+
+// Republish has Hold write attrs (our host identity kept) into our lease at once, and
+// renew it with them from then on: the external interface got another address, and
+// peers must send to the new PublicIP. Failed writes are retried every RetryInterval.
+func (m *Manager) Republish(attrs lease.Attrs) {
+	m.mu.Lock()
+	m.attrs = &attrs
+	m.mu.Unlock()
+	select {
+	case m.republish <- struct{}{}:
+	default:
+	}
+}
+
+// takeAttrs returns what Republish asked for, if anything, with hostID.
+func (m *Manager) takeAttrs(hostID string) (lease.Attrs, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.attrs == nil {
+		return lease.Attrs{}, false
+	}
+	a := *m.attrs
+	m.attrs = nil
+	a.HostID = hostID
+	return a, true
 }
 
 // Close closes the registry.
@@ -213,13 +243,28 @@ func (m *Manager) tryAcquire(ctx context.Context, cfg *lease.Config, attrs lease
 			ours = "udp"
 		}
 		// flanneld's udp leases carry no BackendType: compatible, not ours to drop.
-		if lease.CompatibleWith(ours, l) && fits(cfg, l.Key()) {
-			exp, err := m.reg.Update(ctx, l.Key(), attrs, m.opts.TTL)
+		// A reservation (no TTL) is ours whatever backend wrote it, and stays TTL-less.
+		if (l.Reserved || lease.CompatibleWith(ours, l)) && fits(cfg, l.Key()) {
+			ttl := m.opts.TTL
+			if l.Reserved {
+				ttl = 0
+			}
+			exp, err := m.reg.Update(ctx, l.Key(), attrs, ttl)
 			if err != nil {
 				return lease.Lease{}, err
 			}
-			m.log.Info("reusing our lease", zap.Stringer("lease", l.Key()))
-			return lease.Lease{Subnet: l.Subnet, IPv6Subnet: l.IPv6Subnet, Attrs: attrs, Expiration: exp}, nil
+			if l.Reserved {
+				m.log.Info("using our reservation", zap.Stringer("lease", l.Key()))
+			} else {
+				m.log.Info("reusing our lease", zap.Stringer("lease", l.Key()))
+			}
+			return lease.Lease{Subnet: l.Subnet, IPv6Subnet: l.IPv6Subnet, Attrs: attrs, Expiration: exp, Reserved: l.Reserved}, nil
+		}
+		if l.Reserved {
+			// An administrator's key: never ours to delete. Its subnets stay taken.
+			m.log.Warn("our reservation does not fit the network config; leaving it and leasing another subnet",
+				zap.Stringer("lease", l.Key()))
+			continue
 		}
 		// Another backend, or a lease of other families or lengths than the config's
 		// (IPv6 switched on or off): flanneld deletes it too.

@@ -44,7 +44,8 @@ type Registry interface {
 	Config(ctx context.Context) ([]byte, error)
 	List(ctx context.Context) (Listing, error)
 	Create(ctx context.Context, k lease.Key, a lease.Attrs, ttl time.Duration) (time.Time, error)
-	// Update replaces the attrs of an existing lease and renews its TTL.
+	// Update replaces the attrs of an existing lease and renews its TTL; a ttl of 0
+	// keeps (or makes) the key TTL-less, a reservation, and returns the zero time.
 	Update(ctx context.Context, k lease.Key, a lease.Attrs, ttl time.Duration) (time.Time, error)
 	Delete(ctx context.Context, k lease.Key) error
 	// Watch sends the changes after rev until ctx ends or an error; ErrGap means a

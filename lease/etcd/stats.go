@@ -25,7 +25,14 @@ type managerCounters struct {
 	watchErrors   atomic.Uint64
 }
 
-func (c *managerCounters) held(exp time.Time) { c.expiration.Store(exp.UnixNano()) }
+// held records our lease's expiry; a reservation's zero time is stored as 0 (none).
+func (c *managerCounters) held(exp time.Time) {
+	if exp.IsZero() {
+		c.expiration.Store(0)
+		return
+	}
+	c.expiration.Store(exp.UnixNano())
+}
 
 // Stats returns the manager's counters.
 func (m *Manager) Stats() Stats {

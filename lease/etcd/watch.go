@@ -174,21 +174,42 @@ func (m *Manager) Hold(ctx context.Context, own lease.Lease, changed func(lease.
 	stopWatch := watchOwn(own.Key())
 	defer func() { stopWatch() }()
 
+	// republished: own.Attrs changed (Republish) and etcd does not have them yet.
+	republished := false
 	for {
-		wait := time.Until(own.Expiration) - m.opts.RenewMargin
-		if own.Expiration.IsZero() {
-			wait = 0
+		// A reservation has no TTL to renew: only its loss or new attributes wake us.
+		var renew <-chan time.Time
+		if !own.Reserved || republished {
+			wait := time.Until(own.Expiration) - m.opts.RenewMargin
+			if own.Expiration.IsZero() || republished {
+				wait = 0
+			}
+			renew = time.After(max(wait, 0))
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(max(wait, 0)):
-			exp, err := m.reg.Update(ctx, own.Key(), own.Attrs, m.opts.TTL)
+		case <-m.republish:
+			a, ok := m.takeAttrs(hostID)
+			if !ok {
+				continue
+			}
+			own.Attrs, republished = a, true
+			m.log.Info("publishing new attributes in our lease", zap.Stringer("lease", own.Key()),
+				zap.Stringer("public-ip", a.PublicIP), zap.Stringer("public-ipv6", a.PublicIPv6))
+			continue
+		case <-renew:
+			ttl := m.opts.TTL
+			if own.Reserved {
+				ttl = 0 // keep the reservation TTL-less
+			}
+			exp, err := m.reg.Update(ctx, own.Key(), own.Attrs, ttl)
 			if err == nil {
 				own.Expiration = exp
 				m.cnt.renewals.Add(1)
 				m.cnt.held(exp)
 				m.log.Info("lease renewed", zap.Stringer("lease", own.Key()), zap.Time("expires", exp))
+				republished = false
 				continue
 			}
 			if !errors.Is(err, ErrNotFound) {
@@ -217,6 +238,7 @@ func (m *Manager) Hold(ctx context.Context, own lease.Lease, changed func(lease.
 			signal()
 			continue
 		}
+		republished = false // Acquire wrote own.Attrs
 		if next.Key() != own.Key() {
 			stopWatch()
 			stopWatch = watchOwn(next.Key())
