@@ -45,11 +45,13 @@ func (m *Manager) leaseOf(n *corev1.Node) (lease.Lease, bool) {
 	return l, true
 }
 
-// family reads one family's public address and backend data annotations of n.
+// family reads one family's public address and backend data annotations of n. The
+// family needs a good public address; backend data that is missing or not JSON is
+// passed on as none, as flanneld passes it on, for the backend to judge: host-gw
+// reads none and routes the peer, vxlan skips a peer without a VtepMAC.
 func (m *Manager) family(n *corev1.Node, ipAnn, dataAnn string, v6 bool) (netip.Addr, json.RawMessage, bool) {
-	ipStr, okIP := n.Annotations[m.key(ipAnn)]
-	data, okD := n.Annotations[m.key(dataAnn)]
-	if !okIP || !okD {
+	ipStr, ok := n.Annotations[m.key(ipAnn)]
+	if !ok {
 		return netip.Addr{}, nil, false
 	}
 	ip, err := parseFamily(ipStr, v6)
@@ -57,12 +59,13 @@ func (m *Manager) family(n *corev1.Node, ipAnn, dataAnn string, v6 bool) (netip.
 		m.log.Error("skipping a node's bad "+ipAnn+" annotation", zap.String("node", n.Name), zap.String("value", ipStr), zap.Error(err))
 		return netip.Addr{}, nil, false
 	}
-	if data == "" || data == "null" {
+	data := n.Annotations[m.key(dataAnn)]
+	switch {
+	case data == "" || data == "null":
 		return ip, nil, true
-	}
-	if !json.Valid([]byte(data)) {
-		m.log.Error("skipping a node's bad "+dataAnn+" annotation", zap.String("node", n.Name))
-		return netip.Addr{}, nil, false
+	case !json.Valid([]byte(data)):
+		m.log.Warn("a node's "+dataAnn+" annotation is not JSON; taking it as none", zap.String("node", n.Name), zap.String("value", data))
+		return ip, nil, true
 	}
 	return ip, json.RawMessage(data), true
 }
