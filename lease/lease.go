@@ -55,7 +55,8 @@ type Lease struct {
 	Expiration time.Time
 	// Reserved: the key has no TTL, a reservation (flannel's Documentation/
 	// reservations.md). It is used by the host whose PublicIP it names, never given a
-	// TTL, never renewed and never deleted by weftd; Expiration is zero.
+	// TTL and never renewed (deleted only when it no longer fits the network config,
+	// as flanneld does); Expiration is zero.
 	Reserved bool
 }
 

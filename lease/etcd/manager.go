@@ -260,14 +260,8 @@ func (m *Manager) tryAcquire(ctx context.Context, cfg *lease.Config, attrs lease
 			}
 			return lease.Lease{Subnet: l.Subnet, IPv6Subnet: l.IPv6Subnet, Attrs: attrs, Expiration: exp, Reserved: l.Reserved}, nil
 		}
-		if l.Reserved {
-			// An administrator's key: never ours to delete. Its subnets stay taken.
-			m.log.Warn("our reservation does not fit the network config; leaving it and leasing another subnet",
-				zap.Stringer("lease", l.Key()))
-			continue
-		}
 		// Another backend, or a lease of other families or lengths than the config's
-		// (IPv6 switched on or off): flanneld deletes it too.
+		// (IPv6 switched on or off): flanneld deletes it too, a reservation included.
 		m.log.Info("removing our incompatible lease", zap.Stringer("lease", l.Key()),
 			zap.String("backend", l.Attrs.BackendType))
 		if err := m.reg.Delete(ctx, l.Key()); err != nil {
