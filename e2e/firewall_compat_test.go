@@ -100,7 +100,7 @@ func nftChains(c *cluster, h *host, family, table, subnet string) map[string][]s
 
 // TestNFTRulesMatchFlanneld: with EnableNFTables and --ip-masq, weftd's nftables chains
 // are flanneld's (same hooks, priorities, rules in order), but for the two rules weft
-// writes with the meaning of flanneld's iptables rules (README: Firewall rules).
+// writes with the meaning of flanneld's iptables rules (docs/operations.md: Firewall rules).
 func TestNFTRulesMatchFlanneld(t *testing.T) {
 	c := newCluster(t, "v3")
 	testenv.NeedTools(t, "nft")

@@ -144,7 +144,7 @@ func (s *Secure) transport(t testing.TB) *http.Transport {
 }
 
 // SetupAuth enables authentication on both APIs (they are separate in etcd 3.4) with
-// four users: root, WeftdUser with the least-privilege role of README.md for prefix,
+// four users: root, WeftdUser with the least-privilege role of docs/operations.md for prefix,
 // OutsiderUser with that role for another prefix only, and ReaderUser who may read
 // the config but no lease. On the v2 API the guest
 // role, which may do anything, loses its rights.

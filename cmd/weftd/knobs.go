@@ -11,12 +11,12 @@ import (
 
 // knob is one WEFT_* environment variable of weftd. weftd is the only reader of
 // them: it parses and checks each here, and hands the result to the backends as plain
-// configuration (encap.Tuning). The README's table lists the same name, meaning and
+// configuration (encap.Tuning). docs/operations.md's table lists the same name, meaning and
 // default (TestKnobsDocumented keeps them in step).
 type knob struct {
 	name    string
 	meaning string
-	def     string // as the README shows it (Markdown)
+	def     string // as docs/operations.md shows it (Markdown)
 	// set parses v into t, or says why it cannot.
 	set func(t *encap.Tuning, v string) error
 }

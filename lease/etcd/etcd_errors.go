@@ -178,7 +178,7 @@ func isTransportError(msg string) bool {
 }
 
 func (o Options) roleHint() string {
-	return "its roles must grant read on " + o.configKey() + " and readwrite on the keys under " + o.subnetsDir() + " (see README.md)"
+	return "its roles must grant read on " + o.configKey() + " and readwrite on the keys under " + o.subnetsDir() + " (see docs/operations.md)"
 }
 
 func (o Options) endpoints() string { return strings.Join(o.Endpoints, ",") }

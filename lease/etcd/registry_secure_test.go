@@ -20,7 +20,7 @@ import (
 )
 
 // secureLab is one etcd over TLS with client certificates and authentication on both
-// APIs, the README's least-privilege role for prefix, and certificates that must fail.
+// APIs, the least-privilege role of docs/operations.md for prefix, and certificates that must fail.
 type secureLab struct {
 	etcd   *etcdtest.Secure
 	prefix string
@@ -64,7 +64,7 @@ func (l *secureLab) good(api string) Options {
 	}
 }
 
-// TestRegistryTLSAndAuth runs the registry as the README's least-privilege user over
+// TestRegistryTLSAndAuth runs the registry as the least-privilege user of docs/operations.md over
 // TLS with a client certificate: config, create, list, watch, renew and delete work.
 func TestRegistryTLSAndAuth(t *testing.T) {
 	l := newSecureLab(t)
