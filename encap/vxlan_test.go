@@ -68,22 +68,11 @@ func TestVXLANOptions(t *testing.T) {
 	}
 }
 
-// uplinkNS makes a namespace whose eth0 (a veth, up, its peer p0 up too) has
-// 192.0.2.10/24.
+// uplinkNS makes a namespace whose eth0 (a netnstest.Uplink) has 192.0.2.10/24.
 func uplinkNS(t testing.TB, name string) *netns.NS {
 	t.Helper()
 	ns := netnstest.New(t, name)
-	ctx := context.Background()
-	for _, cmd := range [][]string{
-		{"link", "add", "eth0", "type", "veth", "peer", "name", "p0"},
-		{"addr", "add", "192.0.2.10/24", "dev", "eth0"},
-		{"link", "set", "eth0", "up"},
-		{"link", "set", "p0", "up"},
-	} {
-		if out, err := ns.Run(ctx, "ip", cmd...); err != nil {
-			t.Fatalf("ip %v: %v: %s", cmd, err, out)
-		}
-	}
+	netnstest.Uplink(t, ns, "eth0", "192.0.2.10/24")
 	return ns
 }
 

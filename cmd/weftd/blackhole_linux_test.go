@@ -21,18 +21,13 @@ import (
 )
 
 // blackholeHost is a namespace with a default route out of eth0 and a pod's host
-// route (as Canal gives pods) inside 198.18.11.0/24 and fd00:0:0:11::/64.
+// route (as Canal gives pods) inside 198.18.11.0/24 and fd00:0:0:11::/64 out of pod0,
+// the stand-in for the pod's veth.
 func blackholeHost(t *testing.T) *netns.NS {
 	ns := netnstest.New(t, "weft-bh")
+	netnstest.Uplink(t, ns, "eth0", "192.0.2.10/24", "2001:db8::10/64")
+	netnstest.Uplink(t, ns, "pod0")
 	for _, c := range [][]string{
-		{"ip", "link", "add", "eth0", "type", "veth", "peer", "name", "p0"},
-		{"ip", "link", "add", "pod0", "type", "veth", "peer", "name", "p1"},
-		{"ip", "link", "set", "p0", "up"},
-		{"ip", "link", "set", "p1", "up"},
-		{"ip", "addr", "add", "192.0.2.10/24", "dev", "eth0"},
-		{"ip", "-6", "addr", "add", "2001:db8::10/64", "dev", "eth0", "nodad"},
-		{"ip", "link", "set", "eth0", "up"},
-		{"ip", "link", "set", "pod0", "up"},
 		{"ip", "route", "add", "default", "via", "192.0.2.1"},
 		{"ip", "-6", "route", "add", "default", "via", "2001:db8::1"},
 		{"ip", "route", "add", "198.18.11.5/32", "dev", "pod0"},

@@ -26,17 +26,7 @@ func TestCleanupDualStack(t *testing.T) {
 	ns := netnstest.New(t, "weft-clean6")
 	testenv.NeedTools(t, "ip6tables", "ip6tables-save", "iptables-save")
 	ctx := context.Background()
-	for _, c := range [][]string{
-		{"ip", "link", "add", "eth0", "type", "veth", "peer", "name", "p0"},
-		{"ip", "addr", "add", "192.0.2.10/24", "dev", "eth0"},
-		{"ip", "-6", "addr", "add", "2001:db8::10/64", "dev", "eth0", "nodad"},
-		{"ip", "link", "set", "eth0", "up"},
-		{"ip", "link", "set", "p0", "up"},
-	} {
-		if out, err := ns.Run(ctx, c[0], c[1:]...); err != nil {
-			t.Fatalf("%v: %v: %s", c, err, out)
-		}
-	}
+	netnstest.Uplink(t, ns, "eth0", "192.0.2.10/24", "2001:db8::10/64")
 	cfg := &lease.Config{EnableIPv4: true, Network: netip.MustParsePrefix("198.18.0.0/16"), SubnetLen: 24,
 		EnableIPv6: true, IPv6Network: netip.MustParsePrefix("fd00::/48"), IPv6SubnetLen: 64,
 		BackendType: "vxlan", Backend: json.RawMessage(`{"Type":"vxlan"}`)}

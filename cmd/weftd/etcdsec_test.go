@@ -188,22 +188,11 @@ func hostNS(t *testing.T) *netns.NS {
 	t.Helper()
 	weftdBinary(t) // skips with -short first
 	ns := netnstest.New(t, "weftd-etcd")
-	ctx := context.Background()
-	// No dummy module here: a veth pair with both ends inside serves.
-	for _, cmd := range [][]string{
-		{"ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth1"},
-		{"ip", "addr", "add", "192.0.2.10/24", "dev", "eth0"},
-		{"ip", "link", "set", "eth1", "up"},
-		{"ip", "link", "set", "eth0", "up"},
-	} {
-		if out, err := ns.Run(ctx, cmd[0], cmd[1:]...); err != nil {
-			t.Fatalf("%v: %v: %s", cmd, err, out)
-		}
-	}
+	netnstest.Uplink(t, ns, "eth0", "192.0.2.10/24")
 	return ns
 }
 
-// secureEtcd is a TLS etcd with auth on both APIs, the README's role for prefix, the
+// secureEtcd is a TLS etcd with auth on both APIs, the role of docs/operations.md for prefix, the
 // alloc config under it, and certificates that must fail.
 type secureEtcd struct {
 	*etcdtest.Secure
@@ -278,7 +267,7 @@ func (s *secureEtcd) flags(api string, change func(f map[string]string)) []strin
 }
 
 // TestWeftdEtcdTLSAndAuth: weftd leases a subnet over TLS with its client certificate
-// as the README's least-privilege user, on both APIs.
+// as the least-privilege user of docs/operations.md, on both APIs.
 func TestWeftdEtcdTLSAndAuth(t *testing.T) {
 	s := newSecureEtcd(t)
 	for _, api := range []string{"v3", "v2"} {

@@ -9,29 +9,16 @@ import (
 	"github.com/weftnet/weft/bench/netnstest"
 )
 
-// TestExternalInterface picks interfaces in a namespace holding veths eth0 (192.0.2.10/24,
-// the default route), eth12 (198.51.100.5/24) and bare (no address), as flanneld's
-// --iface, --iface-regex, --iface-can-reach and --public-ip would.
+// TestExternalInterface picks interfaces in a namespace holding uplinks eth0
+// (192.0.2.10/24, the default route), eth12 (198.51.100.5/24) and bare (no address),
+// as flanneld's --iface, --iface-regex, --iface-can-reach and --public-ip would.
 func TestExternalInterface(t *testing.T) {
 	ns := netnstest.New(t, "weft-iface")
-	ctx := context.Background()
-	for _, cmd := range [][]string{
-		{"link", "add", "eth0", "type", "veth", "peer", "name", "p0"},
-		{"link", "add", "eth12", "type", "veth", "peer", "name", "p12"},
-		{"link", "add", "bare", "type", "veth", "peer", "name", "pb"},
-		{"link", "set", "p0", "up"},
-		{"link", "set", "p12", "up"},
-		{"link", "set", "pb", "up"},
-		{"addr", "add", "192.0.2.10/24", "dev", "eth0"},
-		{"addr", "add", "198.51.100.5/24", "dev", "eth12"},
-		{"link", "set", "eth0", "up"},
-		{"link", "set", "eth12", "up"},
-		{"link", "set", "bare", "up"},
-		{"route", "add", "default", "via", "192.0.2.1", "dev", "eth0"},
-	} {
-		if out, err := ns.Run(ctx, "ip", cmd...); err != nil {
-			t.Fatalf("ip %v: %v: %s", cmd, err, out)
-		}
+	netnstest.Uplink(t, ns, "eth0", "192.0.2.10/24")
+	netnstest.Uplink(t, ns, "eth12", "198.51.100.5/24")
+	netnstest.Uplink(t, ns, "bare")
+	if out, err := ns.Run(context.Background(), "ip", "route", "add", "default", "via", "192.0.2.1", "dev", "eth0"); err != nil {
+		t.Fatalf("default route: %v: %s", err, out)
 	}
 	tests := []struct {
 		name     string
@@ -99,23 +86,16 @@ func TestExternalInterface(t *testing.T) {
 }
 
 // TestExternalInterfaceIPv6 picks interfaces and their IPv6 addresses, as flanneld
-// does on dual-stack and IPv6-only networks, in a namespace holding eth0
+// does on dual-stack and IPv6-only networks, in a namespace holding uplinks eth0
 // (192.0.2.10/24, 2001:db8:1::10/64, both default routes), eth12 (198.51.100.5/24,
 // 2001:db8:12::5/64) and v4only (192.0.2.77/32, no IPv6).
 func TestExternalInterfaceIPv6(t *testing.T) {
 	ns := netnstest.New(t, "weft-iface6")
 	ctx := context.Background()
+	netnstest.Uplink(t, ns, "eth0", "192.0.2.10/24", "2001:db8:1::10/64")
+	netnstest.Uplink(t, ns, "eth12", "198.51.100.5/24", "2001:db8:12::5/64")
+	netnstest.Uplink(t, ns, "v4only", "192.0.2.77/32")
 	for _, cmd := range [][]string{
-		{"link", "add", "eth0", "type", "veth", "peer", "name", "p0"},
-		{"link", "add", "eth12", "type", "veth", "peer", "name", "p12"},
-		{"link", "add", "v4only", "type", "veth", "peer", "name", "pv"},
-		{"addr", "add", "192.0.2.10/24", "dev", "eth0"},
-		{"addr", "add", "2001:db8:1::10/64", "dev", "eth0", "nodad"},
-		{"addr", "add", "198.51.100.5/24", "dev", "eth12"},
-		{"addr", "add", "2001:db8:12::5/64", "dev", "eth12", "nodad"},
-		{"addr", "add", "192.0.2.77/32", "dev", "v4only"},
-		{"link", "set", "p0", "up"}, {"link", "set", "p12", "up"}, {"link", "set", "pv", "up"},
-		{"link", "set", "eth0", "up"}, {"link", "set", "eth12", "up"}, {"link", "set", "v4only", "up"},
 		{"route", "add", "default", "via", "192.0.2.1", "dev", "eth0"},
 		{"-6", "route", "add", "default", "via", "2001:db8:1::1", "dev", "eth0"},
 	} {
