@@ -19,6 +19,7 @@ import (
 	"github.com/weftnet/weft/bench/kubeproc"
 	"github.com/weftnet/weft/bench/kubetest"
 	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/netns"
 	"github.com/weftnet/weft/bench/testenv"
 )
 
@@ -28,32 +29,50 @@ import (
 // (deploy/rbac.yml), never cluster admin.
 func kubeCluster(t *testing.T, c *cluster) (*kubeproc.Server, kubernetes.Interface, kubetest.Identity) {
 	t.Helper()
+	return kubeAPI(t, c.router, c.etcd.Endpoint())
+}
+
+// kubeAPI runs a real kube-apiserver in router (192.0.2.1:6443) on the etcd at
+// endpoint, and returns it, an admin client for the test's setup and kube-flannel's
+// identity (deploy/rbac.yml) for the daemons. Everything stops at the test's cleanup.
+func kubeAPI(t *testing.T, router *netns.NS, endpoint string) (*kubeproc.Server, kubernetes.Interface, kubetest.Identity) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("runs kube-apiserver")
 	}
 	testenv.NeedTools(t, "go")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	bin, err := kubeproc.Binary(ctx, "..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := kubeproc.Start(ctx, kubeproc.Options{Binary: bin, Etcd: c.etcd.Endpoint(), Netns: c.router.Name,
-		Host: "192.0.2.1", Dial: c.router.DialContext})
+	srv, cs, err := startKubeAPI(ctx, router, endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	cfg, err := clientcmd.BuildConfigFromFlags("", srv.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Dial = c.router.DialContext
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	return srv, cs, kubetest.Flannel(t, cs, srv.URL, "..")
+}
+
+// startKubeAPI is kubeAPI's start, safe to call from any goroutine: the server and
+// an admin client, or an error (with nothing left running). The caller closes srv.
+func startKubeAPI(ctx context.Context, router *netns.NS, endpoint string) (*kubeproc.Server, kubernetes.Interface, error) {
+	bin, err := kubeproc.Binary(ctx, "..")
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := kubeproc.Start(ctx, kubeproc.Options{Binary: bin, Etcd: endpoint, Netns: router.Name,
+		Host: "192.0.2.1", Dial: router.DialContext})
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", srv.Kubeconfig)
+	if err == nil {
+		cfg.Dial = router.DialContext
+		var cs kubernetes.Interface
+		if cs, err = kubernetes.NewForConfig(cfg); err == nil {
+			return srv, cs, nil
+		}
+	}
+	srv.Close()
+	return nil, nil, fmt.Errorf("admin client: %w", err)
 }
 
 // startKube runs weftd on h in Kubernetes mode as kube-flannel.yml would: as the
