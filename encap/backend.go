@@ -60,6 +60,16 @@ type V6Backend interface {
 	BackendV6Data(ctx context.Context) (json.RawMessage, error)
 }
 
+// ExternalUpdater is implemented by backends that follow the external interface when
+// it changes under them: deleted and made again (a bond, VLAN or bridge re-created: a
+// new index), or given another address. The daemon finds the interface again by name
+// and calls SetExternal with what it finds; the backend moves its data path onto it
+// (devices, routes, neighbour and fdb entries, sockets) at once, without waiting for
+// its next period.
+type ExternalUpdater interface {
+	SetExternal(ext ExternalInterface)
+}
+
 // StatsReporter is implemented by backends that keep counters; weftd serves them as
 // JSON on its health endpoint (/stats).
 type StatsReporter interface {

@@ -36,7 +36,7 @@ func NewHostGW(cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (Backe
 
 func (h *hostGW) Type() string                                         { return "host-gw" }
 func (h *hostGW) BackendData(context.Context) (json.RawMessage, error) { return nil, nil }
-func (h *hostGW) MTU() int                                             { return h.ext.MTU }
+func (h *hostGW) MTU() int                                             { return h.external().MTU }
 func (h *hostGW) Close() error                                         { h.nl.Close(); return nil }
 
 func (h *hostGW) Register(_ context.Context, own lease.Lease) error {
@@ -74,7 +74,7 @@ func (h *hostGW) reconcileIn(f family) error {
 	// Recorded first, so that watchKernel takes the stale routes this pass removes
 	// for what they are.
 	h.resetApplied(f, applied)
-	return h.syncRoutes(f, want, []int{h.ext.Index}, own, synced)
+	return h.syncRoutes(f, want, []int{h.external().Index}, own, synced)
 }
 
 // want returns peer p's route of family f; ok is false for a peer without a subnet
@@ -96,14 +96,14 @@ func (h *hostGW) want(f family, p lease.Lease) (netlink.Route, bool) {
 	if !ok {
 		if h.once(sn, true, "host-gw cannot reach a peer: it is not on a directly connected subnet; use vxlan or udp for it",
 			zap.Stringer("peer", pub), zap.Stringer("peer-subnet", sn),
-			zap.Stringer("us", f.extPublicIP(h.ext)), zap.String("why", why)) {
+			zap.Stringer("us", f.extPublicIP(h.external())), zap.String("why", why)) {
 			h.count("unreachable_peers")
 		}
 		return netlink.Route{}, false
 	}
 	h.once(sn, false, "host-gw route to peer", zap.Stringer("peer", pub),
 		zap.Stringer("peer-subnet", sn), zap.String("why", why))
-	return netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(pub.AsSlice()), LinkIndex: h.ext.Index}, true
+	return netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(pub.AsSlice()), LinkIndex: h.external().Index}, true
 }
 
 // apply writes or removes the changed peers' routes alone, in each family, without

@@ -24,7 +24,6 @@ import (
 type kernelPeers struct {
 	typ    string
 	cfg    *lease.Config
-	ext    ExternalInterface
 	log    *zap.Logger
 	nl     *netlink.Handle
 	period time.Duration
@@ -33,8 +32,9 @@ type kernelPeers struct {
 	devices []string
 
 	mu       sync.Mutex
-	own      netip.Prefix // our IPv4 subnet
-	own6     netip.Prefix // our IPv6 subnet
+	ext      ExternalInterface // as New or SetExternal gave it; read with external
+	own      netip.Prefix      // our IPv4 subnet
+	own6     netip.Prefix      // our IPv6 subnet
 	peers    map[netip.Prefix]lease.Lease
 	synced   bool // the first snapshot has arrived: stale entries may be removed
 	said     map[netip.Prefix]string
@@ -87,6 +87,28 @@ func newKernelPeers(typ string, cfg *lease.Config, ext ExternalInterface, log *z
 		macs:    [2]map[string]int{{}, {}},
 		repairs: map[string]uint64{}, inPlace: map[string]map[string]bool{},
 	}, nil
+}
+
+// external is the external interface as last set.
+func (k *kernelPeers) external() ExternalInterface {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.ext
+}
+
+// SetExternal moves the backend onto ext (the external interface found again by
+// name: a new index, another address) and asks for a full pass, which puts back
+// what the old interface took with it.
+func (k *kernelPeers) SetExternal(ext ExternalInterface) {
+	k.mu.Lock()
+	old := k.ext
+	k.ext = ext
+	k.full = true
+	k.mu.Unlock()
+	k.log.Info("the external interface changed; reprogramming the kernel data path",
+		zap.String("iface", ext.Name), zap.Int("old-index", old.Index), zap.Int("index", ext.Index),
+		zap.Stringer("old-ip", old.IfaceIP), zap.Stringer("ip", ext.IfaceIP))
+	k.poke()
 }
 
 func (k *kernelPeers) setOwn(own lease.Lease) {
@@ -257,14 +279,14 @@ func (k *kernelPeers) directlyConnected(ip netip.Addr) (bool, string) {
 	if err != nil || len(routes) == 0 {
 		return false, fmt.Sprintf("no route to %v", ip)
 	}
-	r := routes[0]
+	r, ext := routes[0], k.external()
 	switch {
 	case r.Gw != nil:
 		return false, fmt.Sprintf("%v is reached via gateway %v", ip, r.Gw)
-	case r.LinkIndex != k.ext.Index:
+	case r.LinkIndex != ext.Index:
 		return false, fmt.Sprintf("%v is reached on another interface (index %d)", ip, r.LinkIndex)
 	}
-	return true, fmt.Sprintf("%v is on a subnet connected to %s", ip, k.ext.Name)
+	return true, fmt.Sprintf("%v is on a subnet connected to %s", ip, ext.Name)
 }
 
 // routeKey identifies a route by destination (either family).

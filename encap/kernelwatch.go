@@ -17,7 +17,8 @@ import (
 // by another program) then comes back at once instead of at the next period, which
 // stays as the fallback (also when a subscription fails or overflows). The entries
 // weftd removes itself (a peer's lease gone) are no longer wanted when their deletion
-// is seen, so they cost nothing. When ctx ends it ends the subscriptions and returns
+// is seen, so they cost nothing. The external interface coming up asks for a pass
+// too: routes via a gateway on it fail while it is down. When ctx ends it ends the subscriptions and returns
 // once netlink's goroutines that fed them have closed their channels.
 func (k *kernelPeers) watchKernel(ctx context.Context) {
 	if k.watchReturning != nil {
@@ -86,12 +87,29 @@ func (k *kernelPeers) watchKernel(ctx context.Context) {
 				links = nil
 				continue
 			}
-			if u.Header.Type == unix.RTM_DELLINK && u.Attrs() != nil &&
-				(u.Attrs().Index == k.ext.Index || slices.Contains(k.devices, u.Attrs().Name)) {
+			if k.linkNeedsPass(u) {
 				k.repair()
 			}
 		}
 	}
+}
+
+// linkNeedsPass reports whether a link update loses us something (the external
+// interface or one of our devices deleted) or lets a pass put it back (the external
+// interface set up).
+func (k *kernelPeers) linkNeedsPass(u netlink.LinkUpdate) bool {
+	a := u.Attrs()
+	if a == nil {
+		return false
+	}
+	ext := k.external()
+	switch u.Header.Type {
+	case unix.RTM_DELLINK:
+		return a.Index == ext.Index || slices.Contains(k.devices, a.Name)
+	case unix.RTM_NEWLINK:
+		return a.Index == ext.Index && u.Change&unix.IFF_UP != 0 && u.Flags&unix.IFF_UP != 0
+	}
+	return false
 }
 
 // wantsRoute reports whether dst is the destination of a peer route (either family)

@@ -102,6 +102,10 @@ type udpBackend struct {
 	px    *proxy.Proxy
 	own   lease.Lease
 	ready chan struct{} // closed once the data path is open
+	// rebind asks Run to open the data path again on pcfg's (new) addresses; stop
+	// ends the running proxy's Run (nil when none runs).
+	rebind bool
+	stop   context.CancelFunc
 }
 
 // NewUDP returns the udp backend. It opens nothing: Register opens flannel0 and the
@@ -123,11 +127,7 @@ func NewUDP(cfg *lease.Config, ext ExternalInterface, tuning UDPTuning, log *zap
 	if err != nil {
 		return nil, err
 	}
-	// As flanneld: bound to the interface's address, so datagrams leave from it and
-	// peers (whose ingress checks want a leased source) see the address they expect.
-	if ext.IfaceIP.Is4() {
-		pcfg.Addr = ext.IfaceIP
-	}
+	pcfg.Addr, _ = bindAddrs(cfg, ext)
 	// An IPv6-only network has no Network: the table gets no IPv4 side.
 	table, err := proxy.NewTable(cfg.Network, cfg.SubnetLen)
 	if err != nil {
@@ -138,12 +138,23 @@ func NewUDP(cfg *lease.Config, ext ExternalInterface, tuning UDPTuning, log *zap
 			return nil, fmt.Errorf("udp backend: %w", err)
 		}
 		pcfg.IPv6 = true
-		if ext.IfaceIPv6.Is6() && !ext.IfaceIPv6.Is4In6() {
-			pcfg.Addr6 = ext.IfaceIPv6
-		}
+		_, pcfg.Addr6 = bindAddrs(cfg, ext)
 	}
 	return &udpBackend{cfg: cfg, opts: opts, pcfg: pcfg, tunOffload: !tuning.NoTUNOffload, tunNoUSO: tuning.NoTUNUSO, log: log, table: table,
 		ready: make(chan struct{})}, nil
+}
+
+// bindAddrs are the addresses the sockets bind to. As flanneld: the interface's
+// address, so datagrams leave from it and peers (whose ingress checks want a leased
+// source) see the address they expect.
+func bindAddrs(cfg *lease.Config, ext ExternalInterface) (addr, addr6 netip.Addr) {
+	if ext.IfaceIP.Is4() {
+		addr = ext.IfaceIP
+	}
+	if cfg.EnableIPv6 && ext.IfaceIPv6.Is6() && !ext.IfaceIPv6.Is4In6() {
+		addr6 = ext.IfaceIPv6
+	}
+	return addr, addr6
 }
 
 func (b *udpBackend) Type() string { return "udp" }
@@ -168,6 +179,26 @@ func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 			return fmt.Errorf("udp backend: own IPv6 subnet: %w", err)
 		}
 	}
+	b.own = own
+	if err := b.openLocked(); err != nil {
+		return err
+	}
+	if b.px != nil {
+		return nil
+	}
+	if err := b.listenLocked(); err != nil {
+		return err
+	}
+	select {
+	case <-b.ready:
+	default:
+		close(b.ready)
+	}
+	return nil
+}
+
+// openLocked opens flannel0 (unless open) and configures it for b.own.
+func (b *udpBackend) openLocked() error {
 	if b.dev == nil {
 		dev, err := tun.Open(tun.Config{Name: UDPDevice, Queues: b.opts.Workers, Offload: b.tunOffload, NoUSO: b.tunNoUSO}, b.log)
 		if err != nil {
@@ -177,20 +208,22 @@ func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 	}
 	setup := tun.Setup{MTU: b.opts.MTU}
 	if b.cfg.Network.IsValid() {
-		setup.Addr = own.Subnet.Masked().Addr()
+		setup.Addr = b.own.Subnet.Masked().Addr()
 		setup.Routes = append(setup.Routes, b.cfg.Network)
 	}
-	if v6 {
-		setup.Addr6 = own.IPv6Subnet.Masked().Addr()
+	if b.cfg.EnableIPv6 && b.own.IPv6Subnet.IsValid() {
+		setup.Addr6 = b.own.IPv6Subnet.Masked().Addr()
 		setup.Routes = append(setup.Routes, b.cfg.IPv6Network)
 	}
 	if err := b.dev.Configure(setup); err != nil {
 		return fmt.Errorf("udp backend: %w", err)
 	}
-	b.own = own
-	if b.px != nil {
-		return nil
-	}
+	return nil
+}
+
+// listenLocked opens the sockets on pcfg's addresses and the proxy over flannel0's
+// queues.
+func (b *udpBackend) listenLocked() error {
 	qs := b.dev.Queues()
 	queues := make([]proxy.TUN, len(qs))
 	for i, q := range qs {
@@ -207,8 +240,46 @@ func (b *udpBackend) Register(ctx context.Context, own lease.Lease) error {
 		return fmt.Errorf("udp backend: %w", err)
 	}
 	b.px = px
-	close(b.ready)
 	return nil
+}
+
+// SetExternal rebinds the sockets when ext's addresses differ from the ones they are
+// bound to: Run closes the data path (sockets, flannel0's queues, and so flannel0)
+// and opens it again on the new addresses. A socket bound to an address that went
+// away with its interface and came back with it needs nothing: it works again.
+func (b *udpBackend) SetExternal(ext ExternalInterface) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	addr, addr6 := bindAddrs(b.cfg, ext)
+	if !b.pcfg.IPv6 {
+		addr6 = b.pcfg.Addr6
+	}
+	if addr == b.pcfg.Addr && addr6 == b.pcfg.Addr6 {
+		return
+	}
+	b.log.Info("the external interface's address changed; rebinding the udp sockets",
+		zap.String("iface", ext.Name), zap.Stringer("old", b.pcfg.Addr), zap.Stringer("new", addr))
+	b.pcfg.Addr, b.pcfg.Addr6 = addr, addr6
+	b.rebind = true
+	if b.stop != nil {
+		b.stop()
+	}
+}
+
+// reopenLocked opens the data path again after its proxy's Run closed it.
+func (b *udpBackend) reopenLocked() error {
+	b.rebind = false
+	if b.dev != nil {
+		if err := b.dev.Close(); err != nil {
+			b.log.Warn("udp backend: closing flannel0 to rebind", zap.Error(err))
+		}
+		b.dev = nil
+	}
+	b.px = nil
+	if err := b.openLocked(); err != nil {
+		return err
+	}
+	return b.listenLocked()
 }
 
 // HandleEvents updates the subnet table in one copy-on-write step per batch.
@@ -257,14 +328,36 @@ func (b *udpBackend) HandleEvents(_ context.Context, events []lease.Event) {
 // 0.0.0.0 or nothing for a host without an IPv4 address).
 func usableIP(a netip.Addr) bool { return a.IsValid() && !a.IsUnspecified() }
 
-// Run forwards until ctx ends; it waits for Register first.
+// Run forwards until ctx ends; it waits for Register first, and opens the data
+// path again whenever SetExternal asks it to rebind.
 func (b *udpBackend) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return nil
 	case <-b.ready:
 	}
-	return b.px.Run(ctx)
+	for {
+		b.mu.Lock()
+		if b.rebind {
+			if err := b.reopenLocked(); err != nil {
+				b.mu.Unlock()
+				return err
+			}
+		}
+		px := b.px
+		pctx, stop := context.WithCancel(ctx)
+		b.stop = stop
+		b.mu.Unlock()
+		err := px.Run(pctx)
+		stop()
+		b.mu.Lock()
+		b.stop = nil
+		again := b.rebind
+		b.mu.Unlock()
+		if ctx.Err() != nil || !again {
+			return err
+		}
+	}
 }
 
 // Close closes the sockets and removes flannel0.

@@ -131,8 +131,8 @@ func (v *vxlan) Close() error { v.nl.Close(); return nil }
 // interface's MTU leaves after VXLAN over IPv6 (20 more); so does weft.
 func (v *vxlan) devMTU(d *vtepDev) int {
 	mtu := v.opts.MTU - vxlanOverhead
-	if d != nil && d.fam.is6() && v.ext.MTU > 0 {
-		mtu = min(mtu, v.ext.MTU-vxlan6Overhead)
+	if ext := v.external(); d != nil && d.fam.is6() && ext.MTU > 0 {
+		mtu = min(mtu, ext.MTU-vxlan6Overhead)
 	}
 	return mtu
 }
@@ -180,6 +180,23 @@ func (v *vxlan) Register(_ context.Context, own lease.Lease) error {
 	}
 	v.setOwn(own)
 	return nil
+}
+
+// SetExternal moves the devices onto ext: the next pass makes flannel.<VNI> (and
+// flannel-v6.<VNI>) again on ext's index and from its addresses, keeping their MACs
+// (the kernel deletes a VXLAN device with its parent; one whose parent or local
+// address differs is deleted and made again), then puts back every route, neighbour
+// and fdb entry.
+func (v *vxlan) SetExternal(ext ExternalInterface) {
+	v.devMu.Lock()
+	if v.dev4 != nil {
+		v.dev4.local = ext.IfaceIP
+	}
+	if v.dev6 != nil {
+		v.dev6.local = ext.IfaceIPv6
+	}
+	v.devMu.Unlock()
+	v.kernelPeers.SetExternal(ext)
 }
 
 func (v *vxlan) HandleEvents(_ context.Context, events []lease.Event) { v.handle(events) }
@@ -231,7 +248,7 @@ func (v *vxlan) reconcileDev(d *vtepDev) error {
 	v.resetApplied(f, applied)
 	var errs []error
 	errs = append(errs, v.syncNeighbours(f, idx, neighs, synced), v.syncFDB(f, idx, fdb, synced))
-	errs = append(errs, v.syncRoutes(f, routes, []int{idx, v.ext.Index}, own, synced))
+	errs = append(errs, v.syncRoutes(f, routes, []int{idx, v.external().Index}, own, synced))
 	return errors.Join(errs...)
 }
 
@@ -264,8 +281,9 @@ func (v *vxlan) want(d *vtepDev, p lease.Lease, idx int) (netlink.Route, entries
 		if direct {
 			v.once(sn, false, "DirectRouting: direct route to peer", zap.Stringer("peer", pub),
 				zap.Stringer("peer-subnet", sn), zap.String("why", why))
-			r := netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(pub.AsSlice()), LinkIndex: v.ext.Index}
-			return r, entries{dst: sn, link: v.ext.Index}, nil, true
+			ext := v.external().Index
+			r := netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(pub.AsSlice()), LinkIndex: ext}
+			return r, entries{dst: sn, link: ext}, nil, true
 		}
 		v.once(sn, false, "DirectRouting: vxlan to peer", zap.Stringer("peer", pub),
 			zap.Stringer("peer-subnet", sn), zap.String("why", why))

@@ -12,7 +12,7 @@ import (
 )
 
 // vtepDev is one VXLAN device of the backend: flannel.<VNI> (IPv4) or
-// flannel-v6.<VNI> (IPv6). Its fields after name and local are guarded by vxlan.devMu.
+// flannel-v6.<VNI> (IPv6). Its fields after name are guarded by vxlan.devMu.
 type vtepDev struct {
 	fam   family
 	name  string
@@ -50,7 +50,7 @@ func (v *vxlan) ensureDevice(d *vtepDev) error {
 		dev := &netlink.Vxlan{
 			LinkAttrs:    netlink.LinkAttrs{Name: d.name, MTU: v.devMTU(d), HardwareAddr: d.mac},
 			VxlanId:      v.opts.VNI,
-			VtepDevIndex: v.ext.Index,
+			VtepDevIndex: v.external().Index,
 			SrcAddr:      srcAddr(d.local),
 			Port:         v.opts.Port,
 			Learning:     v.opts.Learning,
@@ -104,8 +104,8 @@ func (v *vxlan) compatible(d *vtepDev, link netlink.Link) error {
 		return fmt.Errorf("%w: VNI %d, want %d", errIncompatible, x.VxlanId, v.opts.VNI)
 	case x.Port != v.opts.Port:
 		return fmt.Errorf("%w: port %d, want %d", errIncompatible, x.Port, v.opts.Port)
-	case x.VtepDevIndex != v.ext.Index:
-		return fmt.Errorf("%w: parent index %d, want %d", errIncompatible, x.VtepDevIndex, v.ext.Index)
+	case x.VtepDevIndex != v.external().Index:
+		return fmt.Errorf("%w: parent index %d, want %d", errIncompatible, x.VtepDevIndex, v.external().Index)
 	case !x.SrcAddr.Equal(srcAddr(d.local)):
 		return fmt.Errorf("%w: local %v, want %v", errIncompatible, x.SrcAddr, d.local)
 	case x.GBP != v.opts.GBP:

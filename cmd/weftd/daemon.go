@@ -156,6 +156,15 @@ func (d *daemon) run(ctx context.Context) error {
 			d.log.Warn("could not mark the node's network ready", zap.Error(err))
 		}
 	}
+	// The interface may be deleted and made again (new index) or change address:
+	// follow it by name until serve returns, before the backend is closed.
+	fctx, stopFollow := context.WithCancel(ctx)
+	var follow sync.WaitGroup
+	defer follow.Wait()
+	defer stopFollow()
+	follow.Go(func() {
+		followExternal(fctx, choice, ext, d.log, func(old, next encap.ExternalInterface) { d.externalMoved(mgr, be, old, next) })
+	})
 	return d.serve(ctx, mgr, be, own, env)
 }
 

@@ -59,6 +59,11 @@ func externalInterface(c ifaceChoice) (encap.ExternalInterface, error) {
 	if err != nil {
 		return ext, err
 	}
+	return withPublicIPs(c, ext)
+}
+
+// withPublicIPs sets ext's public addresses: its own, or the ones c names.
+func withPublicIPs(c ifaceChoice, ext encap.ExternalInterface) (encap.ExternalInterface, error) {
 	ext.PublicIP = ext.IfaceIP
 	if c.noIPv4 {
 		ext.PublicIP = netip.IPv4Unspecified() // flanneld's PublicIP of an IPv6-only lease
