@@ -1,0 +1,145 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftnet/weft/bench/testenv"
+)
+
+// recoverWithin is how soon after the external interface's return weftd must have
+// its data path back: devices, routes, neighbour and fdb entries, and pings across.
+const recoverWithin = 2 * time.Second
+
+// TestIfaceBack: the external interface (eth0) of host a is deleted and made again, as
+// re-creating a bond, VLAN or bridge does (flannel #2247, k3s #14086), first with the
+// same address, then with another one. The kernel takes flannel.1 and the routes with
+// it; weftd must find the interface again by name (a new index) and put back its
+// data path within recoverWithin of the return: vxlan makes flannel.1 again on the
+// new eth0 with every route, neighbour and fdb entry, host-gw its routes, udp its
+// sockets (rebound to the new address). With another address, a's lease in etcd gets
+// it as PublicIP and b's routes (host-gw) or fdb entry (vxlan) point to it.
+func TestIfaceBack(t *testing.T) {
+	for _, backend := range []string{"vxlan", "host-gw", "udp"} {
+		t.Run(backend, func(t *testing.T) { testIfaceBack(t, backend) })
+	}
+}
+
+func testIfaceBack(t *testing.T, backend string) {
+	testenv.NeedTools(t, "ss", "bridge")
+	c, hosts, pods := podCluster(t, backend, map[string]string{"a": "lan1", "b": "lan1"})
+	a, b := hosts["a"], hosts["b"]
+	meshPing(c, hosts, pods, "a", "b")
+	subnetA, subnetB := c.waitSubnetEnv(a).Subnet, c.waitSubnetEnv(b).Subnet
+	var macA, macB string
+	if backend == "vxlan" {
+		macA, macB = vtepMAC(c, a), vtepMAC(c, b)
+	}
+	ctx := context.Background()
+	// pingOnce waits 0.3 s for the reply: the recovery is timed to that.
+	pingOnce := func(from *host, dst string) error {
+		out, err := from.pod.Run(ctx, "ping", "-c", "1", "-W", "0.3", dst)
+		if err != nil {
+			return fmt.Errorf("ping %s: %v: %s", dst, err, out)
+		}
+		return nil
+	}
+	// present is a's data path to b, as the backend programs it, on eth0 at addr.
+	present := func(addr netip.Addr) error {
+		switch backend {
+		case "vxlan":
+			if out, _ := a.ns.Run(ctx, "ip", "-d", "-o", "link", "show", "flannel.1"); !strings.Contains(out, "local "+addr.String()+" dev eth0 ") {
+				return fmt.Errorf("flannel.1 not on eth0 from %v: %q", addr, out)
+			}
+			if r := routeTo(c, a, subnetB.String()); !strings.Contains(r, "dev flannel.1") || !strings.Contains(r, "onlink") {
+				return fmt.Errorf("route to %v: %q", subnetB, r)
+			}
+			if out, _ := a.ns.Run(ctx, "ip", "neigh", "show", subnetB.Addr().String(), "dev", "flannel.1"); !strings.Contains(out, macB) {
+				return fmt.Errorf("neighbour %v: %q", subnetB.Addr(), out)
+			}
+			if out, _ := a.ns.Run(ctx, "bridge", "fdb", "show", "dev", "flannel.1"); !strings.Contains(out, macB+" dst "+b.ip+" ") {
+				return fmt.Errorf("fdb entry %s: %q", macB, out)
+			}
+		case "host-gw":
+			if r := routeTo(c, a, subnetB.String()); !strings.Contains(r, "via "+b.ip+" dev eth0") {
+				return fmt.Errorf("route to %v: %q", subnetB, r)
+			}
+		case "udp":
+			if r := routeTo(c, a, "198.18.0.0/16"); !strings.Contains(r, "dev flannel0") {
+				return fmt.Errorf("route to the overlay: %q", r)
+			}
+			if out, _ := a.ns.Run(ctx, "ss", "-Hunl"); !strings.Contains(out, addr.String()+":8285") {
+				return fmt.Errorf("no socket on %v:8285: %q", addr, out)
+			}
+		}
+		return nil
+	}
+
+	for _, tc := range []struct {
+		name    string
+		newAddr bool
+	}{{"same address", false}, {"new address", true}} {
+		if err := c.lab.DeleteLAN(ctx, a.lh); err != nil {
+			t.Fatal(err)
+		}
+		// The outage is real: nothing crosses until eth0 is back.
+		if err := pingOnce(a, pods["b"]); err == nil {
+			t.Fatalf("%s: a's pod reaches b's with eth0 deleted", tc.name)
+		}
+		start := time.Now()
+		addr, err := c.lab.RestoreLAN(ctx, a.lh, tc.newAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		restored := time.Since(start)
+		routes, err := within(start, recoverWithin, func() error { return present(addr) })
+		if err != nil {
+			t.Fatalf("%s: a's data path not back %v after eth0 (%v) returned: %v\n%s", tc.name, routes, addr, err, a.logs())
+		}
+		ping, err := within(start, recoverWithin, func() error { return pingOnce(a, pods["b"]) })
+		if err != nil {
+			t.Fatalf("%s: no ping a -> b %v after eth0 (%v) returned: %v\n%s", tc.name, ping, addr, err, a.logs())
+		}
+		t.Logf("%s %s: eth0 made again in %v; data path back %v and first ping across %v after the re-creation began",
+			backend, tc.name, restored.Round(time.Millisecond), routes.Round(time.Millisecond), ping.Round(time.Millisecond))
+		if err := pingOnce(b, pods["a"]); err != nil {
+			t.Fatalf("%s: b -> a: %v", tc.name, err)
+		}
+		if !tc.newAddr {
+			continue
+		}
+		// Another address: a's lease publishes it and b sends to it.
+		eventually(t, 10*time.Second, func() error {
+			if got := c.leases()[subnetA].attrs.PublicIP; got != addr {
+				return fmt.Errorf("a's lease has PublicIP %v, want %v", got, addr)
+			}
+			return nil
+		})
+		switch backend {
+		case "host-gw":
+			if r := routeTo(c, b, subnetA.String()); !strings.Contains(r, "via "+addr.String()+" dev eth0") {
+				t.Fatalf("b's route to a: %q", r)
+			}
+		case "vxlan":
+			if out := c.sh(b.ns, "bridge fdb show dev flannel.1"); !strings.Contains(out, macA+" dst "+addr.String()+" ") {
+				t.Fatalf("b's fdb entry for a (%s) is not to %v:\n%s", macA, addr, out)
+			}
+		}
+	}
+}
+
+// within polls f until it returns nil or limit has passed since start, and returns
+// how long after start that was (with f's last error when it never did).
+func within(start time.Time, limit time.Duration, f func() error) (time.Duration, error) {
+	for {
+		err := f()
+		if err == nil || time.Since(start) > limit {
+			return time.Since(start), err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
