@@ -3,18 +3,13 @@ package netnstest
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"net/netip"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/weftnet/weft/bench/netns"
 )
-
-// uplinkPeers numbers the peers of uplinks, so that each has a name no other
-// link in its namespace has.
-var uplinkPeers atomic.Uint64
 
 // Uplink gives ns a link called name that is up and has addrs (prefixes such as
 // "192.0.2.10/24" or "2001:db8::10/64"; IPv6 ones are added without duplicate
@@ -24,10 +19,11 @@ var uplinkPeers atomic.Uint64
 // elsewhere use AddUplink.
 //
 // The link is one end of a veth whose other end stays in ns, up and without
-// addresses, so that name has a carrier (this machine has no dummy links). The peer
-// is named ulp<N>, with N unique in the test binary: it matches no pattern naming
-// the uplink. The link (and its peer) is removed at t's cleanup, unless it or ns is
-// gone by then.
+// addresses, so that name has a carrier (this machine has no dummy links). The
+// peer's name is "ul" and eight hex digits, a hash of name: the same in every
+// namespace and run (so that views of two hosts compare equal, its kernel routes
+// included) and matching no pattern for name, which it does not contain. The link
+// (and its peer) is removed at t's cleanup, unless it or ns is gone by then.
 func Uplink(t testing.TB, ns *netns.NS, name string, addrs ...string) {
 	t.Helper()
 	if err := AddUplink(t, ns, name, addrs...); err != nil {
@@ -41,7 +37,7 @@ func Uplink(t testing.TB, ns *netns.NS, name string, addrs ...string) {
 func AddUplink(t testing.TB, ns *netns.NS, name string, addrs ...string) error {
 	t.Helper()
 	ctx := context.Background()
-	peer := "ulp" + strconv.FormatUint(uplinkPeers.Add(1), 10)
+	peer := uplinkPeer(name)
 	cmds := [][]string{
 		{"link", "set", peer, "up"},
 		{"link", "set", name, "up"},
@@ -72,6 +68,13 @@ func AddUplink(t testing.TB, ns *netns.NS, name string, addrs ...string) error {
 		}
 	})
 	return nil
+}
+
+// uplinkPeer names the peer of the uplink called name.
+func uplinkPeer(name string) string {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return fmt.Sprintf("ul%08x", h.Sum32())
 }
 
 // delUplink deletes the link called name in ns, and with it its peer; a link or

@@ -24,11 +24,21 @@ func links(t *testing.T, ns *netns.NS) []string {
 	return ls
 }
 
+// peerOf is the name of the link whose peer is name in links (as links returns them).
+func peerOf(links []string, name string) string {
+	for _, l := range links {
+		if n, peer, _ := strings.Cut(strings.Fields(l)[0], "@"); peer == name {
+			return n
+		}
+	}
+	return ""
+}
+
 // TestUplink: the link is up with a carrier and its addresses (IPv6 usable at once),
-// routes leave by it, its peer is the only other link in the namespace, a second
-// uplink gets another peer, and cleanup removes both ends; a taken name or bad
-// address is an error that leaves the namespace as it was; a namespace gone before
-// cleanup is no error.
+// routes leave by it, its peer is the only other link in the namespace and has the
+// same name in every namespace, a second uplink gets another peer, and cleanup
+// removes both ends; a taken name or bad address is an error that leaves the
+// namespace as it was; a namespace gone before cleanup is no error.
 func TestUplink(t *testing.T) {
 	ns := New(t, "wt-up")
 	ctx := context.Background()
@@ -44,14 +54,9 @@ func TestUplink(t *testing.T) {
 	ok := t.Run("made", func(t *testing.T) {
 		Uplink(t, ns, "eth0", "192.0.2.10/24", "2001:db8::10/64")
 		ls := links(t, ns)
-		var peer string
-		for _, l := range ls {
-			if name, link, _ := strings.Cut(strings.Fields(l)[0], "@"); strings.HasPrefix(name, "ulp") && link == "eth0" {
-				peer = name
-			}
-		}
-		if len(ls) != 2 || peer == "" {
-			t.Fatalf("links %q, want eth0 and its ulp peer", ls)
+		peer := peerOf(ls, "eth0")
+		if len(ls) != 2 || peer != uplinkPeer("eth0") {
+			t.Fatalf("links %q, want eth0 and its peer %s", ls, uplinkPeer("eth0"))
 		}
 		for _, l := range ls {
 			if f := strings.Fields(l); len(f) < 2 || f[1] != "UP" {
@@ -104,6 +109,9 @@ func TestUplink(t *testing.T) {
 	gone := New(t, "wt-up-gone")
 	if !t.Run("namespace gone first", func(t *testing.T) {
 		Uplink(t, gone, "eth0", "192.0.2.10/24")
+		if peer := peerOf(links(t, gone), "eth0"); peer != uplinkPeer("eth0") {
+			t.Errorf("eth0's peer is %q, want %s in every namespace", peer, uplinkPeer("eth0"))
+		}
 		if err := gone.Close(); err != nil {
 			t.Fatal(err)
 		}
