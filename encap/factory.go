@@ -27,6 +27,17 @@ func New(cfg *lease.Config, ext ExternalInterface, tuning Tuning, log *zap.Logge
 		return NewHostGW(cfg, ext, log.Named("host-gw"))
 	case "alloc":
 		return NewAlloc(cfg, ext)
+	case extensionType:
+		return NewExtension(cfg, ext, log.Named(extensionType))
+	case "ipip":
+		return nil, fmt.Errorf("%w %q: weft has no ipip backend: it needs the kernel's ipip module (tunl0), "+
+			"which weft does not load or manage; use vxlan (any underlay) or host-gw (hosts on one L2 network)",
+			ErrUnknownBackend, cfg.BackendType)
+	case "ipsec":
+		return nil, fmt.Errorf("%w %q: weft has no ipsec backend: it needs strongSwan's IKE daemon (charon) "+
+			"to run beside it, which weft does not ship or drive; to encrypt traffic between hosts, "+
+			"run vxlan over a WireGuard interface (wg-quick, then --iface=wg0)",
+			ErrUnknownBackend, cfg.BackendType)
 	}
-	return nil, fmt.Errorf("%w %q: weft has udp, vxlan, host-gw and alloc", ErrUnknownBackend, cfg.BackendType)
+	return nil, fmt.Errorf("%w %q: weft has udp, vxlan, host-gw, alloc and extension", ErrUnknownBackend, cfg.BackendType)
 }
