@@ -148,15 +148,11 @@ func hostGWPeer(name string, octet int) kubePeer {
 var kubeCompatAllowed = []allowedDiff{
 	{id: "kube-outside-network-unannotated", cases: `kube-podcidr-outside`, item: `node annotation .*`,
 		reason: "flanneld publishes our annotations and only then sees the podCIDR outside Network and exits; weftd refuses first: a refusing daemon advertises no lease peers would route to"},
-	{id: "kube-device-up-unleased", cases: `kube-podcidr-outside`, item: `dev flannel\.1|routes6`, reason: deviceUpUnleased},
-	{id: "kube-device-up-unleased", cases: `kube-podcidr-later`, item: `before podCIDR: (dev flannel\.1|routes6)`, reason: deviceUpUnleased},
 	{id: "kube-waits-for-podcidr", cases: `kube-podcidr-later`, item: `before podCIDR: (daemon|readyz)`,
 		reason: "without a podCIDR on our node flanneld exits with status 1 (the kubelet restarts it); weftd waits for it, running and not ready (/readyz 503 says why)"},
 	{id: "kube-stale-peer-removed", cases: `kube-peer-deleted`, item: `after restart: (routes|neigh|fdb flannel\.1)`,
 		reason: "a node deleted while the daemon was down: flanneld, started again, adds what the nodes ask for and never removes what they no longer do, so the old route, neighbour and fdb entry stay; weftd's start reconcile removes them"},
 }
-
-const deviceUpUnleased = "weftd sets flannel.1 up when it makes it, before it has a lease (so the kernel adds its fe80::/64 route); flanneld only once it has one. Without an address or a route nothing is sent or received; not deliberate"
 
 // kubeSide is one lab with its own etcd and kube-apiserver, running one daemon binary.
 type kubeSide struct {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/weftnet/weft/bench/lab"
 	"github.com/weftnet/weft/bench/lab/labtest"
+	"github.com/weftnet/weft/bench/netnstest"
 	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/lease"
 )
@@ -370,15 +371,8 @@ func (s *side) addHosts(t *testing.T) error {
 			return fmt.Errorf("%s: %w: %s", h.Name, err, out)
 		}
 		if c.ext1 {
-			for _, cmd := range [][]string{
-				{"ip", "link", "add", "ext1", "type", "veth", "peer", "name", "ext1p"},
-				{"ip", "addr", "add", "198.51.100.200/24", "dev", "ext1"},
-				{"ip", "link", "set", "ext1", "up"},
-				{"ip", "link", "set", "ext1p", "up"},
-			} {
-				if out, err := h.NS.Run(ctx, cmd[0], cmd[1:]...); err != nil {
-					return fmt.Errorf("%s: %v: %w: %s", h.Name, cmd, err, out)
-				}
+			if err := netnstest.AddUplink(t, h.NS, "ext1", "198.51.100.200/24"); err != nil {
+				return fmt.Errorf("%s: %w", h.Name, err)
 			}
 		}
 	}

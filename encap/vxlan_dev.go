@@ -27,7 +27,7 @@ type vtepDev struct {
 var errIncompatible = errors.New("incompatible device")
 
 // ensureDevice adopts a compatible device d, or (re)creates it keeping its MAC, then
-// sets MTU, address and state.
+// sets MTU and, once Register gave it our subnet's address, address and state (up).
 func (v *vxlan) ensureDevice(d *vtepDev) error {
 	v.devMu.Lock()
 	defer v.devMu.Unlock()
@@ -73,10 +73,13 @@ func (v *vxlan) ensureDevice(d *vtepDev) error {
 			return fmt.Errorf("set MTU of %s: %w", d.name, err)
 		}
 	}
-	if d.addr.IsValid() {
-		if err := v.setAddr(d, link); err != nil {
-			return err
-		}
+	// Up only with our subnet's address, as flanneld does: before a lease the device
+	// stays down (no fe80::/64 route, nothing to send or receive).
+	if !d.addr.IsValid() {
+		return nil
+	}
+	if err := v.setAddr(d, link); err != nil {
+		return err
 	}
 	if link.Attrs().Flags&net.FlagUp == 0 {
 		if err := v.nl.LinkSetUp(link); err != nil {
