@@ -74,3 +74,5 @@ func (d *dual) Remove(ctx context.Context) error {
 }
 
 func (d *dual) Name() string { return d.v4.Name() }
+
+func (d *dual) Backend() string { return d.v4.Backend() }

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"path/filepath"
 	"time"
 
 	"go.uber.org/zap"
@@ -40,6 +41,9 @@ type Firewall interface {
 	Remove(ctx context.Context) error
 	// Name names the implementation in logs: "iptables" or "nftables".
 	Name() string
+	// Backend names what writes the rules: "nftables", or the iptables command of the
+	// mode in use ("iptables-legacy", "iptables-nft"; "iptables" for plain iptables).
+	Backend() string
 }
 
 // Options are the settings both implementations share.
@@ -50,7 +54,10 @@ type Options struct {
 	// IPv6 says the network has IPv6 (EnableIPv6): only then does New warn about
 	// ip6tables' FORWARD policy.
 	IPv6 bool
-	Log  *zap.Logger
+	// IPTablesMode is the iptables backend the iptables implementation writes with
+	// (DetectIPTablesMode finds the host's); IPTablesPlain runs plain iptables.
+	IPTablesMode IPTablesMode
+	Log          *zap.Logger
 }
 
 // ErrNoTool is wrapped when the command an implementation drives is not installed.
@@ -89,12 +96,12 @@ func newKind(ctx context.Context, nft, six bool, opts Options) (Firewall, error)
 		if err != nil {
 			return nil, err
 		}
-		if old, err := newIPT(opts); err == nil {
+		for _, old := range iptablesBackends(opts, six) {
 			if err := old.Remove(ctx); err != nil {
-				opts.Log.Warn("could not remove weft's iptables rules", zap.String("firewall", old.Name()), zap.Error(err))
+				opts.Log.Warn("could not remove weft's iptables rules", zap.String("firewall", old.command()), zap.Error(err))
 			}
 			if (!six || opts.IPv6) && old.forwardDrops(ctx) {
-				opts.Log.Warn(old.Name() + "' FORWARD policy is DROP: weft's nftables accept rules do not override it, " +
+				opts.Log.Warn(old.command() + "' FORWARD policy is DROP: weft's nftables accept rules do not override it, " +
 					"so forwarded overlay traffic is dropped unless something accepts it there (or use iptables mode)")
 			}
 		}
@@ -104,6 +111,15 @@ func newKind(ctx context.Context, nft, six bool, opts Options) (Firewall, error)
 	if err != nil {
 		return nil, err
 	}
+	if opts.IPTablesMode != IPTablesPlain {
+		// What weft wrote with the other backend (an older weftd, or the host
+		// changed backends) would be a second, stale set of rules.
+		for _, old := range iptablesBackends(opts, six)[1:] {
+			if err := old.Remove(ctx); err != nil {
+				opts.Log.Warn("could not remove weft's rules of the other iptables backend", zap.String("firewall", old.command()), zap.Error(err))
+			}
+		}
+	}
 	if old, err := newNFT(opts); err == nil {
 		if err := old.Remove(ctx); err != nil {
 			opts.Log.Warn("could not remove weft's nftables table", zap.String("firewall", old.Name()), zap.Error(err))
@@ -112,15 +128,47 @@ func newKind(ctx context.Context, nft, six bool, opts Options) (Firewall, error)
 	return fw, nil
 }
 
-// RemoveAll deletes what weft wrote with either kind and either family, for a host
-// being cleaned up; a kind whose tools are missing has nothing of weft's to remove.
+// iptablesBackends makes an IPTables of one family for each iptables backend installed:
+// opts.IPTablesMode's first, then plain iptables, iptables-legacy and iptables-nft,
+// leaving out those that run the same program as one before them (plain iptables is
+// most often a link to one of the others).
+func iptablesBackends(opts Options, six bool) []*IPTables {
+	mk := NewIPTables
+	if six {
+		mk = NewIP6Tables
+	}
+	var out []*IPTables
+	seen := map[string]bool{}
+	for _, m := range []IPTablesMode{opts.IPTablesMode, IPTablesPlain, IPTablesLegacy, IPTablesNFT} {
+		o := opts
+		o.IPTablesMode = m
+		ipt, err := mk(o)
+		if err != nil {
+			continue
+		}
+		prog := ipt.iptables
+		if p, err := filepath.EvalSymlinks(prog); err == nil {
+			prog = p
+		}
+		if seen[prog] {
+			continue
+		}
+		seen[prog] = true
+		out = append(out, ipt)
+	}
+	return out
+}
+
+// RemoveAll deletes what weft wrote with either kind, every iptables backend and either
+// family, for a host being cleaned up; a kind whose tools are missing has nothing of
+// weft's to remove.
 func RemoveAll(ctx context.Context, opts Options) error {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
 	var errs []error
-	for _, mk := range []func(Options) (*IPTables, error){NewIPTables, NewIP6Tables} {
-		if ipt, err := mk(opts); err == nil {
+	for _, six := range []bool{false, true} {
+		for _, ipt := range iptablesBackends(opts, six) {
 			errs = append(errs, ipt.Remove(ctx))
 		}
 	}

@@ -23,6 +23,7 @@ const probeChain = "WEFT-PROBE"
 type IPTables struct {
 	iptables, restore string
 	v6                bool // ip6tables
+	mode              IPTablesMode
 	opts              Options
 
 	mu     sync.Mutex
@@ -31,7 +32,8 @@ type IPTables struct {
 	seen   map[string]chainState // by chain: as iptables listed it after writing
 }
 
-// NewIPTables finds iptables and iptables-restore.
+// NewIPTables finds iptables and iptables-restore of opts.IPTablesMode
+// (iptables-legacy and iptables-legacy-restore, say).
 func NewIPTables(opts Options) (*IPTables, error) { return newIPTables(opts, false) }
 
 // NewIP6Tables finds ip6tables and ip6tables-restore: the same chains for IPv6.
@@ -41,20 +43,35 @@ func newIPTables(opts Options, v6 bool) (*IPTables, error) {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
-	name := "iptables"
+	base := "iptables"
 	if v6 {
-		name = "ip6tables"
+		base = "ip6tables"
 	}
+	name, restoreName := opts.IPTablesMode.command(base, ""), opts.IPTablesMode.command(base, "-restore")
 	ipt, err := exec.LookPath(name)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, ErrNoTool)
 	}
-	restore, err := exec.LookPath(name + "-restore")
+	restore, err := exec.LookPath(restoreName)
 	if err != nil {
-		return nil, fmt.Errorf("%s-restore: %w", name, ErrNoTool)
+		return nil, fmt.Errorf("%s: %w", restoreName, ErrNoTool)
 	}
-	return &IPTables{iptables: ipt, restore: restore, v6: v6, opts: opts,
+	return &IPTables{iptables: ipt, restore: restore, v6: v6, mode: opts.IPTablesMode, opts: opts,
 		sets: map[string]*ruleSet{}, seen: map[string]chainState{}}, nil
+}
+
+// Backend is part of Firewall: iptables-legacy, iptables-nft or iptables (plain).
+func (t *IPTables) Backend() string { return t.mode.String() }
+
+// Mode is the backend the rules are written with.
+func (t *IPTables) Mode() IPTablesMode { return t.mode }
+
+// command is the program t runs, named as its mode calls it (iptables-legacy), for logs.
+func (t *IPTables) command() string {
+	if t.v6 {
+		return t.mode.command("ip6tables", "")
+	}
+	return t.mode.command("iptables", "")
 }
 
 // Name is part of Firewall: "iptables" or "ip6tables".
@@ -158,7 +175,7 @@ func (t *IPTables) write(ctx context.Context, s *ruleSet) error {
 func (t *IPTables) list(ctx context.Context, table string) (string, error) {
 	out, err := exec.CommandContext(ctx, t.iptables, "-w", "5", "-t", table, "-S").Output()
 	if err != nil {
-		return "", fmt.Errorf("%s -t %s -S: %w", t.Name(), table, exitError(err))
+		return "", fmt.Errorf("%s -t %s -S: %w", t.command(), table, exitError(err))
 	}
 	return string(out), nil
 }
@@ -167,7 +184,7 @@ func (t *IPTables) apply(ctx context.Context, input []byte) error {
 	cmd := exec.CommandContext(ctx, t.restore, "-w", "5", "--noflush")
 	cmd.Stdin = bytes.NewReader(input)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s-restore: %w: %s", t.Name(), err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s-restore: %w: %s", t.command(), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

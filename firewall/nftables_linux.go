@@ -79,6 +79,9 @@ func newNFTables(opts Options, family knftables.Family) (*NFTables, error) {
 }
 
 // Name is part of Firewall: "nftables" (ip6 weft: "nftables ip6").
+// Backend is part of Firewall: "nftables".
+func (f *NFTables) Backend() string { return "nftables" }
+
 func (f *NFTables) Name() string {
 	if f.family == knftables.IPv6Family {
 		return "nftables ip6"

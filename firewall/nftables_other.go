@@ -21,6 +21,8 @@ func NewNFTables(Options) (*NFTables, error) {
 
 func (*NFTables) Name() string { return "nftables" }
 
+func (*NFTables) Backend() string { return "nftables" }
+
 func (*NFTables) SetMasq(context.Context, netip.Prefix, netip.Prefix) error { return errNoNFTables }
 
 func (*NFTables) SetForward(context.Context, netip.Prefix) error { return errNoNFTables }

@@ -34,7 +34,8 @@ func (t *IPTables) removeFlanneld(ctx context.Context) (bool, error) {
 }
 
 // TakeOver removes the rules flanneld left on this host (its iptables and ip6tables
-// chains FLANNEL-POSTRTG and FLANNEL-FWD with their jumps, its nftables tables), so a host
+// chains FLANNEL-POSTRTG and FLANNEL-FWD with their jumps, in every iptables backend
+// installed, and its nftables tables), so a host
 // switched from flanneld to weftd carries weft's rules only. Tools that are missing
 // have nothing to remove.
 func TakeOver(ctx context.Context, opts Options) error {
@@ -42,12 +43,12 @@ func TakeOver(ctx context.Context, opts Options) error {
 		opts.Log = zap.NewNop()
 	}
 	var errs []error
-	for _, mk := range []func(Options) (*IPTables, error){NewIPTables, NewIP6Tables} {
-		if ipt, err := mk(opts); err == nil {
+	for _, six := range []bool{false, true} {
+		for _, ipt := range iptablesBackends(opts, six) {
 			removed, err := ipt.removeFlanneld(ctx)
 			errs = append(errs, err)
 			if removed {
-				opts.Log.Info("removed flanneld's chains (FLANNEL-POSTRTG, FLANNEL-FWD)", zap.String("firewall", ipt.Name()))
+				opts.Log.Info("removed flanneld's chains (FLANNEL-POSTRTG, FLANNEL-FWD)", zap.String("firewall", ipt.command()))
 			}
 		}
 	}

@@ -18,11 +18,20 @@ func (d *daemon) setupFirewall(ctx context.Context, cfg *lease.Config, own lease
 	if !d.opts.ipMasq && !d.opts.iptablesForwardRules {
 		return nil
 	}
-	fw, err := firewall.New(ctx, cfg.EnableNFTables, firewall.Options{FullyRandom: !d.opts.ipMasqNotRandom, IPv6: cfg.EnableIPv6, Log: d.log})
+	fwOpts := firewall.Options{FullyRandom: !d.opts.ipMasqNotRandom, IPv6: cfg.EnableIPv6, Log: d.log}
+	if !cfg.EnableNFTables {
+		mode, err := iptablesMode(ctx, d.opts.iptablesMode, d.log)
+		if err != nil {
+			return err
+		}
+		fwOpts.IPTablesMode = mode
+	}
+	fw, err := firewall.New(ctx, cfg.EnableNFTables, fwOpts)
 	if err != nil {
 		return fmt.Errorf("--ip-masq/--iptables-forward-rules: %w (install it or pass --iptables-forward-rules=false)", err)
 	}
-	d.log.Info("firewall rules", zap.String("firewall", fw.Name()), zap.Bool("forward", d.opts.iptablesForwardRules), zap.Bool("ip-masq", d.opts.ipMasq))
+	d.log.Info("firewall rules", zap.String("firewall", fw.Name()), zap.String("backend", fw.Backend()),
+		zap.Bool("forward", d.opts.iptablesForwardRules), zap.Bool("ip-masq", d.opts.ipMasq))
 	d.fw = fw
 	var v6net netip.Prefix
 	if cfg.EnableIPv6 {
@@ -49,6 +58,24 @@ func (d *daemon) setupFirewall(ctx context.Context, cfg *lease.Config, own lease
 		d.log.Warn("could not remove flanneld's firewall rules", zap.Error(err))
 	}
 	return nil
+}
+
+// iptablesMode is the iptables backend --iptables-mode asks for: given, or with
+// auto the one the host's rules are in (firewall.DetectIPTablesMode), logged with
+// what decided it.
+func iptablesMode(ctx context.Context, flag string, log *zap.Logger) (firewall.IPTablesMode, error) {
+	if flag != "auto" {
+		mode, err := firewall.ParseIPTablesMode(flag)
+		if err != nil {
+			return mode, fmt.Errorf("--iptables-mode: %w", err)
+		}
+		log.Info("iptables mode given by --iptables-mode", zap.Stringer("backend", mode))
+		return mode, nil
+	}
+	d := firewall.DetectIPTablesMode(ctx)
+	log.Info("iptables mode detected", zap.Stringer("backend", d.Mode), zap.String("reason", d.Reason),
+		zap.Int("legacy_rules", d.Legacy), zap.Int("nft_rules", d.NFT))
+	return d.Mode, nil
 }
 
 // setMasq writes the masquerade rules of each family the network has (an invalid

@@ -51,6 +51,9 @@ type options struct {
 
 	iptablesResync       int
 	iptablesForwardRules bool
+	// iptablesMode is --iptables-mode (weft): auto (DetectIPTablesMode), legacy,
+	// nft or plain.
+	iptablesMode string
 
 	kubeSubnetMgr     bool
 	kubeAPIURL        string
@@ -120,6 +123,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.blackholeRoute, "ip-blackhole-route", false, "add a blackhole route for our subnet, so traffic to its unassigned addresses is dropped (kept up every --iptables-resync seconds)")
 	fs.IntVar(&o.iptablesResync, "iptables-resync", 5, "seconds between checks of weftd's forward and masquerade rules (iptables or nftables)")
 	fs.BoolVar(&o.iptablesForwardRules, "iptables-forward-rules", true, "accept forwarded overlay traffic in the FORWARD chain")
+	fs.StringVar(&o.iptablesMode, "iptables-mode", "auto", "iptables backend for weft's rules: auto (the one the host's rules are in), legacy (iptables-legacy), nft (iptables-nft) or plain (plain iptables); unused with EnableNFTables (weft)")
 	fs.BoolVar(&o.kubeSubnetMgr, "kube-subnet-mgr", false, "take the subnet from the Kubernetes node's podCIDR instead of etcd")
 	fs.StringVar(&o.kubeAPIURL, "kube-api-url", "", "Kubernetes API server URL (kube mode)")
 	fs.StringVar(&o.kubeconfigFile, "kubeconfig-file", "", "kubeconfig file (kube mode)")
@@ -179,12 +183,19 @@ func (o *options) check() error {
 		return fmt.Errorf("--subnet-lease-renew-margin=%d: must be between 1 and 1439 minutes", o.renewMargin)
 	case o.healthzPort < 0 || o.healthzPort > 65535:
 		return fmt.Errorf("--healthz-port=%d: not a port", o.healthzPort)
+	case o.iptablesMode != "auto" && !validIPTablesMode(o.iptablesMode):
+		return fmt.Errorf("--iptables-mode=%q: must be auto, legacy, nft or plain", o.iptablesMode)
 	case o.iptablesResync <= 0:
 		return fmt.Errorf("--iptables-resync=%d: must be positive", o.iptablesResync)
 	case o.kubeSubnetMgr && o.nodeName == "" && (o.podName == "" || o.podNamespace == ""):
 		return errors.New("--kube-subnet-mgr needs the node: set POD_NAME and POD_NAMESPACE (as kube-flannel.yml does), NODE_NAME or --node-name")
 	}
 	return nil
+}
+
+func validIPTablesMode(s string) bool {
+	_, err := firewall.ParseIPTablesMode(s)
+	return err == nil
 }
 
 func isIPv6(s string) bool {
