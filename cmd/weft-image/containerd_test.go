@@ -146,9 +146,9 @@ func goBuildStatic(t *testing.T, dir, pkg string) string {
 }
 
 // TestContainerdRunsImage builds the real image (static weftd, weft-install and
-// weft-cni built here, iptables .debs from Debian), imports it
+// weft-cni built here, iptables and nftables .debs from Debian), imports it
 // into a private containerd and runs it with runc: weftd, iptables (nft and legacy, on
-// the container's own network namespace) and the CNI install step.
+// the container's own network namespace), nft and the CNI install step.
 func TestContainerdRunsImage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds an image and runs containerd: not in -short")
@@ -163,7 +163,7 @@ func TestContainerdRunsImage(t *testing.T) {
 	weftd := goBuildStatic(t, work, "github.com/weftnet/weft/cmd/weftd")
 	install := goBuildStatic(t, work, "github.com/weftnet/weft/cmd/weft-install")
 	cniPlugin := goBuildStatic(t, work, "github.com/weftnet/weft/cmd/weft-cni")
-	pkgs, err := resolveDebs(ctx, []string{"iptables"})
+	pkgs, err := resolveDebs(ctx, strings.Split(defaultPackages, ","))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,6 +234,14 @@ func TestContainerdRunsImage(t *testing.T) {
 		{"iptables nat table", []string{"--cap-add", "CAP_NET_ADMIN"}, []string{"iptables", "-w", "5", "-t", "nat", "-S", "POSTROUTING"}, "-P POSTROUTING ACCEPT"},
 		{"iptables-restore", []string{"--cap-add", "CAP_NET_ADMIN"}, []string{"iptables-restore", "--version"}, "(nf_tables)"},
 		{"iptables legacy", []string{"--cap-add", "CAP_NET_ADMIN"}, []string{"iptables-legacy", "-w", "5", "-t", "nat", "-S", "POSTROUTING"}, "-P POSTROUTING ACCEPT"},
+		// weftd runs each backend's commands by name (firewall.DetectIPTablesMode).
+		{"iptables-legacy-save", []string{"--cap-add", "CAP_NET_ADMIN"}, []string{"iptables-legacy-save"}, ""},
+		{"ip6tables-legacy-restore", nil, []string{"ip6tables-legacy-restore", "--version"}, "(legacy)"},
+		{"iptables-nft-save", []string{"--cap-add", "CAP_NET_ADMIN"}, []string{"iptables-nft-save"}, ""},
+		{"ip6tables-nft-restore", nil, []string{"ip6tables-nft-restore", "--version"}, "(nf_tables)"},
+		// EnableNFTables: nft, with the libraries it needs, writes and lists a table.
+		{"nft version", nil, []string{"nft", "--version"}, "nftables v"},
+		{"nft table", []string{"--cap-add", "CAP_NET_ADMIN"}, []string{"nft", "add table ip weft-image-test; list tables"}, "table ip weft-image-test"},
 		{"install CNI plugin", []string{"--mount", "type=bind,src=" + hostCNI + ",dst=/opt/cni/bin,options=rbind:rw"},
 			[]string{"weft-install", "/flannel", "/opt/cni/bin/flannel"}, ""},
 		{"install CNI config", []string{

@@ -32,10 +32,33 @@ const (
 var iptablesNames = []string{"iptables", "iptables-save", "iptables-restore",
 	"ip6tables", "ip6tables-save", "ip6tables-restore"}
 
+// requiredCommands are what weftd runs, which the .debs must hold: both backends'
+// iptables commands (weftd picks the host's, firewall.DetectIPTablesMode) and nft
+// (EnableNFTables).
+func requiredCommands() []string {
+	cmds := []string{"nft"}
+	for _, mode := range []string{"legacy", "nft"} {
+		for _, n := range iptablesNames {
+			cmds = append(cmds, modeCommand(n, mode))
+		}
+	}
+	return cmds
+}
+
+// modeCommand is the name of command n in mode: iptables-save -> iptables-nft-save.
+func modeCommand(n, mode string) string {
+	cmd, verb, _ := strings.Cut(n, "-")
+	target := cmd + "-" + mode
+	if verb != "" {
+		target += "-" + verb
+	}
+	return target
+}
+
 // spec is everything an image is made from: same spec, same image, byte for byte.
 type spec struct {
 	Weftd, Install, CNIPlugin string   // static binaries
-	Debs                      []string // .deb files: iptables and its libraries
+	Debs                      []string // .deb files: iptables, nftables and their libraries
 	IptablesMode              string   // "nft" or "legacy": what plain `iptables` runs
 	Arch                      string   // GOARCH of the binaries
 	Created                   time.Time
@@ -66,17 +89,14 @@ func build(ctx context.Context, s spec) (v1.Image, error) {
 		}
 		pkgs = append(pkgs, strings.SplitN(baseName(f), "_", 2)[0])
 	}
+	for _, c := range requiredCommands() {
+		if !base.has("usr/sbin/" + c) {
+			return nil, fmt.Errorf("usr/sbin/%s is in none of the .debs (are iptables and nftables among them?)", c)
+		}
+	}
 	for _, n := range iptablesNames {
 		// iptables-save -> iptables-nft-save, as update-alternatives links them.
-		cmd, verb, _ := strings.Cut(n, "-")
-		target := cmd + "-" + s.IptablesMode
-		if verb != "" {
-			target += "-" + verb
-		}
-		if !base.has("usr/sbin/" + target) {
-			return nil, fmt.Errorf("usr/sbin/%s is in none of the .debs (is iptables among them?)", target)
-		}
-		if err := base.addSymlink("usr/sbin/"+n, target); err != nil {
+		if err := base.addSymlink("usr/sbin/"+n, modeCommand(n, s.IptablesMode)); err != nil {
 			return nil, err
 		}
 	}

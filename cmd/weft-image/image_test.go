@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,7 +109,7 @@ func TestTree(t *testing.T) {
 }
 
 // fakeInputs writes small stand-ins for the binaries and a Debian package that holds
-// the iptables commands, built with dpkg-deb as a real .deb.
+// the iptables commands of both backends and nft, built with dpkg-deb as a real .deb.
 func fakeInputs(t *testing.T) (dir string, s spec) {
 	t.Helper()
 	testenv.NeedTools(t, "dpkg-deb")
@@ -126,6 +127,9 @@ func fakeInputs(t *testing.T) (dir string, s spec) {
 				}
 			}
 		}
+	}
+	if err := os.WriteFile(filepath.Join(pkg, "usr/sbin/nft"), []byte("#!nft"), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(pkg, "DEBIAN"), 0o755); err != nil {
 		t.Fatal(err)
@@ -205,6 +209,37 @@ func TestBuildReproducible(t *testing.T) {
 	}
 }
 
+// TestRequiredCommands: the image must carry what weftd runs in either backend and
+// with EnableNFTables; a build whose .debs lack one fails instead of shipping an image
+// that crash-loops.
+func TestRequiredCommands(t *testing.T) {
+	got := map[string]bool{}
+	for _, c := range requiredCommands() {
+		got[c] = true
+	}
+	for _, want := range []string{"nft", "iptables-legacy", "iptables-legacy-restore", "iptables-legacy-save",
+		"ip6tables-legacy", "ip6tables-legacy-restore", "ip6tables-legacy-save", "iptables-nft", "iptables-nft-restore",
+		"iptables-nft-save", "ip6tables-nft", "ip6tables-nft-restore", "ip6tables-nft-save"} {
+		if !got[want] {
+			t.Errorf("requiredCommands lacks %s", want)
+		}
+	}
+	dir, s := fakeInputs(t)
+	// The same package without nft.
+	pkg := filepath.Join(dir, "pkg")
+	if err := os.Remove(filepath.Join(pkg, "usr/sbin/nft")); err != nil {
+		t.Fatal(err)
+	}
+	deb := filepath.Join(dir, "iptables_0.9_all.deb")
+	if out, err := exec.Command("dpkg-deb", "--root-owner-group", "-b", pkg, deb).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb -b: %v: %s", err, out)
+	}
+	s.Debs = []string{deb}
+	if _, err := build(context.Background(), s); err == nil || !strings.Contains(err.Error(), "usr/sbin/nft") {
+		t.Errorf("a build without nft: %v, want an error naming usr/sbin/nft", err)
+	}
+}
+
 func TestImageContent(t *testing.T) {
 	_, s := fakeInputs(t)
 	img, err := build(context.Background(), s)
@@ -269,6 +304,12 @@ func TestImageContent(t *testing.T) {
 		}
 		if _, ok := files["usr/sbin/"+h.Linkname]; !ok || !bytes.Contains([]byte(h.Linkname), []byte("-nft")) {
 			t.Errorf("%s -> %s: want an nft command that is in the image", name, h.Linkname)
+		}
+	}
+	// weftd runs both backends' commands by name (the host's backend) and nft.
+	for _, name := range requiredCommands() {
+		if h := files["usr/sbin/"+name]; h == nil || h.Mode&0o111 == 0 {
+			t.Errorf("usr/sbin/%s: %+v, want an executable", name, h)
 		}
 	}
 	if h := files["tmp/"]; h == nil || h.Mode != 0o1777 {

@@ -1,8 +1,8 @@
 // Command weft-image builds the OCI image of weftd without a container daemon or a
 // registry: static weftd, weft-install and weft's flannel CNI plugin (cmd/weft-cni),
-// plus iptables and the libraries it needs from Debian's packages, written as one tar that
-// `ctr images import` and `docker load` read. The build is reproducible: the same
-// inputs give the same image digest and the same archive bytes.
+// plus iptables (both backends), nft and the libraries they need from Debian's packages,
+// written as one tar that `ctr images import` and `docker load` read. The build is
+// reproducible: the same inputs give the same image digest and the same archive bytes.
 //
 //	weft-image -o bin/weftd-image.tar -weftd bin/image/weftd -install bin/image/weft-install \
 //	    -cni bin/image/weft-cni -debs bin/image/debs
@@ -23,6 +23,10 @@ import (
 
 // defaultRef is the name the image is imported under; deploy/weft.yml uses it.
 const defaultRef = "docker.io/weftnet/weftd:0.1.0"
+
+// defaultPackages are the Debian packages the image carries: iptables (legacy and nft
+// backends) for weftd's iptables rules, nftables (nft) for EnableNFTables.
+const defaultPackages = "iptables,nftables"
 
 func main() {
 	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
@@ -48,8 +52,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.install, "install", "", "static weft-install binary (required)")
 	fs.StringVar(&o.cni, "cni", "", "static flannel CNI plugin binary, installed as /flannel (make image: cmd/weft-cni) (required)")
 	fs.StringVar(&o.debDir, "debs", "", "directory of cached .debs; missing ones are fetched with apt-get download (required)")
-	fs.StringVar(&o.packages, "packages", "iptables", "Debian packages to put in the image, with their dependencies (comma separated)")
-	fs.StringVar(&o.iptab, "iptables", "nft", "what plain iptables runs: nft or legacy (match the hosts' kube-proxy)")
+	fs.StringVar(&o.packages, "packages", defaultPackages, "Debian packages to put in the image, with their dependencies (comma separated)")
+	fs.StringVar(&o.iptab, "iptables", "nft", "what plain iptables runs: nft or legacy (weftd itself runs iptables-legacy or iptables-nft, as the host's rules are; see --iptables-mode)")
 	fs.StringVar(&o.arch, "arch", runtime.GOARCH, "architecture of the binaries")
 	fs.Int64Var(&o.epoch, "epoch", epochDefault(), "timestamp of every file and of the image, seconds since 1970 (default $SOURCE_DATE_EPOCH or 0)")
 	if err := fs.Parse(args); err != nil {
