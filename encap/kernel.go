@@ -11,6 +11,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/lease"
 )
@@ -74,7 +75,10 @@ type entries struct {
 }
 
 func newKernelPeers(typ string, cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (*kernelPeers, error) {
-	nl, err := netlink.NewHandle()
+	// Routes, neighbours, links and addresses are all rtnetlink: a bare NewHandle also
+	// opens xfrm and netfilter sockets, and fails where those protocols are missing (a
+	// kernel without XFRM_USER or NFNETLINK, qemu-user).
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("%s backend: netlink: %w", typ, err)
 	}
