@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 DEBS    := etcd-server iperf3 iputils-ping iptables nftables iproute2 containernetworking-plugins \
-           containerd runc socat
+           containerd runc socat wireguard-go wireguard-tools
 export CGO_ENABLED ?= 0
 # The flannel CNI plugin, to attach pods from weftd's subnet.env in tests (Debian's
 # containernetworking-plugins gives bridge and host-local, but no longer flannel).

@@ -12,7 +12,8 @@ import (
 // Tuning is what tunes the backends beyond the network config (weftd's environment).
 // The zero value is the default.
 type Tuning struct {
-	UDP UDPTuning
+	UDP       UDPTuning
+	WireGuard WireGuardTuning
 }
 
 // New builds the backend the network config names (in any case, as flanneld reads
@@ -29,6 +30,8 @@ func New(cfg *lease.Config, ext ExternalInterface, tuning Tuning, log *zap.Logge
 		return NewAlloc(cfg, ext)
 	case extensionType:
 		return NewExtension(cfg, ext, log.Named(extensionType))
+	case wireguardType:
+		return NewWireGuard(cfg, ext, tuning.WireGuard, log.Named(wireguardType))
 	case "ipip":
 		return nil, fmt.Errorf("%w %q: weft has no ipip backend: it needs the kernel's ipip module (tunl0), "+
 			"which weft does not load or manage; use vxlan (any underlay) or host-gw (hosts on one L2 network)",
@@ -39,5 +42,5 @@ func New(cfg *lease.Config, ext ExternalInterface, tuning Tuning, log *zap.Logge
 			"run vxlan over a WireGuard interface (wg-quick, then --iface=wg0)",
 			ErrUnknownBackend, cfg.BackendType)
 	}
-	return nil, fmt.Errorf("%w %q: weft has udp, vxlan, host-gw, alloc and extension", ErrUnknownBackend, cfg.BackendType)
+	return nil, fmt.Errorf("%w %q: weft has udp, vxlan, host-gw, wireguard, alloc and extension", ErrUnknownBackend, cfg.BackendType)
 }
