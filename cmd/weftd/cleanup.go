@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 
+	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
 	"github.com/weftnet/weft/lease/etcd"
@@ -23,9 +24,9 @@ import (
 const cleanupUsage = `usage: weftd cleanup [flags]
 
 Removes what weftd made on this host, for a host leaving the overlay or after weftd was
-killed: the devices flannel0, flannel.<VNI> and flannel-v6.<VNI> (and with them their
-addresses, routes, fdb and neighbour entries), host-gw and DirectRouting routes to the
-overlay (IPv4 and IPv6), the blackhole routes for our subnets (--ip-blackhole-route),
+killed: the devices flannel0, flannel.<VNI>, flannel-v6.<VNI>, flannel-wg and
+flannel-wg-v6 (and with them their addresses, routes, fdb and neighbour entries),
+host-gw and DirectRouting routes to the overlay (IPv4 and IPv6), the blackhole routes for our subnets (--ip-blackhole-route),
 weft's firewall rules (iptables and ip6tables chains
 WEFT-POSTRTG and WEFT-FWD and the jumps to them, the forward rules in FORWARD, nftables
 tables ip weft and ip6 weft) and subnet.env. The lease stays in
@@ -123,8 +124,9 @@ func cleanup(ctx context.Context, co cleanupOptions, log *zap.Logger) error {
 	return errors.Join(errs...)
 }
 
-// removeDevices deletes flannel0 (udp) and every vxlan device flannel.<VNI> and
-// flannel-v6.<VNI> (flanneld's name for the IPv6 one); the kernel takes their
+// removeDevices deletes flannel0 (udp), every vxlan device flannel.<VNI> and
+// flannel-v6.<VNI> (flanneld's name for the IPv6 one), and the wireguard backend's
+// flannel-wg and flannel-wg-v6 (kernel devices, or a TUN a running weftd holds); the kernel takes their
 // addresses, routes, neighbours and fdb entries with them.
 func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
 	links, err := nl.LinkList()
@@ -135,7 +137,8 @@ func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
 	for _, l := range links {
 		name := l.Attrs().Name
 		ours := name == "flannel0" && l.Type() == "tuntap" ||
-			(strings.HasPrefix(name, "flannel.") || strings.HasPrefix(name, "flannel-v6.")) && l.Type() == "vxlan"
+			(strings.HasPrefix(name, "flannel.") || strings.HasPrefix(name, "flannel-v6.")) && l.Type() == "vxlan" ||
+			(name == encap.WireGuardDevice || name == encap.WireGuardDeviceV6) && (l.Type() == "wireguard" || l.Type() == "tuntap")
 		if !ours {
 			continue
 		}

@@ -63,6 +63,25 @@ var knobs = []knob{
 		}},
 	{"WEFT_TUN_NO_USO", "udp: true opens flannel0 without UDP segmentation offload (kernel 6.2+; coalesced UDP into flannel0)", "`false`",
 		boolKnob(func(t *encap.Tuning) *bool { return &t.UDP.NoTUNUSO })},
+	{"WEFT_WG_DEVICE", "wireguard: which device runs: `kernel`, `userspace` (wireguard-go in weftd) or `auto` (the kernel's when it has WireGuard); replaces the network config's Backend.Device",
+		"the config's `Device` (`auto`)", func(t *encap.Tuning, v string) error {
+			switch v {
+			case encap.WireGuardAuto, encap.WireGuardKernel, encap.WireGuardUserspace:
+				t.WireGuard.Device = v
+				return nil
+			}
+			return fmt.Errorf("not auto, kernel or userspace")
+		}},
+	{"WEFT_WG_SOCKET_DIR", "wireguard: directory of the userspace devices' UAPI sockets (`wg` looks in the default)",
+		"`" + encap.DefaultWireGuardSocketDir + "`", func(t *encap.Tuning, v string) error {
+			t.WireGuard.SocketDir = v
+			return nil
+		}},
+	{"WIREGUARD_KEY_FILE", "wireguard: the private key's file, made once when missing (flanneld's variable)",
+		"`" + encap.DefaultWireGuardKeyFile + "`", func(t *encap.Tuning, v string) error {
+			t.WireGuard.KeyFile = v
+			return nil
+		}},
 }
 
 func boolKnob(field func(*encap.Tuning) *bool) func(*encap.Tuning, string) error {

@@ -30,6 +30,7 @@ func (d *daemon) metricsHandler() http.Handler {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newWeftCollector(d),
+		newWireGuardCollector(d),
 	)
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      zap.NewStdLog(d.log),
