@@ -1,0 +1,315 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/testenv"
+	"github.com/weftnet/weft/lease"
+)
+
+const wgConfig = `{"Network":"198.18.0.0/16","SubnetLen":24,"Backend":{"Type":"wireguard","PersistentKeepaliveInterval":5}}`
+
+// wgDir is h's own directory for what WireGuard keeps per host (the lab's hosts share
+// one file system): the private key and the UAPI sockets.
+func wgDir(c *cluster, h *host) string {
+	c.t.Helper()
+	d := filepath.Join(c.lab.Dir(), "wg-"+h.name)
+	if err := os.MkdirAll(filepath.Join(d, "sock"), 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	return d
+}
+
+// startWG runs weftd on h with its key and UAPI sockets in wgDir(h).
+func startWG(c *cluster, h *host) {
+	c.t.Helper()
+	d := wgDir(c, h)
+	c.run(h, lab.DaemonSpec{Binary: c.bin, Weft: true,
+		Args: []string{"--etcd-api=" + c.api, "--healthz-ip=127.0.0.1", "--healthz-port=8475"},
+		Env:  []string{"WIREGUARD_KEY_FILE=" + filepath.Join(d, "wgkey"), "WEFT_WG_SOCKET_DIR=" + filepath.Join(d, "sock")}})
+}
+
+// wgTool runs a WireGuard tool (wg, wireguard-go) inside h's namespace with h's
+// socket directory where the tools look for it (/var/run/wireguard): in a mount
+// namespace of its own, over a private /run, so the host's is left alone.
+func wgTool(ctx context.Context, c *cluster, h *host, args ...string) *exec.Cmd {
+	sock := filepath.Join(wgDir(c, h), "sock")
+	script := "mount -t tmpfs weft-wg /run && mkdir /run/wireguard && mount --bind \"$0\" /run/wireguard && exec \"$@\""
+	return h.ns.Command(ctx, "unshare", append([]string{"-m", "sh", "-c", script, sock}, args...)...)
+}
+
+func wgRun(c *cluster, h *host, args ...string) string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := wgTool(ctx, c, h, args...).CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("%s on %s: %v\n%s", strings.Join(args, " "), h.name, err, out)
+	}
+	return string(out)
+}
+
+// wgPeer is one peer line of `wg show <dev> dump`.
+type wgPeer struct {
+	key, endpoint, allowed string
+	handshake              int64
+}
+
+func wgPeers(c *cluster, h *host, dev string) map[string]wgPeer {
+	c.t.Helper()
+	out := map[string]wgPeer{}
+	lines := strings.Split(strings.TrimSpace(wgRun(c, h, "wg", "show", dev, "dump")), "\n")
+	for _, l := range lines[1:] { // the first line is the interface's
+		f := strings.Split(l, "\t")
+		if len(f) < 8 {
+			c.t.Fatalf("wg show dump on %s: %q", h.name, l)
+		}
+		hs, _ := strconv.ParseInt(f[4], 10, 64)
+		out[f[0]] = wgPeer{key: f[0], endpoint: f[2], allowed: f[3], handshake: hs}
+	}
+	return out
+}
+
+// wgLeaseData is the BackendData weftd on h published.
+func wgLeaseData(c *cluster, h *host) (key string, port int) {
+	c.t.Helper()
+	for _, l := range c.leases() {
+		if l.attrs.PublicIP.String() == h.ip {
+			if l.attrs.BackendType != "wireguard" {
+				c.t.Fatalf("lease of %s: BackendType %q", h.name, l.attrs.BackendType)
+			}
+			var d struct {
+				PublicKey string
+				Port      int
+			}
+			if err := json.Unmarshal(l.attrs.BackendData, &d); err != nil || d.PublicKey == "" {
+				c.t.Fatalf("BackendData %s of %s: %v", l.attrs.BackendData, h.name, err)
+			}
+			return d.PublicKey, d.Port
+		}
+	}
+	c.t.Fatalf("no lease for %s", h.name)
+	return "", 0
+}
+
+// waitHandshake waits until `wg show` on h lists peer with a handshake after since.
+func waitHandshake(c *cluster, h *host, peer string, since int64) wgPeer {
+	c.t.Helper()
+	var p wgPeer
+	eventually(c.t, 15*time.Second, func() error {
+		var ok bool
+		p, ok = wgPeers(c, h, "flannel-wg")[peer]
+		if !ok || p.handshake <= since {
+			return fmt.Errorf("wg show flannel-wg on %s: peer %s not there or no handshake after %d: %+v", h.name, peer, since, p)
+		}
+		return nil
+	})
+	return p
+}
+
+func wgCluster(t *testing.T) *cluster {
+	testenv.NeedTools(t, "wg", "unshare", "iperf3")
+	c := newCluster(t, "v3")
+	c.putConfig(wgConfig)
+	return c
+}
+
+// TestWireGuardBackend: two weftd hosts (one behind the router) carry pod traffic over
+// WireGuard both ways, iperf3 included; `wg show` lists each one's peer with a
+// handshake, and /metrics says which device runs.
+func TestWireGuardBackend(t *testing.T) {
+	c := wgCluster(t)
+	a, b := c.addHost("a", "lan1"), c.addHost("b", "lan2")
+	startWG(c, a)
+	startWG(c, b)
+	envA, envB := c.waitSubnetEnv(a), c.waitSubnetEnv(b)
+	if envA.MTU != 1500-80 {
+		t.Fatalf("FLANNEL_MTU %d, want %d (eth0's less flanneld's 80)", envA.MTU, 1500-80)
+	}
+	podA, podB := c.attachPod(a, envA), c.attachPod(b, envB)
+	c.ping(a.pod, podB)
+	c.ping(b.pod, podA)
+	if bps := iperfTCP(t, a.pod, b.pod, podB, 2); bps <= 0 {
+		t.Fatalf("iperf3 a->b: %v bit/s", bps)
+	} else {
+		t.Logf("wireguard backend, pod a -> pod b across the router: %.2f Gbit/s", bps/1e9)
+	}
+
+	keyA, portA := wgLeaseData(c, a)
+	keyB, _ := wgLeaseData(c, b)
+	if portA != 51820 {
+		t.Fatalf("lease Port %d, want 51820", portA)
+	}
+	p := waitHandshake(c, a, keyB, 0)
+	if p.endpoint != b.ip+":51820" || p.allowed != envB.Subnet.String() {
+		t.Fatalf("peer b on a: %+v, want endpoint %s:51820 allowed-ips %v", p, b.ip, envB.Subnet)
+	}
+	waitHandshake(c, b, keyA, 0)
+
+	// The device as flanneld sets it up: our subnet's first address as /32, the
+	// network routed to it, MTU 1420.
+	addr := c.sh(a.ns, "ip -4 -o addr show dev flannel-wg")
+	if !strings.Contains(addr, envA.Subnet.Addr().String()+"/32") {
+		t.Fatalf("flannel-wg address on a: %q", addr)
+	}
+	if r := routeTo(c, a, "198.18.0.0/16"); !strings.Contains(r, "dev flannel-wg") || !strings.Contains(r, "scope link") {
+		t.Fatalf("route to the network on a: %q", r)
+	}
+	if link := c.sh(a.ns, "ip -o link show dev flannel-wg"); !strings.Contains(link, "mtu 1420") {
+		t.Fatalf("flannel-wg on a: %q", link)
+	}
+
+	m := mustScrape(t, a)
+	impl := "userspace"
+	if strings.Contains(c.sh(a.ns, "ip -d -o link show dev flannel-wg"), "wireguard") {
+		impl = "kernel"
+	}
+	if v := m.must(t, "weft_wireguard_device_info", "device", "flannel-wg", "implementation", impl); v != 1 {
+		t.Fatalf("weft_wireguard_device_info{implementation=%s} = %v", impl, v)
+	}
+	if !strings.Contains(a.logs(), `"implementation": "`+impl+`"`) && !strings.Contains(a.logs(), `"implementation":"`+impl+`"`) {
+		t.Fatalf("weftd's log does not say which device runs (%s)", impl)
+	}
+
+	// Stopped, weftd removes its device and UAPI socket.
+	c.stop(a)
+	if out, _ := a.ns.Run(context.Background(), "ip", "link", "show", "flannel-wg"); !strings.Contains(out, "does not exist") {
+		t.Fatalf("flannel-wg left on a after weftd stopped: %s", out)
+	}
+	if _, err := os.Stat(filepath.Join(wgDir(c, a), "sock", "flannel-wg.sock")); !os.IsNotExist(err) {
+		t.Fatalf("UAPI socket left after weftd stopped: %v", err)
+	}
+}
+
+// TestWireGuardStockPeer: weftd and a host running Debian's wireguard-go and wg,
+// configured by hand from weftd's lease as flanneld configures its device, with its
+// own lease written in flannel's format: pods ping both ways.
+func TestWireGuardStockPeer(t *testing.T) {
+	testenv.NeedTools(t, "wireguard-go")
+	c := wgCluster(t)
+	a, b := c.addHost("a", "lan1"), c.addHost("b", "lan1")
+	startWG(c, a)
+	envA := c.waitSubnetEnv(a)
+	podA := c.attachPod(a, envA)
+	keyA, portA := wgLeaseData(c, a)
+
+	// The stock host: key, device, address, route, peer, as flanneld's backend makes them.
+	dirB := wgDir(c, b)
+	subnetB := netip.MustParsePrefix("198.18.200.0/24")
+	keyFile := filepath.Join(dirB, "wgkey")
+	c.sh(b.ns, "umask 077 && wg genkey > "+keyFile)
+	pubB := strings.TrimSpace(c.sh(b.ns, "wg pubkey < "+keyFile))
+
+	ctx, stopWG := context.WithCancel(context.Background())
+	wgo := wgTool(ctx, c, b, "wireguard-go", "-f", "flannel-wg")
+	wgo.Env = append(os.Environ(), "WG_PROCESS_FOREGROUND=1")
+	logPath := filepath.Join(dirB, "wireguard-go.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	wgo.Stdout, wgo.Stderr = logf, logf
+	wgo.Cancel = func() error { return wgo.Process.Signal(syscall.SIGTERM) }
+	if err := wgo.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stopWG()
+		_ = wgo.Wait()
+		if t.Failed() {
+			log, _ := os.ReadFile(logPath)
+			t.Logf("wireguard-go on b:\n%s", log)
+		}
+	})
+	eventually(t, 10*time.Second, func() error {
+		if _, err := os.Stat(filepath.Join(dirB, "sock", "flannel-wg.sock")); err != nil {
+			return fmt.Errorf("wireguard-go's UAPI socket: %w", err)
+		}
+		return nil
+	})
+	wgRun(c, b, "wg", "set", "flannel-wg", "private-key", keyFile, "listen-port", "51820",
+		"peer", keyA, "endpoint", fmt.Sprintf("%s:%d", a.ip, portA), "allowed-ips", envA.Subnet.String())
+	c.sh(b.ns, "ip link set flannel-wg mtu 1420 && ip addr add "+subnetB.Addr().String()+"/32 dev flannel-wg && "+
+		"ip link set flannel-wg up && ip route replace 198.18.0.0/16 dev flannel-wg scope link")
+
+	// Its lease, as flanneld writes it.
+	val, _ := json.Marshal(map[string]any{"PublicIP": b.ip, "PublicIPv6": nil, "BackendType": "wireguard",
+		"BackendData": map[string]any{"PublicKey": pubB, "Port": 51820}})
+	cli := c.etcdClient()
+	pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	grant, err := cli.Grant(pctx, 3600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(pctx, prefix+"/subnets/"+lease.SubnetKey(subnetB), string(val), clientv3.WithLease(grant.ID)); err != nil {
+		t.Fatal(err)
+	}
+
+	podB := c.attachPod(b, lease.SubnetEnv{Network: netip.MustParsePrefix("198.18.0.0/16"), Subnet: subnetB, MTU: 1420})
+	c.ping(a.pod, podB)
+	c.ping(b.pod, podA)
+	waitHandshake(c, a, pubB, 0)
+	if p := waitHandshake(c, b, keyA, 0); p.allowed != envA.Subnet.String() {
+		t.Fatalf("peer a on the stock host: %+v", p)
+	}
+}
+
+// TestWireGuardKeyPersists: weftd restarted keeps its private key (the lease shows the
+// same public key) and its peer makes a new handshake with it.
+func TestWireGuardKeyPersists(t *testing.T) {
+	c := wgCluster(t)
+	a, b := c.addHost("a", "lan1"), c.addHost("b", "lan1")
+	startWG(c, a)
+	startWG(c, b)
+	envA, envB := c.waitSubnetEnv(a), c.waitSubnetEnv(b)
+	podA, podB := c.attachPod(a, envA), c.attachPod(b, envB)
+	c.ping(a.pod, podB)
+	keyA, _ := wgLeaseData(c, a)
+	before := waitHandshake(c, b, keyA, 0)
+	fileBefore, err := os.ReadFile(filepath.Join(wgDir(c, a), "wgkey"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	c.stop(a)
+	startWG(c, a)
+	if env := c.waitSubnetEnv(a); env.Subnet != envA.Subnet {
+		t.Fatalf("subnet changed across restart: %v -> %v", envA.Subnet, env.Subnet)
+	}
+	if k, _ := wgLeaseData(c, a); k != keyA {
+		t.Fatalf("public key changed across restart: %s -> %s", keyA, k)
+	}
+	fileAfter, err := os.ReadFile(filepath.Join(wgDir(c, a), "wgkey"))
+	if err != nil || string(fileAfter) != string(fileBefore) {
+		t.Fatalf("key file changed across restart (%v)", err)
+	}
+	// wg genkey's format: base64 and a newline, readable by wg pubkey.
+	if pub := strings.TrimSpace(c.sh(a.ns, "wg pubkey < "+filepath.Join(wgDir(c, a), "wgkey"))); pub != keyA {
+		t.Fatalf("wg pubkey of the key file: %s, lease has %s", pub, keyA)
+	}
+	c.ping(a.pod, podB)
+	c.ping(b.pod, podA)
+	// a's device is new: a handshake there means b took a's key as the one it had. (b's
+	// own record of the handshake only counts seconds and may not move.)
+	keyB, _ := wgLeaseData(c, b)
+	waitHandshake(c, a, keyB, 0)
+	if p := waitHandshake(c, b, keyA, before.handshake-1); p.endpoint != a.ip+":51820" {
+		t.Fatalf("peer a on b after the restart: %+v", p)
+	}
+}
