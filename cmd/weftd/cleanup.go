@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -31,13 +33,21 @@ weft's firewall rules (iptables and ip6tables chains
 WEFT-POSTRTG and WEFT-FWD and the jumps to them, the forward rules in FORWARD, nftables
 tables ip weft and ip6 weft) and subnet.env. The lease stays in
 etcd for the next start unless --release-lease is given. Run it while weftd is stopped.
+
+With --firewall-only it removes weft's firewall rules and nothing else, for a node going
+back to flanneld: flanneld adopts the devices, routes and subnet.env weftd left, so
+running pods keep their addresses and their traffic, but it never removes weft's rules.
+--wait then keeps the command running until SIGTERM or SIGINT, so that a DaemonSet pod
+can run it.
 `
 
 // cleanupOptions are cleanup's flags: weftd's own (for etcd and the subnet file,
-// FLANNELD_* honoured) and --release-lease.
+// FLANNELD_* honoured), --release-lease, --firewall-only and --wait.
 type cleanupOptions struct {
 	*options
 	releaseLease bool
+	firewallOnly bool // remove weft's firewall rules only, for a node going back to flanneld
+	wait         bool // after cleaning up, wait for SIGTERM or SIGINT (a DaemonSet's pod)
 }
 
 // runCleanup is `weftd cleanup`.
@@ -45,14 +55,23 @@ func runCleanup(args []string, env func(string) string, stdout, stderr io.Writer
 	co := cleanupOptions{options: &options{}}
 	fs := newFlagSet(co.options, stderr)
 	fs.BoolVar(&co.releaseLease, "release-lease", false, "also delete our lease (named by subnet.env) from etcd")
+	fs.BoolVar(&co.firewallOnly, "firewall-only", false, "remove weft's firewall rules only, leaving devices, routes and subnet.env to flanneld")
+	fs.BoolVar(&co.wait, "wait", false, "after cleaning up, wait for SIGTERM or SIGINT before exiting")
 	fs.Usage = func() { fmt.Fprint(stderr, cleanupUsage); fs.PrintDefaults() }
-	if err := parseWith(fs, args, env); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	err := parseWith(fs, args, env)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err == nil && co.firewallOnly && co.releaseLease {
+		err = errors.New("--release-lease and --firewall-only: the lease names the subnet the node keeps")
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "weftd cleanup: %v\n", err)
 		return 2
 	}
+	// Caught from the start, so that a signal during the cleanup does not cut it short.
+	sig, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
 	log := newLogger(stderr, co.verbosity)
 	defer log.Sync()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -61,7 +80,14 @@ func runCleanup(args []string, env func(string) string, stdout, stderr io.Writer
 		log.Error("cleanup incomplete", zap.Error(err))
 		return 1
 	}
-	fmt.Fprintln(stdout, "weft's devices, routes, neighbours, fdb entries, firewall rules and subnet.env are removed")
+	if co.firewallOnly {
+		fmt.Fprintln(stdout, "weft's firewall rules are removed; devices, routes and subnet.env are left to flanneld")
+	} else {
+		fmt.Fprintln(stdout, "weft's devices, routes, neighbours, fdb entries, firewall rules and subnet.env are removed")
+	}
+	if co.wait {
+		<-sig.Done()
+	}
 	return 0
 }
 
@@ -93,6 +119,9 @@ func parseWith(fs *flag.FlagSet, args []string, env func(string) string) error {
 // cleanup removes weft's state from this host; it goes on past errors and returns
 // them all.
 func cleanup(ctx context.Context, co cleanupOptions, log *zap.Logger) error {
+	if co.firewallOnly {
+		return removeFirewall(ctx, log)
+	}
 	env, envErr := lease.ReadSubnetEnv(co.subnetFile)
 	if envErr != nil && !errors.Is(envErr, os.ErrNotExist) {
 		log.Warn("subnet.env unreadable: overlay routes outside weft's devices are left alone", zap.Error(envErr))

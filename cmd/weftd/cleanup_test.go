@@ -15,6 +15,10 @@ func TestCleanupFlags(t *testing.T) {
 	if code := run([]string{"cleanup", "extra"}, func(string) string { return "" }, &out, &errOut); code != 2 {
 		t.Errorf("stray argument: exit %d, want 2", code)
 	}
+	// --firewall-only keeps the subnet for flanneld, so its lease cannot go.
+	if code := run([]string{"cleanup", "--firewall-only", "--release-lease"}, func(string) string { return "" }, &out, &errOut); code != 2 {
+		t.Errorf("--firewall-only with --release-lease: exit %d, want 2", code)
+	}
 	// FLANNELD_* fills what the command line leaves out; the command line wins.
 	o := &options{}
 	fs := newFlagSet(o, &errOut)
