@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -58,7 +59,8 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 	// flannel, as kube-flannel.yml has it but for the image: the init steps copy with
 	// weft-install, as the image has no cp.
 	conf := dsNetConf(t, "vxlan")
-	applyManifest(t, ctx, c.Admin, filepath.Join(mod.Dir, "Documentation", "kube-flannel.yml"), func(obj kruntime.Object) bool {
+	kubeFlannel := filepath.Join(mod.Dir, "Documentation", "kube-flannel.yml")
+	flannelObjs := func(obj kruntime.Object) bool {
 		conf(obj)
 		if ds, ok := obj.(*appsv1.DaemonSet); ok {
 			spec := &ds.Spec.Template.Spec
@@ -75,7 +77,8 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 			spec.Containers[0].Image = flannelImage
 		}
 		return true
-	})
+	}
+	applyManifest(t, ctx, c.Admin, kubeFlannel, flannelObjs)
 	checkNodes(t, ctx, c)
 	checkDaemonSet(t, ctx, c.Admin, "kube-flannel-ds")
 	cm, err := c.Admin.CoreV1().ConfigMaps("kube-flannel").Get(ctx, "kube-flannel-cfg", metav1.GetOptions{})
@@ -152,6 +155,110 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 	if d.ip == a.ip {
 		t.Errorf("pod-c got pod-a's address %s", d.ip)
 	}
+
+	// And back, as deploy/README.md says: delete weft's DaemonSet, create flannel's
+	// (kubectl create: only what is missing), then run weft-cleanup.yml once. A table
+	// ip weft and ip6 weft, as a weftd with EnableNFTables leaves them, stand on the
+	// first node, for the cleanup to remove too.
+	for _, fam := range []string{"ip", "ip6"} {
+		if out, err := c.Nodes[0].Host.NS.Run(ctx, "nft", "add", "table", fam, "weft"); err != nil {
+			t.Fatalf("nft add table %s weft: %v\n%s", fam, err, out)
+		}
+	}
+	back := time.Now()
+	p = startPing(t, ctx, a, b)
+	defer p.kill()
+	if err := c.Admin.AppsV1().DaemonSets("kube-flannel").Delete(ctx, "weft", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	awaitNoPods(t, ctx, c, "app=weft")
+	applyManifest(t, ctx, c.Admin, kubeFlannel, flannelObjs)
+	checkDaemonSet(t, ctx, c.Admin, "kube-flannel-ds")
+	for _, n := range c.Nodes {
+		if weftFirewall(t, ctx, n) == "" {
+			t.Fatalf("node %s: weft's rules gone before weft-cleanup.yml ran: the check below would prove nothing", n.Name)
+		}
+	}
+	cleanupYML := filepath.Join("..", "deploy", "weft-cleanup.yml")
+	applyManifest(t, ctx, c.Admin, cleanupYML, func(kruntime.Object) bool { return true })
+	await(t, ctx, "DaemonSet weft-cleanup ready", func() (bool, string) {
+		ds, err := c.Admin.AppsV1().DaemonSets("kube-flannel").Get(ctx, "weft-cleanup", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return ds.Status.ObservedGeneration == ds.Generation && ds.Status.DesiredNumberScheduled == 2 && ds.Status.NumberReady == 2,
+			fmt.Sprintf("desired %d ready %d", ds.Status.DesiredNumberScheduled, ds.Status.NumberReady)
+	})
+	if err := c.Admin.AppsV1().DaemonSets("kube-flannel").Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	awaitNoPods(t, ctx, c, "app=weft-cleanup")
+	sent, received, gap = p.stop(t, ctx)
+	t.Logf("weft -> flannel and weft-cleanup.yml: %d pings every 10 ms, %d answered, longest gap %v; took %v",
+		sent, received, gap, time.Since(back).Round(time.Millisecond))
+	if received == 0 {
+		t.Errorf("no ping answered during the switch back")
+	}
+	for _, n := range c.Nodes {
+		if left := weftFirewall(t, ctx, n); left != "" {
+			t.Errorf("node %s after weft-cleanup.yml still has weft's rules:\n%s", n.Name, left)
+		}
+		if rules := iptablesSave(t, ctx, n); !strings.Contains(rules, "-j FLANNEL-FWD") {
+			t.Errorf("node %s back on flanneld without its FLANNEL-FWD chain:\n%s", n.Name, rules)
+		}
+	}
+	for _, want := range []pod{a, b, d} {
+		got, err := c.Admin.CoreV1().Pods("default").Get(ctx, want.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.PodIP != want.ip.String() || got.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("pod %s back on flannel: address %s (was %s), restarts %d", want.name, got.Status.PodIP, want.ip, got.Status.ContainerStatuses[0].RestartCount)
+		}
+	}
+	pingPod(t, ctx, c.Admin, a, b)
+	pingPod(t, ctx, c.Admin, b, d)
+	tcpPods(t, b, a, 1<<20)
+}
+
+// awaitNoPods waits until no pod in kube-flannel matches selector.
+func awaitNoPods(t *testing.T, ctx context.Context, c *kubecluster.Cluster, selector string) {
+	t.Helper()
+	await(t, ctx, "pods "+selector+" gone", func() (bool, string) {
+		pods, err := c.Admin.CoreV1().Pods("kube-flannel").List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(pods.Items) == 0, fmt.Sprintf("%d pods", len(pods.Items))
+	})
+}
+
+// weftFirewall returns what of weft's firewall node n has: lines naming a WEFT- chain
+// in either iptables backend (IPv4 and IPv6) and nftables tables called weft.
+func weftFirewall(t *testing.T, ctx context.Context, n *kubecluster.Node) string {
+	t.Helper()
+	var left []string
+	for _, save := range []string{"iptables-legacy-save", "iptables-nft-save", "ip6tables-legacy-save", "ip6tables-nft-save"} {
+		out, err := n.Host.NS.Run(ctx, save)
+		if err != nil {
+			t.Fatalf("%s on %s: %v\n%s", save, n.Name, err, out)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "WEFT-") {
+				left = append(left, save+": "+l)
+			}
+		}
+	}
+	out, err := n.Host.NS.Run(ctx, "nft", "list", "tables")
+	if err != nil {
+		t.Fatalf("nft list tables on %s: %v\n%s", n.Name, err, out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "table" && f[2] == "weft" {
+			left = append(left, "nft: "+l)
+		}
+	}
+	return strings.Join(left, "\n")
 }
 
 // iptablesSave lists the rules of node n's network namespace.
