@@ -13,12 +13,19 @@ import (
 
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/lease/etcd"
+	"github.com/weftnet/weft/lease/kube"
 	"github.com/weftnet/weft/proxy"
 )
 
 // leaseStatser is implemented by lease managers that count what they do (etcd mode).
 type leaseStatser interface {
 	Stats() etcd.Stats
+}
+
+// kubeStatser is implemented by the Kubernetes lease manager, which counts its
+// lists and watches of the Nodes.
+type kubeStatser interface {
+	Stats() kube.Stats
 }
 
 // metricsHandler serves GET /metrics from a registry of this daemon's own: the Go
@@ -46,7 +53,7 @@ type weftCollector struct {
 	buildInfo, ready                                  *prometheus.Desc
 	udpPackets, udpBytes, udpDropped, udpICMP         *prometheus.Desc
 	leaseExpiry, renewals, renewFailures              *prometheus.Desc
-	resyncs, watchErrors, etcdReachable               *prometheus.Desc
+	resyncs, watchErrors, etcdReachable, nodeLists    *prometheus.Desc
 	reconcileRepairs, firewallRepairs, peers, subnetD *prometheus.Desc
 	firewallInfo                                      *prometheus.Desc
 }
@@ -69,6 +76,7 @@ func newWeftCollector(d *daemon) *weftCollector {
 		resyncs:          desc("lease_watch_resyncs_total", "Re-lists of the other hosts' leases after a watch was interrupted (compaction, outage)."),
 		watchErrors:      desc("lease_watch_errors_total", "Lists and watches of the other hosts' leases that failed or were interrupted."),
 		etcdReachable:    desc("etcd_reachable", "1 while weftd's connection to etcd is up, 0 while it is down."),
+		nodeLists:        desc("kube_node_lists_total", "Full lists of the Nodes (a list, or a watch that starts with every Node), the first one included; those after it count in weft_lease_watch_resyncs_total too."),
 		reconcileRepairs: desc("reconcile_repairs_total", "Kernel entries the vxlan or host-gw reconcile loop found removed or changed and wrote again, by object (device, route, neigh, fdb).", "backend", "object"),
 		firewallRepairs:  desc("firewall_repairs_total", "Times weftd found its firewall rules (forward and masquerade) removed or changed and wrote them again, by kind (iptables, nftables).", "firewall"),
 		firewallInfo:     desc("firewall_info", "Always 1 once the firewall rules are set up; backend says what writes them: iptables-legacy, iptables-nft, iptables (plain, --iptables-mode=plain) or nftables (EnableNFTables).", "backend"),
@@ -79,7 +87,7 @@ func newWeftCollector(d *daemon) *weftCollector {
 
 func (c *weftCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.ready, c.udpPackets, c.udpBytes, c.udpDropped, c.udpICMP,
-		c.leaseExpiry, c.renewals, c.renewFailures, c.resyncs, c.watchErrors, c.etcdReachable,
+		c.leaseExpiry, c.renewals, c.renewFailures, c.resyncs, c.watchErrors, c.etcdReachable, c.nodeLists,
 		c.reconcileRepairs, c.firewallRepairs, c.firewallInfo, c.peers, c.subnetD} {
 		ch <- d
 	}
@@ -113,6 +121,12 @@ func (c *weftCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.resyncs, st.Resyncs)
 			counter(c.watchErrors, st.WatchErrors)
 			gauge(c.etcdReachable, b2f(st.EtcdReachable))
+		}
+		if s, ok := (*p).(kubeStatser); ok {
+			st := s.Stats()
+			counter(c.nodeLists, st.Lists)
+			counter(c.resyncs, st.Relists)
+			counter(c.watchErrors, st.WatchErrors)
 		}
 	}
 	bp := c.d.be.Load()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -73,7 +74,7 @@ func TestTrackedWatchStopWaits(t *testing.T) {
 		return time.Now()
 	}}
 	ctx := context.Background()
-	w, err := trackedNodes{nodes: cs.CoreV1().Nodes(), c: c}.WatchWithContext(ctx, metav1.ListOptions{})
+	w, err := trackedNodes{nodes: cs.CoreV1().Nodes(), c: c, st: &listStats{}, log: zap.NewNop()}.WatchWithContext(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

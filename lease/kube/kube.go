@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"sync"
@@ -55,6 +56,10 @@ type Options struct {
 	// (an event, a bookmark, a new watch) before Health reports it; default 15 min,
 	// beyond the 5 to 10 min after which client-go opens each watch anew.
 	WatchStale time.Duration
+	// RelistSpread: a re-list of the Nodes (the API server restarted, or our watch
+	// expired) first waits a random time up to it, so that a cluster's daemons spread
+	// theirs; default 5 s, negative for none.
+	RelistSpread time.Duration
 }
 
 // Manager is the lease.Manager of --kube-subnet-mgr. It needs no more rights than
@@ -64,7 +69,9 @@ type Manager struct {
 	opts   Options
 	log    *zap.Logger
 	client kubernetes.Interface
-	prefix string // annotation keys start with it
+	nodes  nodeAPI // the informer's list and watch
+	prefix string  // annotation keys start with it
+	lists  *listStats
 
 	nameMu   sync.Mutex
 	nodeName string // resolved by nodeNameOf
@@ -98,11 +105,20 @@ func New(opts Options, log *zap.Logger) (*Manager, error) {
 		return nil, fmt.Errorf("kube subnet manager: client config: %w", err)
 	}
 	cfg.UserAgent = "weftd"
+	cfg.ContentType = protobufType
+	cfg.AcceptContentTypes = protobufType + ",application/json"
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kube subnet manager: %w", err)
 	}
-	return NewWithClient(client, opts, log)
+	m, err := NewWithClient(client, opts, log)
+	if err != nil {
+		return nil, err
+	}
+	if m.nodes, err = newWireNodes(cfg, m.prefix); err != nil {
+		return nil, fmt.Errorf("kube subnet manager: %w", err)
+	}
+	return m, nil
 }
 
 // NewWithClient returns a manager over an existing client.
@@ -126,9 +142,16 @@ func NewWithClient(client kubernetes.Interface, opts Options, log *zap.Logger) (
 	if opts.WatchStale <= 0 {
 		opts.WatchStale = 15 * time.Minute
 	}
-	return &Manager{opts: opts, log: log, client: client, prefix: prefix, nodeName: opts.NodeName,
-		synced: make(chan struct{}), contact: &contact{now: time.Now}, stop: make(chan struct{})}, nil
+	if opts.RelistSpread == 0 {
+		opts.RelistSpread = 5 * time.Second
+	}
+	return &Manager{opts: opts, log: log, client: client, nodes: client.CoreV1().Nodes(), prefix: prefix,
+		lists:    &listStats{spread: opts.RelistSpread, rand: rand.Int64N},
+		nodeName: opts.NodeName, synced: make(chan struct{}), contact: &contact{now: time.Now}, stop: make(chan struct{})}, nil
 }
+
+// Stats returns what the node informer counted so far.
+func (m *Manager) Stats() Stats { return m.lists.stats() }
 
 // key is the annotation key of name, as flanneld writes it.
 func (m *Manager) key(name string) string { return m.prefix + name }
@@ -205,7 +228,7 @@ func (m *Manager) start(ctx context.Context) error {
 		return err
 	}
 	m.once.Do(func() {
-		lw := trackedNodes{nodes: m.client.CoreV1().Nodes(), c: m.contact}
+		lw := trackedNodes{nodes: m.nodes, c: m.contact, st: m.lists, log: m.log}
 		m.informer = cache.NewSharedIndexInformer(lw, &corev1.Node{}, m.opts.Resync, cache.Indexers{})
 		if err := m.informer.SetTransform(m.slim); err != nil {
 			m.log.Warn("node informer keeps whole nodes", zap.Error(err))
