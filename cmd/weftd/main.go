@@ -45,6 +45,7 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(stderr, opts.verbosity)
 	defer log.Sync()
+	setMemoryLimit(env, "/", log)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
