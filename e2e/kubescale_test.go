@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -87,37 +88,11 @@ func BenchmarkKubeNodes(b *testing.B) {
 	fl := filepath.Join(binDir(), "flanneld")
 	_, err := os.Stat(fl)
 	testenv.Need(b, err == nil, "upstream flanneld at "+fl+" (make flanneld builds it)")
-	wd := filepath.Join(binDir(), "weftd")
-	_, err = os.Stat(wd)
-	testenv.Need(b, err == nil, "weftd at "+wd+" (make build)")
+	wd := needWeftd(b)
 	nodes := kubeScaleNodes()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	l := labtest.New(b, lab.Spec{Prefix: "wkn"})
-	apiBin, err := kubeproc.Binary(ctx, "..")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv, err := kubeproc.Start(ctx, kubeproc.Options{Binary: apiBin, Etcd: l.Etcd().Endpoint(), Netns: l.Router().Name,
-		Host: "192.0.2.1", Dial: l.Router().DialContext})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(srv.Close)
-	cfg, err := clientcmd.BuildConfigFromFlags("", srv.Kubeconfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.Dial, cfg.QPS, cfg.Burst = l.Router().DialContext, 500, 1000
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	id := kubetest.Flannel(b, cs, srv.URL, "..")
-	conf := filepath.Join(b.TempDir(), "net-conf.json")
-	if err := os.WriteFile(conf, []byte(`{"Network":"198.18.0.0/16","SubnetLen":29,"Backend":{"Type":"vxlan"}}`), 0o644); err != nil {
-		b.Fatal(err)
-	}
+	l, _, cs, id, conf := kubeScaleSetup(ctx, b)
 	t0 := time.Now()
 	createNodes(b, cs, nodes)
 	b.Logf("%d Nodes created in %.0fs", nodes, time.Since(t0).Seconds())
@@ -136,7 +111,48 @@ func BenchmarkKubeNodes(b *testing.B) {
 	}
 }
 
-func createNodes(b *testing.B, cs kubernetes.Interface, n int) {
+// needWeftd returns the weftd under test (skipping without one).
+func needWeftd(t testing.TB) string {
+	wd := filepath.Join(binDir(), "weftd")
+	_, err := os.Stat(wd)
+	testenv.Need(t, err == nil, "weftd at "+wd+" (make build)")
+	return wd
+}
+
+// kubeScaleSetup starts a lab with a kube-apiserver on its router and returns it, an
+// admin client (500 QPS, to make Nodes fast), kube-flannel's identity and a vxlan
+// net-conf.json over 198.18.0.0/16.
+func kubeScaleSetup(ctx context.Context, t testing.TB) (*lab.Lab, *kubeproc.Server, kubernetes.Interface, kubetest.Identity, string) {
+	t.Helper()
+	l := labtest.New(t, lab.Spec{Prefix: "wkn"})
+	apiBin, err := kubeproc.Binary(ctx, "..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := kubeproc.Start(ctx, kubeproc.Options{Binary: apiBin, Etcd: l.Etcd().Endpoint(), Netns: l.Router().Name,
+		Host: "192.0.2.1", Dial: l.Router().DialContext})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	cfg, err := clientcmd.BuildConfigFromFlags("", srv.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Dial, cfg.QPS, cfg.Burst = l.Router().DialContext, 500, 1000
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := kubetest.Flannel(t, cs, srv.URL, "..")
+	conf := filepath.Join(t.TempDir(), "net-conf.json")
+	if err := os.WriteFile(conf, []byte(`{"Network":"198.18.0.0/16","SubnetLen":29,"Backend":{"Type":"vxlan"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return l, srv, cs, id, conf
+}
+
+func createNodes(b testing.TB, cs kubernetes.Interface, n int) {
 	b.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -181,10 +197,12 @@ func createNodes(b *testing.B, cs kubernetes.Interface, n int) {
 	}
 }
 
-// kubeDaemon runs one daemon on a fresh host (its own Node and pod, as kube-flannel.yml
-// would) until every peer's route is in the kernel; it returns that time and the RSS.
-func kubeDaemon(ctx context.Context, b *testing.B, l *lab.Lab, cs kubernetes.Interface, id kubetest.Identity,
-	conf, bin string, weft bool, peers, k int) (readyS, rssMiB float64) {
+// startKubeDaemon starts one daemon on a fresh host k with its own Node (podCIDR
+// 198.18.255.8k/29) and pod, as kube-flannel.yml would; weftd serves /metrics on
+// 127.0.0.1:8475 in the host's namespace. It returns the host, the daemon and when it
+// started.
+func startKubeDaemon(ctx context.Context, b testing.TB, l *lab.Lab, cs kubernetes.Interface, id kubetest.Identity,
+	conf, bin string, weft bool, k int) (*lab.Host, *lab.Daemon, time.Time) {
 	b.Helper()
 	h, err := l.AddHost(ctx, lab.HostSpec{Name: fmt.Sprintf("k%d", k)})
 	if err != nil {
@@ -212,6 +230,61 @@ func kubeDaemon(ctx context.Context, b *testing.B, l *lab.Lab, cs kubernetes.Int
 	if err != nil {
 		b.Fatal(err)
 	}
+	return h, d, t0
+}
+
+// flannelRoutes returns the destinations of the routes through flannel.1 on h.
+func flannelRoutes(ctx context.Context, h *lab.Host) map[string]bool {
+	out, _ := h.NS.Run(ctx, "ip", "-4", "route", "show", "dev", "flannel.1")
+	routes := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.Contains(line, "onlink") {
+			routes[f[0]] = true
+		}
+	}
+	return routes
+}
+
+// weftMetrics returns the body of weftd's /metrics on h (see startKubeDaemon).
+func weftMetrics(h *lab.Host) (string, error) {
+	hc := &http.Client{Transport: &http.Transport{DialContext: h.NS.DialContext}, Timeout: 5 * time.Second}
+	resp, err := hc.Get("http://127.0.0.1:8475/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
+}
+
+// listedLines returns weftd's log lines about its lists of the Nodes.
+func listedLines(d *lab.Daemon) string {
+	var out string
+	for _, line := range strings.Split(d.Log(), "\n") {
+		if strings.Contains(line, `"listed the Nodes"`) {
+			out += "\n" + line
+		}
+	}
+	return out
+}
+
+// metricValue is the value of the unlabelled sample name in a /metrics body.
+func metricValue(body, name string) (float64, bool) {
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// kubeDaemon runs one daemon on a fresh host (its own Node and pod, as kube-flannel.yml
+// would) until every peer's route is in the kernel; it returns that time and the RSS.
+func kubeDaemon(ctx context.Context, b *testing.B, l *lab.Lab, cs kubernetes.Interface, id kubetest.Identity,
+	conf, bin string, weft bool, peers, k int) (readyS, rssMiB float64) {
+	b.Helper()
+	h, d, t0 := startKubeDaemon(ctx, b, l, cs, id, conf, bin, weft, k)
 	defer d.Stop()
 	var count int
 	deadline := time.Now().Add(10 * time.Minute)
@@ -249,22 +322,111 @@ func kubeDaemon(ctx context.Context, b *testing.B, l *lab.Lab, cs kubernetes.Int
 	rssMiB = rss()
 	heap := ""
 	if weft {
-		hc := &http.Client{Transport: &http.Transport{DialContext: h.NS.DialContext}, Timeout: 5 * time.Second}
-		if resp, err := hc.Get("http://127.0.0.1:8475/metrics"); err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			for _, line := range strings.Split(string(body), "\n") {
-				for _, name := range []string{"go_memstats_heap_inuse_bytes", "go_memstats_heap_alloc_bytes"} {
-					if v, ok := strings.CutPrefix(line, name+" "); ok {
-						if f, err := strconv.ParseFloat(v, 64); err == nil {
-							heap += fmt.Sprintf(", %s %.1f MiB", strings.TrimPrefix(name, "go_memstats_"), f/(1<<20))
-						}
-					}
+		if body, err := weftMetrics(h); err == nil {
+			for _, name := range []string{"go_memstats_heap_alloc_bytes", "go_memstats_heap_inuse_bytes"} {
+				if f, ok := metricValue(body, name); ok {
+					heap += fmt.Sprintf(", %s %.1f MiB", strings.TrimPrefix(name, "go_memstats_"), f/(1<<20))
 				}
 			}
 		}
 	}
-	b.Logf("%s: %d peers' routes after %.2fs, RSS %.1f MiB then, %.1f MiB 60 s later%s",
-		filepath.Base(bin), count, readyS, atReady, rssMiB, heap)
+	b.Logf("%s: %d peers' routes after %.2fs, RSS %.1f MiB then, %.1f MiB 60 s later%s%s",
+		filepath.Base(bin), count, readyS, atReady, rssMiB, heap, listedLines(d))
 	return readyS, rssMiB
+}
+
+// TestKubeNodes500: weftd in Kubernetes mode with kube-flannel's rights and 500 peer
+// Nodes as kubelets leave them (scaleNode): every peer's route, and no other, is in the
+// kernel once weftd is ready, after one list of the Nodes; Nodes deleted (100 of them)
+// take their routes with them and leave the others'.
+func TestKubeNodes500(t *testing.T) {
+	testenv.SkipShort(t, "a real kube-apiserver with 500 Nodes")
+	testenv.NeedRoot(t)
+	testenv.NeedTools(t, "go", "etcd", "ip")
+	wd := needWeftd(t)
+	const peers, deleted = 500, 100
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	l, srv, cs, id, conf := kubeScaleSetup(ctx, t)
+	createNodes(t, cs, peers)
+	want := map[string]bool{}
+	for i := range peers {
+		want[scaleNode(i).Spec.PodCIDR] = true
+	}
+	h, d, t0 := startKubeDaemon(ctx, t, l, cs, id, conf, wd, true, 0)
+	defer d.Stop()
+	// waitRoutes waits until the routes through flannel.1 are exactly want.
+	waitRoutes := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			got := flannelRoutes(ctx, h)
+			if maps.Equal(got, want) {
+				return
+			}
+			if exited, err := d.Exited(); exited || time.Now().After(deadline) {
+				var missing, stale []string
+				for r := range want {
+					if !got[r] {
+						missing = append(missing, r)
+					}
+				}
+				for r := range got {
+					if !want[r] {
+						stale = append(stale, r)
+					}
+				}
+				t.Fatalf("%s: %d routes, %d missing (%.5v), %d stale (%.5v); exited %v: %v\n%s",
+					what, len(got), len(missing), missing, len(stale), stale, exited, err, d.LogTail(20))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitRoutes("at start")
+	t.Logf("%d peers' routes after %.2fs%s", peers, time.Since(t0).Seconds(), listedLines(d))
+	body, err := weftMetrics(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := metricValue(body, "weft_kube_node_lists_total"); !ok || v != 1 {
+		t.Errorf("weft_kube_node_lists_total %v (%v), want 1", v, ok)
+	}
+	if v, ok := metricValue(body, "weft_lease_watch_resyncs_total"); !ok || v != 0 {
+		t.Errorf("weft_lease_watch_resyncs_total %v (%v), want 0", v, ok)
+	}
+	if t.Failed() {
+		t.Log(d.LogTail(40))
+	}
+
+	for i := 0; i < peers; i += peers / deleted {
+		n := scaleNode(i)
+		if err := cs.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		delete(want, n.Spec.PodCIDR)
+	}
+	waitRoutes("after deleting " + strconv.Itoa(deleted) + " Nodes")
+
+	// The API server restarts: weftd's watch fails while it is away and is retried
+	// without a list; once it is back, at most one re-list (the watch's resource version
+	// is gone with the server's watch cache), and a Node deleted then is seen.
+	if err := srv.Restart(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	n := scaleNode(1)
+	if err := cs.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, n.Spec.PodCIDR)
+	waitRoutes("after an API server restart and one more Node deleted")
+	if body, err = weftMetrics(h); err != nil {
+		t.Fatal(err)
+	}
+	lists, _ := metricValue(body, "weft_kube_node_lists_total")
+	relists, _ := metricValue(body, "weft_lease_watch_resyncs_total")
+	errs, _ := metricValue(body, "weft_lease_watch_errors_total")
+	t.Logf("after the restart: %v lists, %v re-lists, %v watch errors%s", lists, relists, errs, listedLines(d))
+	if lists > 2 || relists > 1 {
+		t.Errorf("%v lists and %v re-lists after one API server restart, want at most one re-list", lists, relists)
+	}
 }

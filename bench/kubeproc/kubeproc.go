@@ -123,6 +123,8 @@ type Server struct {
 	// KeyFile is the service-account signing key.
 	KeyFile string
 	dir     string
+	opts    Options  // for Restart
+	argv    []string // the command line, for Restart
 	cmd     *exec.Cmd
 	done    chan struct{}
 	mu      sync.Mutex
@@ -174,20 +176,37 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		args = append([]string{"netns", "exec", o.Netns, bin}, args...)
 		bin = "ip"
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout = s
-	cmd.Stderr = s
-	if err := cmd.Start(); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("start kube-apiserver: %w", err)
-	}
-	s.cmd, s.done = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); close(s.done) }()
-	if err := s.waitReady(ctx, o); err != nil {
+	s.opts, s.argv = o, append([]string{bin}, args...)
+	if err := s.start(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// start runs the server's command line and waits for /readyz.
+func (s *Server) start(ctx context.Context) error {
+	cmd := exec.Command(s.argv[0], s.argv[1:]...)
+	cmd.Stdout = s
+	cmd.Stderr = s
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start kube-apiserver: %w", err)
+	}
+	s.cmd, s.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	return s.waitReady(ctx, s.opts)
+}
+
+// Restart stops the server and starts it again as it was (same address, certificates,
+// tokens and etcd prefix, so clients and the objects stay), after down.
+func (s *Server) Restart(ctx context.Context, down time.Duration) error {
+	s.stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	return s.start(ctx)
 }
 
 // Pid is the server's process id.
@@ -286,7 +305,18 @@ current-context: lab
 
 // Close stops the server and removes its files.
 func (s *Server) Close() {
+	s.stop()
+	_ = os.RemoveAll(s.dir)
+}
+
+// stop stops the server's process, if it runs.
+func (s *Server) stop() {
 	if s.cmd != nil && s.cmd.Process != nil {
+		select {
+		case <-s.done:
+			return
+		default:
+		}
 		_ = s.cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-s.done:
@@ -295,5 +325,4 @@ func (s *Server) Close() {
 			<-s.done
 		}
 	}
-	_ = os.RemoveAll(s.dir)
 }
