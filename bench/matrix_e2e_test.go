@@ -42,8 +42,9 @@ func labNamespaces(t *testing.T) map[string]bool {
 }
 
 // TestTinyMatrix runs every subject (and the upstream flanneld as a --daemon row) for
-// one repetition of one second, and checks every row has non-zero figures and that
-// nothing is left behind.
+// one repetition of one second, and checks every row has non-zero figures (TCP, UDP,
+// pings; daemon CPU for the userspace rows, weftd-wireguard and wireguard-go among
+// them) and that nothing is left behind.
 func TestTinyMatrix(t *testing.T) { tinyMatrix(t, 4) }
 
 // TestTinyMatrixIPv6 is TestTinyMatrix with --family 6: every row carries IPv6 pod to
@@ -55,11 +56,11 @@ func tinyMatrix(t *testing.T, family int) {
 		t.Skip("e2e")
 	}
 	testenv.NeedRoot(t)
-	testenv.NeedTools(t, "ip", "bridge", "etcd", "iperf3", "ping", "sysctl", "socat")
+	testenv.NeedTools(t, "ip", "bridge", "etcd", "iperf3", "ping", "sysctl", "socat", "wireguard-go", "wg", "unshare")
 	before := labNamespaces(t)
 	subjects := Subjects(binary(t, "weftd"), [][2]string{{"flanneld", binary(t, "flanneld")}})
 	var progress strings.Builder
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
 	state := filepath.Join(t.TempDir(), "run.json")
 	testenv.OnInterrupt(t, "bench lab", func() error { return lab.Down(state) })
@@ -80,7 +81,7 @@ func tinyMatrix(t *testing.T, family int) {
 		if row.Subject != subjects[i].Name {
 			t.Errorf("row %d is %s, want %s", i, row.Subject, subjects[i].Name)
 		}
-		if wantNA := family == 6 && (row.Subject == "flanneld" || row.Subject == SocatUDP); (row.NotApplicable != "") != wantNA {
+		if wantNA := family == 6 && (row.Subject == "flanneld" || row.Subject == SocatUDP || row.Subject == WireGuardGo); (row.NotApplicable != "") != wantNA {
 			t.Errorf("%s: not applicable %q, want n/a: %v", row.Subject, row.NotApplicable, wantNA)
 		}
 		if row.NotApplicable != "" {
@@ -99,8 +100,10 @@ func tinyMatrix(t *testing.T, family int) {
 			}
 		}
 		// Only a userspace data path costs the daemon CPU per byte; with vxlan and
-		// host-gw the kernel forwards and the daemon's share rounds to zero.
-		userspace := subjects[i].Binary != "" && subjects[i].Backend == "udp" || row.Subject == SocatUDP
+		// host-gw the kernel forwards and the daemon's share rounds to zero. Both
+		// WireGuard rows run the device in userspace.
+		userspace := subjects[i].Binary != "" && subjects[i].Backend == "udp" || row.Subject == SocatUDP ||
+			row.Subject == WireGuardGo || row.Subject == WeftdWireGuard
 		if userspace && row.Median[CPUPerGBs] <= 0 {
 			t.Errorf("%s: daemon CPU per GB %v, want > 0", row.Subject, row.Median[CPUPerGBs])
 		}

@@ -24,7 +24,15 @@ const (
 	// SocatUDP is the floor of userspace forwarding: a socat process per host moving
 	// packets between a TUN device and a UDP socket (lab.SocatTunnel).
 	SocatUDP = "socat-udp"
+	// WireGuardGo is userspace WireGuard as its authors ship it: Debian's wireguard-go
+	// and wg configured by hand on each host (lab.WireGuardGo), the reference of the
+	// weftd-wireguard row.
+	WireGuardGo = "wireguard-go"
 )
+
+// WeftdWireGuard is weftd's wireguard backend with its device in userspace (the
+// wireguard-go engine inside weftd), whether or not the kernel has WireGuard.
+const WeftdWireGuard = "weftd-wireguard"
 
 // Subject is one row of the matrix: a way of carrying pod traffic between two hosts.
 type Subject struct {
@@ -40,7 +48,7 @@ type Subject struct {
 // than the gap between the pings of a run, so every ping finds the workers awake.
 const BusyPollWindow = "50ms"
 
-// Subjects returns the standard rows (references, weftd's three backends) and one
+// Subjects returns the standard rows (references, weftd's four backends) and one
 // udp row per extra daemon (name -> binary, in the order given).
 func Subjects(weftd string, extra [][2]string) []Subject {
 	s := []Subject{
@@ -48,10 +56,12 @@ func Subjects(weftd string, extra [][2]string) []Subject {
 		{Name: KernelVXLAN, Kind: KindReference},
 		{Name: KernelHostGW, Kind: KindReference},
 		{Name: SocatUDP, Kind: KindReference},
+		{Name: WireGuardGo, Kind: KindReference},
 		{Name: "weftd-udp", Kind: KindWeft, Binary: weftd, Backend: "udp"},
 		{Name: "weftd-udp-busy", Kind: KindWeft, Binary: weftd, Backend: "udp", Options: `"BusyPoll":"` + BusyPollWindow + `"`},
 		{Name: "weftd-vxlan", Kind: KindWeft, Binary: weftd, Backend: "vxlan"},
 		{Name: "weftd-host-gw", Kind: KindWeft, Binary: weftd, Backend: "host-gw"},
+		{Name: WeftdWireGuard, Kind: KindWeft, Binary: weftd, Backend: "wireguard", Options: `"Device":"userspace"`},
 	}
 	for _, e := range extra {
 		s = append(s, Subject{Name: e[0], Kind: KindDaemon, Binary: e[1], Backend: "udp"})
@@ -75,6 +85,9 @@ func (s Subject) NotApplicable(family int) string {
 	}
 	if family == 6 && s.Name == SocatUDP {
 		return "IPv4-only: the lab sets the socat reference up for IPv4"
+	}
+	if family == 6 && s.Name == WireGuardGo {
+		return "IPv4-only: the lab sets the wireguard-go reference up for IPv4"
 	}
 	return ""
 }
@@ -119,6 +132,8 @@ func (s Subject) Setup(ctx context.Context, l *lab.Lab, family int) (Path, error
 		envs, err = l.KernelHostGW(ctx, hosts)
 	case s.Name == SocatUDP:
 		envs, daemons, err = l.SocatTunnel(ctx, hosts)
+	case s.Name == WireGuardGo:
+		envs, daemons, err = l.WireGuardGo(ctx, hosts)
 	case s.Binary != "":
 		prefix := "/weft-bench/" + s.Name
 		bt := s.Backend
@@ -133,11 +148,14 @@ func (s Subject) Setup(ctx context.Context, l *lab.Lab, family int) (Path, error
 			bt = "" // set above, with the options and family
 		}
 		for _, h := range hosts {
-			start := l.StartDaemon
-			if s.Kind == KindWeft {
-				start = l.StartWeftd
+			spec := lab.DaemonSpec{Binary: s.Binary, Backend: bt, Weft: s.Kind == KindWeft, Args: []string{"--etcd-prefix=" + prefix}}
+			if s.Backend == "wireguard" {
+				// The hosts share one file system: a key and UAPI sockets of their own.
+				if spec.Env, err = l.WireGuardEnv(h); err != nil {
+					return Path{}, fmt.Errorf("subject %s: %w", s.Name, err)
+				}
 			}
-			d, derr := start(ctx, h, s.Binary, bt, "--etcd-prefix="+prefix)
+			d, derr := l.Start(ctx, h, spec)
 			if derr != nil {
 				return Path{}, fmt.Errorf("subject %s: %w", s.Name, derr)
 			}

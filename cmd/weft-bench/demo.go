@@ -91,6 +91,9 @@ the backend for hosts without VXLAN and across L3 networks; host-gw and vxlan ar
 kernel doing the work, programmed by weftd. socat-udp is a floor for userspace: socat
 on each host moving packets between a TUN device and a UDP socket and nothing else, so
 its round trip is about the least any TUN-and-UDP daemon can have on this machine.
+weftd-wireguard is weftd's wireguard backend with its device in userspace (the
+wireguard-go engine inside weftd); wireguard-go is Debian's wireguard-go and wg set up
+by hand on each host, the same engine as its authors ship it, for reference.
 weftd-udp-busy is the udp backend with "BusyPoll": its workers poll instead of
 sleeping while packets keep coming, which buys round-trip time with CPU. RTTs on a
 small VM swing a lot from run to run: compare rows of one run, not across runs.

@@ -50,7 +50,7 @@ func TestPick(t *testing.T) {
 		got[0].Backend != "udp" || got[1].Name != bench.Underlay {
 		t.Errorf("pick: %+v, %v", got, err)
 	}
-	if got, _ := pick(all, ""); len(got) != 9 {
+	if got, _ := pick(all, ""); len(got) != 11 {
 		t.Errorf("all subjects: %d", len(got))
 	}
 	if _, err := pick(all, "underlay,x"); !errors.Is(err, errUsage) {
