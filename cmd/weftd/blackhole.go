@@ -147,7 +147,7 @@ func (d *daemon) startBlackholes(ctx context.Context, own lease.Lease) error {
 	if !d.opts.blackholeRoute {
 		return nil
 	}
-	nl, err := netlink.NewHandle()
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE) // routes and links only: no XFRM or netfilter socket
 	if err != nil {
 		return fmt.Errorf("--ip-blackhole-route: netlink: %w", err)
 	}

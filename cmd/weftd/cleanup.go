@@ -15,6 +15,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/firewall"
@@ -127,7 +128,7 @@ func cleanup(ctx context.Context, co cleanupOptions, log *zap.Logger) error {
 		log.Warn("subnet.env unreadable: overlay routes outside weft's devices are left alone", zap.Error(envErr))
 	}
 	var errs []error
-	nl, err := netlink.NewHandle()
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE) // routes and links only: no XFRM or netfilter socket
 	if err != nil {
 		return fmt.Errorf("netlink: %w", err)
 	}
