@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 
@@ -137,6 +140,9 @@ func (t *IPTables) removeSets(ctx context.Context, sets []*ruleSet) (bool, error
 	var errs []error
 	removed := false
 	for _, s := range sets {
+		if !t.tableExists(s.table) {
+			continue // nothing of anyone's there; listing it would create it
+		}
 		listing, err := t.list(ctx, s.table)
 		if err != nil {
 			errs = append(errs, err)
@@ -170,6 +176,27 @@ func (t *IPTables) write(ctx context.Context, s *ruleSet) error {
 	}
 	t.sets[s.chain], t.seen[s.chain] = s, s.state(listing)
 	return nil
+}
+
+// tableExists reports whether the table can hold rules already. Legacy iptables
+// creates a table in the kernel when a command names it, so a removal that lists a
+// legacy table the host never used would leave an empty one behind (and nft's iptables
+// then warns "iptables-legacy tables present" on every call). The kernel names the
+// legacy tables it holds in /proc/net/ip_tables_names (ip6_tables_names); nft's
+// iptables creates nothing by listing, so its tables always count as there.
+func (t *IPTables) tableExists(table string) bool {
+	if t.mode != IPTablesLegacy && (t.mode != IPTablesPlain || plainMode() != IPTablesLegacy) {
+		return true
+	}
+	names := "/proc/thread-self/net/ip_tables_names" // this thread's namespace
+	if t.v6 {
+		names = "/proc/thread-self/net/ip6_tables_names"
+	}
+	data, err := os.ReadFile(names)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist) // no x_tables at all: no legacy table
+	}
+	return slices.Contains(strings.Fields(string(data)), table)
 }
 
 func (t *IPTables) list(ctx context.Context, table string) (string, error) {
@@ -241,6 +268,9 @@ func (t *IPTables) ProbeRandomFully(ctx context.Context) error {
 
 // forwardDrops reports whether the filter table's FORWARD policy is DROP.
 func (t *IPTables) forwardDrops(ctx context.Context) bool {
+	if !t.tableExists("filter") {
+		return false // no legacy filter table: nothing there drops
+	}
 	out, err := exec.CommandContext(ctx, t.iptables, "-w", "5", "-S", "FORWARD").Output()
 	return err == nil && strings.Contains(string(out), "-P FORWARD DROP\n")
 }
