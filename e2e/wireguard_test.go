@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weftnet/weft/bench/lab"
+	"github.com/weftnet/weft/bench/netns"
 	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/lease"
 )
@@ -303,8 +304,21 @@ func TestWireGuardKeyPersists(t *testing.T) {
 	if pub := strings.TrimSpace(c.sh(a.ns, "wg pubkey < "+filepath.Join(wgDir(c, a), "wgkey"))); pub != keyA {
 		t.Fatalf("wg pubkey of the key file: %s, lease has %s", pub, keyA)
 	}
-	c.ping(a.pod, podB)
-	c.ping(b.pod, podA)
+	// The first packets after a restart can wait for WireGuard's own recovery when b
+	// still sends on the session it had with a's old device (b re-handshakes after
+	// keepalive 10 s + rekey 5 s); a full make test once took just over 15 s here.
+	for _, p := range []struct {
+		from *netns.NS
+		to   string
+	}{{a.pod, podB}, {b.pod, podA}} {
+		eventually(t, 30*time.Second, func() error {
+			out, err := p.from.Run(context.Background(), "ping", "-c", "1", "-W", "1", p.to)
+			if err != nil {
+				return fmt.Errorf("ping %s from %s after the restart: %v: %s", p.to, p.from.Name, err, out)
+			}
+			return nil
+		})
+	}
 	// a's device is new: a handshake there means b took a's key as the one it had. (b's
 	// own record of the handshake only counts seconds and may not move.)
 	keyB, _ := wgLeaseData(c, b)
