@@ -153,12 +153,32 @@ func (u *userWG) Name() string                { return u.name }
 func (u *userWG) Kind() string                { return WireGuardUserspace }
 func (u *userWG) Link() (netlink.Link, error) { return netlink.LinkByName(u.name) }
 
-// Configure applies c through the device's UAPI, then brings it up (a no-op when up).
+// Configure applies c through the device's UAPI, then brings it up (a no-op when up)
+// and sends a handshake initiation to each peer c added. A peer that still has a
+// session with this host's previous device (weftd restarted, or the device made
+// again) would otherwise keep sending on it, unanswered, until WireGuard's own timers
+// make it start over (keepalive 10 s + rekey 5 s); the initiation replaces that
+// session at once. Without persistent keepalive, wireguard-go sends none by itself.
 func (u *userWG) Configure(c wgtypes.Config) error {
+	var added []device.NoisePublicKey
+	for _, p := range c.Peers {
+		if !p.Remove && (c.ReplacePeers || u.dev.LookupPeer(device.NoisePublicKey(p.PublicKey)) == nil) {
+			added = append(added, device.NoisePublicKey(p.PublicKey))
+		}
+	}
 	if err := u.dev.IpcSet(uapiConfig(c)); err != nil {
 		return err
 	}
-	return u.dev.Up()
+	if err := u.dev.Up(); err != nil {
+		return err
+	}
+	for _, k := range added {
+		// At most one per RekeyTimeout; one a keepalive just sent counts.
+		if p := u.dev.LookupPeer(k); p != nil {
+			_ = p.SendHandshakeInitiation(false)
+		}
+	}
+	return nil
 }
 
 // Close stops the device (the kernel removes its TUN with the last file) and removes
