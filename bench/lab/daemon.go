@@ -80,6 +80,11 @@ type DaemonSpec struct {
 	Bare bool
 	Args []string // more flags, last: they override the lab's
 	Env  []string // added to the environment
+	// Emulator, when set, runs Binary under this program (qemu-user for a binary of
+	// another architecture: "/usr/bin/qemu-aarch64-static"), which takes the
+	// binary's path and arguments as its own. qemu-user emulates in its own process,
+	// so Pid, Stop and Kill reach the daemon.
+	Emulator string
 }
 
 // StartDaemon runs binary, a flanneld-compatible daemon, on h with flanneld's flags:
@@ -129,6 +134,9 @@ func (l *Lab) Start(ctx context.Context, h *Host, spec DaemonSpec) (*Daemon, err
 	}
 	defer logf.Close()
 	args := []string{"netns", "exec", h.NS.Name, abs}
+	if spec.Emulator != "" {
+		args = []string{"netns", "exec", h.NS.Name, spec.Emulator, abs}
+	}
 	if !spec.NoEtcd && !spec.Bare {
 		args = append(args, l.etcdFlags()...)
 		args = append(args, "--etcd-prefix="+lease.DefaultPrefix)
