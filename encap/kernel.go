@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
@@ -59,6 +60,9 @@ type kernelPeers struct {
 	// watchReturning, when set (tests), is called as watchKernel returns, after it
 	// has let go of its subscriptions.
 	watchReturning func()
+	// watchNS, when set (tests), is the namespace the kernel watch subscribes in
+	// (default: the one of the thread that subscribes, weftd's).
+	watchNS *netns.NsHandle
 }
 
 // programmed is what a kernel backend put in the kernel for one peer, per family
@@ -74,6 +78,13 @@ type entries struct {
 	pub  netip.Addr   // vxlan: the fdb entry's destination
 }
 
+// fullPassPeriod is how often the full pass runs without being asked for. The netlink
+// watch asks for one when an entry weftd wants is deleted, so the period is only the
+// fallback for what the watch cannot see (an entry changed in place by another
+// program). A pass lists every route, neighbour and fdb entry: with 5,000 peers it
+// allocates tens of MB, which every 10 s (the period before) kept the heap and RSS up.
+const fullPassPeriod = 5 * time.Minute
+
 func newKernelPeers(typ string, cfg *lease.Config, ext ExternalInterface, log *zap.Logger) (*kernelPeers, error) {
 	// Routes, neighbours, links and addresses are all rtnetlink: a bare NewHandle also
 	// opens xfrm and netfilter sockets, and fails where those protocols are missing (a
@@ -83,7 +94,7 @@ func newKernelPeers(typ string, cfg *lease.Config, ext ExternalInterface, log *z
 		return nil, fmt.Errorf("%s backend: netlink: %w", typ, err)
 	}
 	return &kernelPeers{
-		typ: typ, cfg: cfg, ext: ext, log: log, nl: nl, period: 10 * time.Second,
+		typ: typ, cfg: cfg, ext: ext, log: log, nl: nl, period: fullPassPeriod,
 		peers: map[netip.Prefix]lease.Lease{}, said: map[netip.Prefix]string{},
 		kick: make(chan struct{}, 1), counters: map[string]uint64{},
 		dirty: map[netip.Prefix]struct{}{}, full: true,

@@ -90,6 +90,7 @@ func newV6Pair(t *testing.T, cfg *lease.Config, v4on bool) *v6Pair {
 				return err
 			}
 			p.bes[i] = be
+			watchIn(t, be, h.NS.Name)
 			if p.leases[i].Attrs.BackendData, err = be.BackendData(ctx); err != nil {
 				return err
 			}
@@ -241,8 +242,9 @@ func TestVXLANDualStack(t *testing.T) {
 		t.Fatalf("fdb on host a:\n%s\nwant %s dst 2001:db8::11", fdb, d.VtepMAC)
 	}
 
-	// Entries deleted behind the backend's back come back (the netlink watch, else
-	// the periodic reconcile) and count as repairs.
+	// Entries deleted behind the backend's back come back (the netlink watch, in the
+	// host's namespace through watchIn; the periodic reconcile is minutes away)
+	// and count as repairs.
 	run(t, p.hosts[0], [][]string{
 		{"ip", "-6", "route", "del", v6Nets[1].String()},
 		{"ip", "-6", "neigh", "del", "fd00:0:0:12::", "dev", "flannel-v6.1"},

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
@@ -15,32 +16,49 @@ import (
 // the backend put there and still wants: a peer's route, neighbour or fdb entry, the
 // backend's device or the external interface. A route or fdb entry deleted by hand (or
 // by another program) then comes back at once instead of at the next period, which
-// stays as the fallback (also when a subscription fails or overflows). The entries
-// weftd removes itself (a peer's lease gone) are no longer wanted when their deletion
-// is seen, so they cost nothing. The external interface coming up asks for a pass
-// too: routes via a gateway on it fail while it is down. When ctx ends it ends the subscriptions and returns
+// stays as the fallback. The entries weftd removes itself (a peer's lease gone) are no
+// longer wanted when their deletion is seen, so they cost nothing. The external
+// interface coming up asks for a pass too: routes via a gateway on it fail while it is
+// down. A subscription that ends (netlink closes it on a receive error, such as an
+// overflow that lost events) is made again after a pause, and a full pass then finds
+// whatever the lost events said. When ctx ends it ends the subscriptions and returns
 // once netlink's goroutines that fed them have closed their channels.
 func (k *kernelPeers) watchKernel(ctx context.Context) {
 	if k.watchReturning != nil {
 		defer k.watchReturning()
 	}
+	pause := time.Second
+	for {
+		t0 := time.Now()
+		watched := k.watchOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if watched {
+			k.count("watch_restarts")
+			k.repair()
+		}
+		if time.Since(t0) > time.Minute {
+			pause = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Minute)
+	}
+}
+
+// watchOnce subscribes to routes, neighbours and links and asks for passes (see
+// watchKernel) until ctx ends or a subscription ends; watched is false when a
+// subscription could not be made.
+func (k *kernelPeers) watchOnce(ctx context.Context) (watched bool) {
 	done := make(chan struct{})
 	onErr := func(err error) { k.log.Debug("netlink watch", zap.Error(err)) }
 	routes := make(chan netlink.RouteUpdate, 64)
 	neighs := make(chan netlink.NeighUpdate, 64)
 	links := make(chan netlink.LinkUpdate, 16)
-	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{ErrorCallback: onErr}); err != nil {
-		onErr(err)
-		routes = nil
-	}
-	if err := netlink.NeighSubscribeWithOptions(neighs, done, netlink.NeighSubscribeOptions{ErrorCallback: onErr}); err != nil {
-		onErr(err)
-		neighs = nil
-	}
-	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{ErrorCallback: onErr}); err != nil {
-		onErr(err)
-		links = nil
-	}
 	defer func() {
 		// Closing done closes the sockets; each receiver then closes its channel.
 		// Draining them lets a receiver blocked on a send get there too.
@@ -62,14 +80,29 @@ func (k *kernelPeers) watchKernel(ctx context.Context) {
 			}
 		}
 	}()
+	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: k.watchNS, ErrorCallback: onErr}); err != nil {
+		onErr(err)
+		routes, neighs, links = nil, nil, nil
+		return false
+	}
+	if err := netlink.NeighSubscribeWithOptions(neighs, done, netlink.NeighSubscribeOptions{Namespace: k.watchNS, ErrorCallback: onErr}); err != nil {
+		onErr(err)
+		neighs, links = nil, nil
+		return false
+	}
+	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: k.watchNS, ErrorCallback: onErr}); err != nil {
+		onErr(err)
+		links = nil
+		return false
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return true
 		case u, ok := <-routes:
 			if !ok {
 				routes = nil
-				continue
+				return true
 			}
 			if u.Type == unix.RTM_DELROUTE && u.Dst != nil && k.wantsRoute(u.Dst) {
 				k.repair()
@@ -77,7 +110,7 @@ func (k *kernelPeers) watchKernel(ctx context.Context) {
 		case u, ok := <-neighs:
 			if !ok {
 				neighs = nil
-				continue
+				return true
 			}
 			if u.Type == unix.RTM_DELNEIGH && k.wantsNeigh(u.Neigh) {
 				k.repair()
@@ -85,7 +118,7 @@ func (k *kernelPeers) watchKernel(ctx context.Context) {
 		case u, ok := <-links:
 			if !ok {
 				links = nil
-				continue
+				return true
 			}
 			if k.linkNeedsPass(u) {
 				k.repair()

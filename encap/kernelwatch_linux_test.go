@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"testing"
 	"time"
 
+	vnetns "github.com/vishvananda/netns"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/weftnet/weft/bench/testenv"
+	"github.com/weftnet/weft/lease"
 )
 
 // watchFrame is how the kernel watch shows in a goroutine's stack.
@@ -69,4 +72,74 @@ func TestKernelRunWaitsForWatch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKernelWatchRepairs: with the periodic full pass an hour away, a peer's route,
+// neighbour and fdb entry deleted by hand come back through the netlink watch alone,
+// and count as repairs; a peer whose lease goes takes its entries without a full pass.
+func TestKernelWatchRepairs(t *testing.T) {
+	l := newKernelLab(t, "vxlan", zaptest.NewLogger(t))
+	watchIn(t, l.be, l.ns.Name)
+	ctx := l.runQuiet(t)
+	peers := map[netip.Prefix]lease.Lease{}
+	var events []lease.Event
+	for i := range 20 {
+		p := applyPeer("vxlan", i, i, fmt.Sprintf("192.0.2.%d", 100+i))
+		peers[p.Subnet] = p
+		events = append(events, lease.Event{Type: lease.Added, Lease: p})
+	}
+	l.be.HandleEvents(ctx, events)
+	l.waitKernel(t, peers)
+	fulls := l.stat("full_reconciles")
+
+	p := applyPeer("vxlan", 5, 5, "192.0.2.105")
+	for _, cmd := range [][]string{
+		{"ip", "route", "del", p.Subnet.String()},
+		{"ip", "neigh", "del", p.Subnet.Addr().String(), "dev", "flannel.1"},
+		{"bridge", "fdb", "del", "0e:00:00:00:00:05", "dev", "flannel.1", "dst", "192.0.2.105"},
+	} {
+		if out, err := l.ns.Run(ctx, cmd[0], cmd[1:]...); err != nil {
+			t.Fatalf("%v: %v: %s", cmd, err, out)
+		}
+	}
+	l.waitKernel(t, peers)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if r := l.k.Repairs(); r["route"] < 1 || r["neigh"] < 1 || r["fdb"] < 1 {
+			return fmt.Errorf("repairs %v, want route, neigh and fdb", r)
+		}
+		return nil
+	})
+	if l.stat("full_reconciles") == fulls {
+		t.Fatal("no full pass after the deletions")
+	}
+
+	fulls = l.stat("full_reconciles")
+	gone := applyPeer("vxlan", 7, 7, "192.0.2.107")
+	delete(peers, gone.Subnet)
+	l.be.HandleEvents(ctx, []lease.Event{{Type: lease.Removed, Lease: gone}})
+	l.waitKernel(t, peers)
+	if f := l.stat("full_reconciles"); f != fulls {
+		t.Fatalf("a lease gone took %d full passes; its own deletions must not ask for one", f-fulls)
+	}
+}
+
+// watchIn makes a kernel backend's netlink watch subscribe in the namespace named ns
+// (the goroutine it runs on is not in the namespace Run was called in).
+func watchIn(t testing.TB, be Backend, ns string) {
+	t.Helper()
+	var k *kernelPeers
+	switch b := be.(type) {
+	case *vxlan:
+		k = b.kernelPeers
+	case *hostGW:
+		k = b.kernelPeers
+	default:
+		return
+	}
+	h, err := vnetns.GetFromName(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	k.watchNS = &h
 }
