@@ -64,6 +64,14 @@ type Options struct {
 	RepoRoot string
 	Nodes    int      // default 2
 	Images   []string // image archives imported into every node's containerd (k8s.io)
+	// LegacyIPTables names the nodes ("node1") whose firewall is iptables-legacy, as on
+	// a host where update-alternatives picks it: their containerd (so the CNI plugins)
+	// and kubelet find iptables, ip6tables and their -save and -restore as the -legacy
+	// tools first on PATH, so the kubelet's hint chains go there, and the harness's
+	// DNAT for the kubernetes Service goes there too. The other nodes keep Debian's
+	// default, iptables-nft. Legacy tables live in the node's network namespace and go
+	// with it when the cluster closes.
+	LegacyIPTables []string
 }
 
 // Cluster is a running cluster.
@@ -87,6 +95,9 @@ type Node struct {
 	cgroup string // the kubelet's cgroupRoot, without the leading slash
 	holder *proc  // keeps the node's mount namespace
 	procs  []*proc
+
+	// LegacyIPTables: the node's firewall is iptables-legacy (Options.LegacyIPTables).
+	LegacyIPTables bool
 }
 
 // Start builds the binaries (cached), the lab and the cluster; t.Cleanup removes it
@@ -204,6 +215,7 @@ func Start(t testing.TB, o Options) *Cluster {
 		n := &Node{Name: hs.Name, Host: l.Host(hs.Name), Dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			cgroup: "weft-" + strings.ReplaceAll(filepath.Base(dir), "wkc-", "") + "-" + hs.Name}
 		n.Sock = filepath.Join(n.Dir, "c.sock")
+		n.LegacyIPTables = o.isLegacy(n.Name)
 		c.Nodes = append(c.Nodes, n)
 		if err := c.startNode(ctx, n, bin, nodeTokens[n.Name], append([]string{pauseTar}, o.Images...)); err != nil {
 			t.Fatalf("node %s: %v", n.Name, err)

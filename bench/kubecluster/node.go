@@ -65,7 +65,7 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, bin, tok string, image
 		}
 	}
 	// Pods on the host network reach the API server as the kubernetes Service.
-	if _, err := n.Host.NS.Run(ctx, "iptables", "-w", "-t", "nat", "-A", "OUTPUT", "-d", APIServiceIP, "-p", "tcp",
+	if _, err := n.Host.NS.Run(ctx, n.iptables(), "-w", "-t", "nat", "-A", "OUTPUT", "-d", APIServiceIP, "-p", "tcp",
 		"--dport", "443", "-j", "DNAT", "--to-destination", fmt.Sprintf("%s:%d", apiHost, apiPort)); err != nil {
 		return err
 	}
@@ -96,6 +96,13 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, bin, tok string, image
 		return joinErr
 	}
 	enter := []string{"nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.Process.Pid), "--net=/run/netns/" + n.Host.NS.Name, "--"}
+	if n.LegacyIPTables {
+		path, err := legacyPath(d)
+		if err != nil {
+			return err
+		}
+		enter = append(enter, "env", "PATH="+path)
+	}
 
 	// containerd.
 	cfg := filepath.Join(d, "containerd.toml")
