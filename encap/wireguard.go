@@ -138,6 +138,8 @@ type wireGuard struct {
 	// to another lease is not removed with the old one.
 	applied map[netip.Prefix][2]*wgPeerConf
 	owner   [2]map[wgtypes.Key]netip.Prefix
+	// repairs counts what Run put back, by object ("device", "route").
+	repairs map[string]uint64
 }
 
 // NewWireGuard returns the wireguard backend. It reads (or makes, once) the private
@@ -181,6 +183,7 @@ func NewWireGuard(cfg *lease.Config, ext ExternalInterface, tuning WireGuardTuni
 		keepalive: time.Duration(o.PersistentKeepaliveInterval) * time.Second,
 		applied:   map[netip.Prefix][2]*wgPeerConf{},
 		owner:     [2]map[wgtypes.Key]netip.Prefix{{}, {}},
+		repairs:   map[string]uint64{},
 	}
 	if w.socketDir == "" {
 		w.socketDir = DefaultWireGuardSocketDir
@@ -348,27 +351,32 @@ func (w *wireGuard) Register(ctx context.Context, own lease.Lease) error {
 	w.own = own
 	var errs []error
 	for _, f := range []family{v4(w.cfg), v6(w.cfg)} {
-		if !f.on() {
-			continue
+		if f.on() {
+			errs = append(errs, w.setUp(f))
 		}
-		sn := f.subnet(own)
-		if !sn.IsValid() {
-			return fmt.Errorf("the lease has no subnet of the network %v", f.network)
-		}
-		d := w.devs[w.devFor(f)]
-		link, err := d.Link()
-		if err != nil {
-			return fmt.Errorf("device %s: %w", d.Name(), err)
-		}
-		if err := setWGAddr(link, f, netip.PrefixFrom(sn.Addr(), f.hostBits())); err != nil {
-			return fmt.Errorf("device %s: %w", d.Name(), err)
-		}
-		if err := netlink.LinkSetUp(link); err != nil {
-			return fmt.Errorf("device %s: set up: %w", d.Name(), err)
-		}
-		errs = append(errs, wgRoute(link, f.network))
 	}
 	return errors.Join(errs...)
+}
+
+// setUp gives the device of family f our subnet's first address and the route to the
+// network, and sets it up. w.mu is held.
+func (w *wireGuard) setUp(f family) error {
+	sn := f.subnet(w.own)
+	if !sn.IsValid() {
+		return fmt.Errorf("the lease has no subnet of the network %v", f.network)
+	}
+	d := w.devs[w.devFor(f)]
+	link, err := d.Link()
+	if err != nil {
+		return fmt.Errorf("device %s: %w", d.Name(), err)
+	}
+	if err := setWGAddr(link, f, netip.PrefixFrom(sn.Addr(), f.hostBits())); err != nil {
+		return fmt.Errorf("device %s: %w", d.Name(), err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("device %s: set up: %w", d.Name(), err)
+	}
+	return wgRoute(link, f.network)
 }
 
 // setWGAddr puts addr on link and removes the other addresses of family f that are
@@ -494,9 +502,14 @@ func (w *wireGuard) peerConfs(l lease.Lease) ([2]*wgPeerConf, error) {
 		return out, nil
 	}
 	// One device: the last side's key (flanneld's), every subnet, the endpoint of
-	// the family the Mode (or, for auto, selectMode) picks.
+	// the family the Mode (or, for auto, selectMode) picks. The peer's one device
+	// listens on its ListenPort over IPv6 too, not on the ListenPortV6 its
+	// BackendV6Data names (flanneld dials that port, where nothing listens): the
+	// IPv4 side's Port, or on an IPv6-only network our own ListenPort (the peers
+	// share the network's config).
 	c := &wgPeerConf{}
 	var ep4, ep6 netip.AddrPort
+	port := uint16(w.opts.ListenPort)
 	for _, s := range sides {
 		k, err := wgtypes.ParseKey(s.data.PublicKey)
 		if err != nil {
@@ -508,7 +521,11 @@ func (w *wireGuard) peerConfs(l lease.Lease) ([2]*wgPeerConf, error) {
 			ep6 = s.ep
 		} else {
 			ep4 = s.ep
+			port = s.ep.Port()
 		}
+	}
+	if ep6.IsValid() {
+		ep6 = netip.AddrPortFrom(ep6.Addr(), port)
 	}
 	mode := w.opts.Mode
 	if mode == wgModeAuto {
@@ -526,12 +543,15 @@ func (w *wireGuard) peerConfs(l lease.Lease) ([2]*wgPeerConf, error) {
 }
 
 // selectMode is flanneld's choice of family for a peer in Mode auto: IPv4 unless the
-// peer has an IPv6 address and only IPv6 is public on both sides.
+// peer has an IPv6 address and only IPv6 is public on both sides, or (weft only;
+// flanneld then dials 0.0.0.0) the peer has no IPv4 address.
 func (w *wireGuard) selectMode(l lease.Lease) string {
 	ip4, ip6 := l.Attrs.PublicIP, l.Attrs.PublicIPv6
 	switch {
 	case !ip6.IsValid():
 		return wgModeIPv4
+	case !ip4.IsValid() || ip4.IsUnspecified():
+		return wgModeIPv6
 	case !ip4.IsPrivate() && w.ext.PublicIP.IsValid():
 		return wgModeIPv4
 	case !ip6.IsPrivate() && w.ext.PublicIPv6.IsValid() && !w.ext.PublicIPv6.IsPrivate():
@@ -560,15 +580,7 @@ func (w *wireGuard) apply(key netip.Prefix, want [2]*wgPeerConf, log *zap.Logger
 		if n == nil {
 			continue
 		}
-		allowed := make([]net.IPNet, len(n.allowed))
-		for j, p := range n.allowed {
-			allowed[j] = *ipconv.IPNet(p)
-		}
-		keepalive := w.keepalive
-		err := d.Configure(wgtypes.Config{Peers: []wgtypes.PeerConfig{{
-			PublicKey: n.key, PresharedKey: w.psk, PersistentKeepaliveInterval: &keepalive,
-			Endpoint: net.UDPAddrFromAddrPort(n.endpoint), ReplaceAllowedIPs: true, AllowedIPs: allowed,
-		}}})
+		err := d.Configure(wgtypes.Config{Peers: []wgtypes.PeerConfig{w.peerConfig(n)}})
 		if err != nil {
 			log.Error("adding the peer", zap.String("device", d.Name()), zap.Error(err))
 			want[i] = nil
@@ -598,10 +610,17 @@ func (w *wireGuard) apply(key netip.Prefix, want [2]*wgPeerConf, log *zap.Logger
 	}
 }
 
-// Run waits for ctx: the devices run on their own and HandleEvents configures them.
-func (w *wireGuard) Run(ctx context.Context) error {
-	<-ctx.Done()
-	return nil
+// peerConfig is the device's configuration of peer n.
+func (w *wireGuard) peerConfig(n *wgPeerConf) wgtypes.PeerConfig {
+	allowed := make([]net.IPNet, len(n.allowed))
+	for j, p := range n.allowed {
+		allowed[j] = *ipconv.IPNet(p)
+	}
+	keepalive := w.keepalive
+	return wgtypes.PeerConfig{
+		PublicKey: n.key, PresharedKey: w.psk, PersistentKeepaliveInterval: &keepalive,
+		Endpoint: net.UDPAddrFromAddrPort(n.endpoint), ReplaceAllowedIPs: true, AllowedIPs: allowed,
+	}
 }
 
 // Close removes the devices (and the userspace devices' UAPI sockets), as flanneld

@@ -172,13 +172,20 @@ func TestWireGuardPeerConfs(t *testing.T) {
 		t.Fatalf("auto: %+v, %v", got[0], err)
 	}
 	v6 := mk(`{"Type":"wireguard","Mode":"ipv6"}`)
-	if got, err := v6.peerConfs(dual); err != nil || got[0].endpoint.String() != "[2001:db8::20]:51821" {
+	// Over IPv6 the peer's one device is reached on its ListenPort (the IPv4 side's
+	// Port), not on the ListenPortV6 of BackendV6Data, where it does not listen.
+	if got, err := v6.peerConfs(dual); err != nil || got[0].endpoint.String() != "[2001:db8::20]:51820" {
 		t.Fatalf("ipv6: %+v, %v", got[0], err)
 	}
 	// Auto with private IPv4 and public IPv6 on both sides: IPv6.
-	private := wgPeerLease(t, "198.18.9.0/24", "10.0.0.20", "fd00:18:0:9::/64", "2001:db8::30", key, 51820, 51821)
-	if got, err := auto.peerConfs(private); err != nil || got[0].endpoint.String() != "[2001:db8::30]:51821" {
+	private := wgPeerLease(t, "198.18.9.0/24", "10.0.0.20", "fd00:18:0:9::/64", "2001:db8::30", key, 51822, 51821)
+	if got, err := auto.peerConfs(private); err != nil || got[0].endpoint.String() != "[2001:db8::30]:51822" {
 		t.Fatalf("auto, private IPv4: %+v, %v", got[0], err)
+	}
+	// Auto, a peer without IPv4 (an IPv6-only lease): IPv6, on our own ListenPort.
+	only := wgPeerLease(t, "", "", "fd00:18:0:a::/64", "2001:db8::40", key, 0, 51821)
+	if got, err := auto.peerConfs(only); err != nil || got[0] == nil || got[0].endpoint.String() != "[2001:db8::40]:51820" {
+		t.Fatalf("auto, IPv6-only: %+v, %v", got, err)
 	}
 
 	// Bad data: no key, not JSON.

@@ -77,7 +77,7 @@ func newWeftCollector(d *daemon) *weftCollector {
 		watchErrors:      desc("lease_watch_errors_total", "Lists and watches of the other hosts' leases that failed or were interrupted."),
 		etcdReachable:    desc("etcd_reachable", "1 while weftd's connection to etcd is up, 0 while it is down."),
 		nodeLists:        desc("kube_node_lists_total", "Full lists of the Nodes (a list, or a watch that starts with every Node), the first one included; those after it count in weft_lease_watch_resyncs_total too."),
-		reconcileRepairs: desc("reconcile_repairs_total", "Kernel entries the vxlan or host-gw reconcile loop found removed or changed and wrote again, by object (device, route, neigh, fdb).", "backend", "object"),
+		reconcileRepairs: desc("reconcile_repairs_total", "Kernel entries the vxlan, host-gw or wireguard repair loop found removed or changed and wrote again, by object (device, route, neigh, fdb).", "backend", "object"),
 		firewallRepairs:  desc("firewall_repairs_total", "Times weftd found its firewall rules (forward and masquerade) removed or changed and wrote them again, by kind (iptables, nftables).", "firewall"),
 		firewallInfo:     desc("firewall_info", "Always 1 once the firewall rules are set up; backend says what writes them: iptables-legacy, iptables-nft, iptables (plain, --iptables-mode=plain) or nftables (EnableNFTables).", "backend"),
 		peers:            desc("peers", "Other hosts' subnets the backend carries traffic to."),
@@ -142,7 +142,7 @@ func (c *weftCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if rr, ok := be.(encap.RepairReporter); ok {
 		for _, object := range []string{"device", "route", "neigh", "fdb"} {
-			if be.Type() == "host-gw" && object != "route" {
+			if be.Type() == "host-gw" && object != "route" || be.Type() == "wireguard" && (object == "neigh" || object == "fdb") {
 				continue
 			}
 			counter(c.reconcileRepairs, rr.Repairs()[object], be.Type(), object)
