@@ -41,10 +41,15 @@ func wgDir(c *cluster, h *host) string {
 // startWG runs weftd on h with its key and UAPI sockets in wgDir(h).
 func startWG(c *cluster, h *host) {
 	c.t.Helper()
-	d := wgDir(c, h)
 	c.run(h, lab.DaemonSpec{Binary: c.bin, Weft: true,
 		Args: []string{"--etcd-api=" + c.api, "--healthz-ip=127.0.0.1", "--healthz-port=8475"},
-		Env:  []string{"WIREGUARD_KEY_FILE=" + filepath.Join(d, "wgkey"), "WEFT_WG_SOCKET_DIR=" + filepath.Join(d, "sock")}})
+		Env:  wgEnv(c, h)})
+}
+
+// wgEnv puts h's key and UAPI sockets in wgDir(h).
+func wgEnv(c *cluster, h *host) []string {
+	d := wgDir(c, h)
+	return []string{"WIREGUARD_KEY_FILE=" + filepath.Join(d, "wgkey"), "WEFT_WG_SOCKET_DIR=" + filepath.Join(d, "sock")}
 }
 
 // wgTool runs a WireGuard tool (wg, wireguard-go) inside h's namespace with h's
