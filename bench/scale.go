@@ -83,19 +83,33 @@ type ScalePoint struct {
 	// stopped, weftd's re-lists, CPU over the Idle window after SIGCONT, SIGCONT to
 	// the first 1 s with idle CPU and to the data path equal to etcd, and the
 	// difference then.
-	OvertakeChanges      int      `json:"overtake_changes,omitempty"`
-	ResyncsOvertake      float64  `json:"resyncs_overtake"`
-	OvertakeCPUPct       float64  `json:"overtake_cpu_pct"`
-	OvertakeSettleS      float64  `json:"overtake_settle_s"`
-	OvertakeCatchUpS     float64  `json:"overtake_catch_up_s"`
-	StaleAfterOvertake   int      `json:"stale_after_overtake"`
-	MissingAfterOvertake int      `json:"missing_after_overtake"`
-	WatchOverflows       int      `json:"watch_overflows,omitempty"`
-	Errors               []string `json:"errors,omitempty"`
+	OvertakeChanges      int     `json:"overtake_changes,omitempty"`
+	ResyncsOvertake      float64 `json:"resyncs_overtake"`
+	OvertakeCPUPct       float64 `json:"overtake_cpu_pct"`
+	OvertakeSettleS      float64 `json:"overtake_settle_s"`
+	OvertakeCatchUpS     float64 `json:"overtake_catch_up_s"`
+	StaleAfterOvertake   int     `json:"stale_after_overtake"`
+	MissingAfterOvertake int     `json:"missing_after_overtake"`
+	WatchOverflows       int     `json:"watch_overflows,omitempty"`
+	// Kubernetes mode (ScaleReport.Mode "kube"): RSS and weftd's heap in use at ready
+	// (RSSMiB, HeapMiB) and after the rest (IdleS of the report); the daemon's CPU
+	// seconds from start to ready and to the end; its whole run; its requests to the
+	// API server by "verb resource"; the 1-minute load average at ready.
+	HeapMiB     float64        `json:"heap_mib,omitempty"`
+	RSSRestMiB  float64        `json:"rss_rest_mib,omitempty"`
+	HeapRestMiB float64        `json:"heap_rest_mib,omitempty"`
+	CPUReadyS   float64        `json:"cpu_ready_s,omitempty"`
+	CPUS        float64        `json:"cpu_s,omitempty"`
+	RunS        float64        `json:"run_s,omitempty"`
+	Requests    map[string]int `json:"requests,omitempty"`
+	Load1       float64        `json:"load1,omitempty"`
+	Errors      []string       `json:"errors,omitempty"`
 }
 
 // ScaleReport is a scale run's result.
 type ScaleReport struct {
+	// Mode is "kube" for a run in Kubernetes mode (RunKubeScale), "" for etcd.
+	Mode      string       `json:"mode,omitempty"`
 	Started   time.Time    `json:"started"`
 	Backend   string       `json:"backend"`
 	Network   string       `json:"network"`

@@ -54,9 +54,9 @@ var scaleHead = []string{"daemon", "hosts", "ready s", "RSS MiB", "idle CPU %",
 
 // WriteTable writes the points as an aligned text table.
 func (r *ScaleReport) WriteTable(w io.Writer) error {
-	rows := [][]string{scaleHead}
+	rows := [][]string{r.head()}
 	for _, p := range r.Points {
-		rows = append(rows, p.cells(r.Rate))
+		rows = append(rows, r.row(p))
 	}
 	width := columnWidths(rows)
 	var b strings.Builder
@@ -70,6 +70,22 @@ func (r *ScaleReport) WriteTable(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// head is the table's header of the report's mode.
+func (r *ScaleReport) head() []string {
+	if r.Mode == "kube" {
+		return kubeHead
+	}
+	return scaleHead
+}
+
+// row is p's cells in the report's mode.
+func (r *ScaleReport) row(p ScalePoint) []string {
+	if r.Mode == "kube" {
+		return p.kubeCells()
+	}
+	return p.cells(r.Rate)
 }
 
 // absPath is an absolute path in free text: a slash at the start or after a space,
@@ -120,35 +136,27 @@ func (r *ScaleReport) portable() *ScaleReport {
 func (r *ScaleReport) WriteMarkdown(w io.Writer) error {
 	r = r.portable()
 	var b strings.Builder
-	b.WriteString("# weft control plane at scale\n\n")
-	fmt.Fprintf(&b, "Run %s, kernel %s, %d CPUs. Backend `%s`, Network %s with /%d subnets. "+
-		"Simulated hosts are leases written straight into a real etcd (flannel's layout, v3, one etcd lease of 24 h); "+
-		"their PublicIPs repeat over 192.0.2.100-254 (the lab's LAN, on-link for host-gw; nothing is ever sent to them). "+
-		"Each daemon runs alone on a fresh lab host, with the same leases. ",
-		r.Started.UTC().Format(time.RFC3339), r.Kernel, r.CPUs, r.Backend, r.Network, r.SubnetLen)
-	fmt.Fprintf(&b, "Ready: daemon start to subnet.env written and every simulated host's route in the kernel "+
-		"(for udp/alloc, weftd's `weft_peers`; * marks a daemon whose peers cannot be seen: subnet.env only). "+
-		"Idle CPU over %gs. Churn: %d lease changes per second asked for %gs (a delete and an add in turn; "+
-		"\"changes/s done\" is the rate the benchmark's writes to etcd reached), "+
-		"latency from just before the etcd write to the route's netlink event; one physical compaction half way "+
-		"(it does not overtake the watch). Then etcd is stopped and started; CPU over the next %gs. "+
-		"Last, a compaction that overtakes the daemon's watch: the daemon is stopped (SIGSTOP), %d lease changes are written, "+
-		"etcd is compacted after them, the daemon's TCP connections to etcd are destroyed (`ss -K`; etcd's answers were dropped "+
-		"on the way in meanwhile, so nothing queued for it survives) and it continues (SIGCONT); "+
-		"its watch must resume from a compacted revision and re-list (one re-list is right; weftd's are counted), "+
-		"caught up: SIGCONT to the kernel's routes equal to etcd (— if not within 30 s); CPU over the next %gs. "+
-		"Stale/missing compare the kernel routes with etcd.\n\n",
-		r.IdleS, r.Rate, r.ChurnS, r.IdleS, r.Rate, r.IdleS)
+	if r.Mode == "kube" {
+		b.WriteString("# weft in Kubernetes mode at scale\n\n")
+		r.kubeIntro(&b)
+	} else {
+		b.WriteString("# weft control plane at scale\n\n")
+		r.etcdIntro(&b)
+	}
 	md := func(c []string) { b.WriteString("| " + strings.Join(c, " | ") + " |\n") }
-	md(scaleHead)
-	sep := make([]string, len(scaleHead))
+	head := r.head()
+	md(head)
+	sep := make([]string, len(head))
 	for i := range sep {
 		sep[i] = "---:"
 	}
 	sep[0] = "---"
 	md(sep)
 	for _, p := range r.Points {
-		md(p.cells(r.Rate))
+		md(r.row(p))
+	}
+	if r.Mode == "kube" {
+		r.requestLines(&b)
 	}
 	var eb strings.Builder
 	for _, p := range r.Points {
@@ -161,6 +169,28 @@ func (r *ScaleReport) WriteMarkdown(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// etcdIntro is the Markdown report's setup paragraph of an etcd run.
+func (r *ScaleReport) etcdIntro(b *strings.Builder) {
+	fmt.Fprintf(b, "Run %s, kernel %s, %d CPUs. Backend `%s`, Network %s with /%d subnets. "+
+		"Simulated hosts are leases written straight into a real etcd (flannel's layout, v3, one etcd lease of 24 h); "+
+		"their PublicIPs repeat over 192.0.2.100-254 (the lab's LAN, on-link for host-gw; nothing is ever sent to them). "+
+		"Each daemon runs alone on a fresh lab host, with the same leases. ",
+		r.Started.UTC().Format(time.RFC3339), r.Kernel, r.CPUs, r.Backend, r.Network, r.SubnetLen)
+	fmt.Fprintf(b, "Ready: daemon start to subnet.env written and every simulated host's route in the kernel "+
+		"(for udp/alloc, weftd's `weft_peers`; * marks a daemon whose peers cannot be seen: subnet.env only). "+
+		"Idle CPU over %gs. Churn: %d lease changes per second asked for %gs (a delete and an add in turn; "+
+		"\"changes/s done\" is the rate the benchmark's writes to etcd reached), "+
+		"latency from just before the etcd write to the route's netlink event; one physical compaction half way "+
+		"(it does not overtake the watch). Then etcd is stopped and started; CPU over the next %gs. "+
+		"Last, a compaction that overtakes the daemon's watch: the daemon is stopped (SIGSTOP), %d lease changes are written, "+
+		"etcd is compacted after them, the daemon's TCP connections to etcd are destroyed (`ss -K`; etcd's answers were dropped "+
+		"on the way in meanwhile, so nothing queued for it survives) and it continues (SIGCONT); "+
+		"its watch must resume from a compacted revision and re-list (one re-list is right; weftd's are counted), "+
+		"caught up: SIGCONT to the kernel's routes equal to etcd (— if not within 30 s); CPU over the next %gs. "+
+		"Stale/missing compare the kernel routes with etcd.\n\n",
+		r.IdleS, r.Rate, r.ChurnS, r.IdleS, r.Rate, r.IdleS)
 }
 
 // WriteJSON writes the report as indented JSON, with paths of the machine that ran it
@@ -201,7 +231,11 @@ func (r *ScaleReport) WriteSVG(w io.Writer) error {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
 		width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
-	fmt.Fprintf(&b, `<text x="10" y="24" font-size="16" font-weight="bold">weft control plane: %s backend, %d changes/s churn</text>`+"\n", esc(r.Backend), r.Rate)
+	title := fmt.Sprintf("weft control plane: %s backend, %d changes/s churn", r.Backend, r.Rate)
+	if r.Mode == "kube" {
+		title = fmt.Sprintf("weft in Kubernetes mode: Nodes, %s backend, %d Node changes/s churn", r.Backend, r.Rate)
+	}
+	fmt.Fprintf(&b, `<text x="10" y="24" font-size="16" font-weight="bold">%s</text>`+"\n", esc(title))
 	for i, pn := range panels {
 		x0 := float64(left + i*(panelW+40))
 		y0 := float64(top)

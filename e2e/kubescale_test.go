@@ -10,19 +10,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/weftnet/weft/bench"
-	"github.com/weftnet/weft/bench/kubeproc"
-	"github.com/weftnet/weft/bench/kubetest"
 	"github.com/weftnet/weft/bench/lab"
 	"github.com/weftnet/weft/bench/lab/labtest"
 	"github.com/weftnet/weft/bench/testenv"
@@ -35,45 +28,6 @@ func kubeScaleNodes() int {
 		return n
 	}
 	return 5000
-}
-
-// scaleNode is peer i as a kubelet and flannel leave it: labels, status with
-// conditions and 40 images, flannel's vxlan annotations and a /29 podCIDR.
-func scaleNode(i int) *corev1.Node {
-	name := fmt.Sprintf("peer-%04d", i)
-	cidr := fmt.Sprintf("198.18.%d.%d/29", i/32, i%32*8)
-	ip := fmt.Sprintf("192.0.2.%d", 100+i%155)
-	n := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name,
-			Labels: map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-				"node.kubernetes.io/instance-type": "m5.large", "topology.kubernetes.io/zone": "zone-a"},
-			Annotations: map[string]string{
-				"node.alpha.kubernetes.io/ttl":                           "0",
-				"volumes.kubernetes.io/controller-managed-attach-detach": "true",
-				"flannel.alpha.coreos.com/backend-type":                  "vxlan",
-				"flannel.alpha.coreos.com/backend-data":                  fmt.Sprintf(`{"VNI":1,"VtepMAC":"02:5e:00:00:%02x:%02x"}`, i>>8&0xff, i&0xff),
-				"flannel.alpha.coreos.com/public-ip":                     ip,
-				"flannel.alpha.coreos.com/kube-subnet-manager":           "true",
-			}},
-		Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
-	}
-	st := corev1.NodeStatus{
-		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi"),
-			corev1.ResourcePods: resource.MustParse("110")},
-		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}},
-		NodeInfo: corev1.NodeSystemInfo{KernelVersion: "6.1.0-18-amd64", OSImage: "Debian GNU/Linux 12 (bookworm)",
-			ContainerRuntimeVersion: "containerd://1.6.20", KubeletVersion: "v1.31.0", Architecture: "amd64", OperatingSystem: "linux"},
-	}
-	for _, c := range []corev1.NodeConditionType{corev1.NodeReady, corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure} {
-		st.Conditions = append(st.Conditions, corev1.NodeCondition{Type: c, Status: corev1.ConditionFalse,
-			Reason: "KubeletHasSufficient" + string(c), Message: "kubelet has sufficient resources for " + string(c)})
-	}
-	for j := range 40 {
-		st.Images = append(st.Images, corev1.ContainerImage{SizeBytes: int64(10_000_000 + j),
-			Names: []string{fmt.Sprintf("registry.example/team/app-%d@sha256:%064x", j, j), fmt.Sprintf("registry.example/team/app-%d:v1.%d", j, j)}})
-	}
-	n.Status = st
-	return n
 }
 
 // BenchmarkKubeNodes: weftd and the upstream flanneld, each alone on a lab host in
@@ -92,9 +46,9 @@ func BenchmarkKubeNodes(b *testing.B) {
 	nodes := kubeScaleNodes()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	l, _, cs, id, conf := kubeScaleSetup(ctx, b)
+	env := kubeScaleSetup(ctx, b)
 	t0 := time.Now()
-	createNodes(b, cs, nodes)
+	createNodes(b, env, nodes)
 	b.Logf("%d Nodes created in %.0fs", nodes, time.Since(t0).Seconds())
 
 	k := 0 // each run has a host, Node and podCIDR of its own
@@ -102,7 +56,7 @@ func BenchmarkKubeNodes(b *testing.B) {
 		b.Run(d.name, func(b *testing.B) {
 			var ready, rss float64
 			for b.Loop() {
-				ready, rss = kubeDaemon(ctx, b, l, cs, id, conf, d.bin, d.name == "weftd", nodes, k)
+				ready, rss = kubeDaemon(ctx, b, env, d.bin, d.name == "weftd", nodes, k)
 				k++
 			}
 			b.ReportMetric(ready, "ready-s")
@@ -119,136 +73,48 @@ func needWeftd(t testing.TB) string {
 	return wd
 }
 
-// kubeScaleSetup starts a lab with a kube-apiserver on its router and returns it, an
-// admin client (500 QPS, to make Nodes fast), kube-flannel's identity and a vxlan
-// net-conf.json over 198.18.0.0/16.
-func kubeScaleSetup(ctx context.Context, t testing.TB) (*lab.Lab, *kubeproc.Server, kubernetes.Interface, kubetest.Identity, string) {
+// kubeScaleSetup starts a lab with a kube-apiserver on its router (bench.NewKubeEnv:
+// an admin client, kube-flannel's identity, a vxlan net-conf.json over
+// 198.18.0.0/16), removed at cleanup.
+func kubeScaleSetup(ctx context.Context, t testing.TB) *bench.KubeEnv {
 	t.Helper()
 	l := labtest.New(t, lab.Spec{Prefix: "wkn"})
-	apiBin, err := kubeproc.Binary(ctx, "..")
+	env, err := bench.NewKubeEnv(ctx, l, "..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := kubeproc.Start(ctx, kubeproc.Options{Binary: apiBin, Etcd: l.Etcd().Endpoint(), Netns: l.Router().Name,
-		Host: "192.0.2.1", Dial: l.Router().DialContext})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	cfg, err := clientcmd.BuildConfigFromFlags("", srv.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Dial, cfg.QPS, cfg.Burst = l.Router().DialContext, 500, 1000
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := kubetest.Flannel(t, cs, srv.URL, "..")
-	conf := filepath.Join(t.TempDir(), "net-conf.json")
-	if err := os.WriteFile(conf, []byte(`{"Network":"198.18.0.0/16","SubnetLen":29,"Backend":{"Type":"vxlan"}}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return l, srv, cs, id, conf
+	t.Cleanup(env.Close)
+	return env
 }
 
-func createNodes(b testing.TB, cs kubernetes.Interface, n int) {
-	b.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	next := make(chan int)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				node := scaleNode(i)
-				st := node.Status
-				created, err := cs.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
-				if err == nil {
-					created.Status = st
-					_, err = cs.CoreV1().Nodes().UpdateStatus(context.Background(), created, metav1.UpdateOptions{})
-				}
-				if err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-					return
-				}
-			}
-		}()
+// createNodes makes peer Nodes 0..n-1 (bench.KubeNode).
+func createNodes(t testing.TB, env *bench.KubeEnv, n int) {
+	t.Helper()
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
 	}
-	for i := range n {
-		select {
-		case next <- i:
-		case err := <-errs:
-			close(next)
-			wg.Wait()
-			b.Fatal(err)
-		}
-	}
-	close(next)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		b.Fatal(err)
-	default:
+	if err := bench.CreateKubeNodes(context.Background(), env.Admin, idx); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// startKubeDaemon starts one daemon on a fresh host k with its own Node (podCIDR
-// 198.18.255.8k/29) and pod, as kube-flannel.yml would; weftd serves /metrics on
-// 127.0.0.1:8475 in the host's namespace. It returns the host, the daemon and when it
-// started.
-func startKubeDaemon(ctx context.Context, b testing.TB, l *lab.Lab, cs kubernetes.Interface, id kubetest.Identity,
-	conf, bin string, weft bool, k int) (*lab.Host, *lab.Daemon, time.Time) {
-	b.Helper()
-	h, err := l.AddHost(ctx, lab.HostSpec{Name: fmt.Sprintf("k%d", k)})
+// startKubeDaemon starts one daemon on a fresh host k (bench.KubeEnv.StartKubeDaemon)
+// and stops it at cleanup.
+func startKubeDaemon(ctx context.Context, t testing.TB, env *bench.KubeEnv, bin string, weft bool, k int) (*lab.Host, *lab.Daemon, time.Time) {
+	t.Helper()
+	kd, err := env.StartKubeDaemon(ctx, bin, weft, k)
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
-	node := "node-" + h.Name
-	own := fmt.Sprintf("198.18.255.%d/29", 8*k)
-	// A real Node always has annotations; flanneld v0.28.10 panics on a Node without any.
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node,
-		Annotations: map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
-		Spec: corev1.NodeSpec{PodCIDR: own, PodCIDRs: []string{own}}}
-	if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	pod := "kube-flannel-ds-" + h.Name
-	kubetest.Pod(b, cs, pod, node)
-	t0 := time.Now()
-	args := []string{"--kube-subnet-mgr", "--kubeconfig-file=" + id.Kubeconfig, "--net-config-path=" + conf}
-	if weft {
-		args = append(args, "--healthz-ip=127.0.0.1", "--healthz-port=8475")
-	}
-	d, err := l.Start(ctx, h, lab.DaemonSpec{Binary: bin, Weft: weft, NoEtcd: true,
-		Env:  []string{"POD_NAME=" + pod, "POD_NAMESPACE=" + kubetest.Namespace},
-		Args: args})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return h, d, t0
-}
-
-// flannelRoutes returns the destinations of the routes through flannel.1 on h.
-func flannelRoutes(ctx context.Context, h *lab.Host) map[string]bool {
-	out, _ := h.NS.Run(ctx, "ip", "-4", "route", "show", "dev", "flannel.1")
-	routes := map[string]bool{}
-	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) > 0 && strings.Contains(line, "onlink") {
-			routes[f[0]] = true
-		}
-	}
-	return routes
+	t.Cleanup(func() { _ = kd.D.Stop() })
+	return kd.Host, kd.D, kd.Started
 }
 
 // weftMetrics returns the body of weftd's /metrics on h (see startKubeDaemon).
 func weftMetrics(h *lab.Host) (string, error) {
 	hc := &http.Client{Transport: &http.Transport{DialContext: h.NS.DialContext}, Timeout: 5 * time.Second}
-	resp, err := hc.Get("http://127.0.0.1:8475/metrics")
+	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", bench.KubeHealthzPort))
 	if err != nil {
 		return "", err
 	}
@@ -281,10 +147,9 @@ func metricValue(body, name string) (float64, bool) {
 
 // kubeDaemon runs one daemon on a fresh host (its own Node and pod, as kube-flannel.yml
 // would) until every peer's route is in the kernel; it returns that time and the RSS.
-func kubeDaemon(ctx context.Context, b *testing.B, l *lab.Lab, cs kubernetes.Interface, id kubetest.Identity,
-	conf, bin string, weft bool, peers, k int) (readyS, rssMiB float64) {
+func kubeDaemon(ctx context.Context, b *testing.B, env *bench.KubeEnv, bin string, weft bool, peers, k int) (readyS, rssMiB float64) {
 	b.Helper()
-	h, d, t0 := startKubeDaemon(ctx, b, l, cs, id, conf, bin, weft, k)
+	h, d, t0 := startKubeDaemon(ctx, b, env, bin, weft, k)
 	defer d.Stop()
 	var count int
 	deadline := time.Now().Add(10 * time.Minute)
@@ -336,7 +201,7 @@ func kubeDaemon(ctx context.Context, b *testing.B, l *lab.Lab, cs kubernetes.Int
 }
 
 // TestKubeNodes500: weftd in Kubernetes mode with kube-flannel's rights and 500 peer
-// Nodes as kubelets leave them (scaleNode): every peer's route, and no other, is in the
+// Nodes as kubelets leave them (bench.KubeNode): every peer's route, and no other, is in the
 // kernel once weftd is ready, after one list of the Nodes; Nodes deleted (100 of them)
 // take their routes with them and leave the others'.
 func TestKubeNodes500(t *testing.T) {
@@ -347,20 +212,21 @@ func TestKubeNodes500(t *testing.T) {
 	const peers, deleted = 500, 100
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	l, srv, cs, id, conf := kubeScaleSetup(ctx, t)
-	createNodes(t, cs, peers)
+	env := kubeScaleSetup(ctx, t)
+	cs := env.Admin
+	createNodes(t, env, peers)
 	want := map[string]bool{}
 	for i := range peers {
-		want[scaleNode(i).Spec.PodCIDR] = true
+		want[bench.KubeNodeCIDR(i)] = true
 	}
-	h, d, t0 := startKubeDaemon(ctx, t, l, cs, id, conf, wd, true, 0)
+	h, d, t0 := startKubeDaemon(ctx, t, env, wd, true, 0)
 	defer d.Stop()
 	// waitRoutes waits until the routes through flannel.1 are exactly want.
 	waitRoutes := func(what string) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			got := flannelRoutes(ctx, h)
+			got := bench.FlannelRoutes(ctx, h)
 			if maps.Equal(got, want) {
 				return
 			}
@@ -399,7 +265,7 @@ func TestKubeNodes500(t *testing.T) {
 	}
 
 	for i := 0; i < peers; i += peers / deleted {
-		n := scaleNode(i)
+		n := bench.KubeNode(i)
 		if err := cs.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -410,10 +276,10 @@ func TestKubeNodes500(t *testing.T) {
 	// The API server restarts: weftd's watch fails while it is away and is retried
 	// without a list; once it is back, at most one re-list (the watch's resource version
 	// is gone with the server's watch cache), and a Node deleted then is seen.
-	if err := srv.Restart(ctx, 2*time.Second); err != nil {
+	if err := env.Server.Restart(ctx, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	n := scaleNode(1)
+	n := bench.KubeNode(1)
 	if err := cs.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -98,40 +98,50 @@ type Identity struct {
 // server the test made (and removes).
 func Flannel(t testing.TB, admin kubernetes.Interface, url, repoRoot string) Identity {
 	t.Helper()
-	data, err := os.ReadFile(RBACFile(repoRoot))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id, err := NewIdentity(ctx, admin, url, repoRoot, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
+	}
+	return id
+}
+
+// NewIdentity is Flannel for a caller without a testing.TB (weft-bench): the
+// kubeconfig is written into dir.
+func NewIdentity(ctx context.Context, admin kubernetes.Interface, url, repoRoot, dir string) (Identity, error) {
+	data, err := os.ReadFile(RBACFile(repoRoot))
+	if err != nil {
+		return Identity{}, err
 	}
 	objs, err := ParseRBAC(bytes.NewReader(data), false)
 	if err != nil {
-		t.Fatalf("%s: %v", RBACFile(repoRoot), err)
+		return Identity{}, fmt.Errorf("%s: %w", RBACFile(repoRoot), err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		return Identity{}, err
 	}
 	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, objs.ClusterRole, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		return Identity{}, err
 	}
 	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, objs.ClusterRoleBinding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		return Identity{}, err
 	}
 	sa, err := admin.CoreV1().ServiceAccounts(Namespace).Create(ctx, objs.ServiceAccount, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatal(err)
+		return Identity{}, err
 	}
 	if sa.Namespace != Namespace || sa.Name != ServiceAccount {
-		t.Fatalf("deploy/rbac.yml: ServiceAccount %s/%s, want %s/%s", sa.Namespace, sa.Name, Namespace, ServiceAccount)
+		return Identity{}, fmt.Errorf("deploy/rbac.yml: ServiceAccount %s/%s, want %s/%s", sa.Namespace, sa.Name, Namespace, ServiceAccount)
 	}
 	expiry := int64(6 * 3600)
 	tr, err := admin.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, ServiceAccount,
 		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatal(err)
+		return Identity{}, err
 	}
-	id := Identity{Token: tr.Status.Token, Kubeconfig: filepath.Join(t.TempDir(), "flannel.kubeconfig")}
+	id := Identity{Token: tr.Status.Token, Kubeconfig: filepath.Join(dir, "flannel.kubeconfig")}
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -151,9 +161,9 @@ contexts:
 current-context: test
 `, url, id.Token)
 	if err := os.WriteFile(id.Kubeconfig, []byte(kc), 0o600); err != nil {
-		t.Fatal(err)
+		return Identity{}, err
 	}
-	return id
+	return id, nil
 }
 
 // Pod creates the object of weftd's pod on node, in kube-flannel's namespace under its
@@ -163,6 +173,13 @@ func Pod(t testing.TB, admin kubernetes.Interface, name, node string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if err := CreatePod(ctx, admin, name, node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// CreatePod is Pod for a caller without a testing.TB.
+func CreatePod(ctx context.Context, admin kubernetes.Interface, name, node string) error {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: map[string]string{"app": "flannel"}},
 		Spec: corev1.PodSpec{
@@ -172,7 +189,6 @@ func Pod(t testing.TB, admin kubernetes.Interface, name, node string) {
 			Containers:         []corev1.Container{{Name: "kube-flannel", Image: "weft.invalid/weftd:test"}},
 		},
 	}
-	if _, err := admin.CoreV1().Pods(Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := admin.CoreV1().Pods(Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	return err
 }

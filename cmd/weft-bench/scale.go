@@ -59,6 +59,9 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	noOvertake := fs.Bool("no-overtake", false, "leave out the compaction that overtakes the daemon's watch")
 	out := fs.String("out", "", "directory for scale.md, scale.json and scale.svg")
 	from := fs.String("report-from", "", "render the reports of an earlier run's scale.json (to --out) instead of running")
+	kube := fs.Bool("kube", false, "Kubernetes mode: peer Nodes in a real kube-apiserver instead of leases in etcd (vxlan; "+
+		"--idle is then the rest before RSS is read again, default 60s; --churn 0 leaves the churn out)")
+	repo := fs.String("repo", ".", "the weft repository (--kube: test/kube builds the API server, deploy/rbac.yml is the daemons' RBAC)")
 	verbose := fs.Bool("v", false, "debug logging")
 	var extra daemonFlag
 	fs.Var(&extra, "daemon", "NAME=PATH of another flanneld-compatible daemon, measured the same way (repeatable)")
@@ -74,6 +77,12 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ns, err := scaleSizes(*hosts, *sizes)
 	if err != nil {
 		return err
+	}
+	if *kube {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		return kubeScale(ctx, kubeScaleArgs{sizes: ns, weftd: *weftd, extra: extra, idle: *idle, idleSet: set["idle"],
+			churn: *churn, rate: *rate, repo: *repo, out: *out, backendSet: set["backend"], verbose: *verbose}, stdout, stderr)
 	}
 	switch *backend {
 	case "vxlan", "host-gw", "udp", "alloc":
@@ -94,16 +103,66 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Sizes: ns, Backend: *backend, Subjects: subjects, Idle: *idle, Churn: *churn, Rate: *rate,
 		NoRestart: *noRestart, NoOvertake: *noOvertake, StateFile: filepath.Join(stateDir(), "run.json"), Progress: stderr,
 	}, newLogger(stderr, *verbose))
+	return writeScale(rep, err, *out, stdout)
+}
+
+// kubeScaleArgs are scale's flags in Kubernetes mode.
+type kubeScaleArgs struct {
+	sizes               []int
+	weftd, repo, out    string
+	extra               daemonFlag
+	idle, churn         time.Duration
+	idleSet, backendSet bool
+	rate                int
+	verbose             bool
+}
+
+// kubeScale is scale --kube.
+func kubeScale(ctx context.Context, a kubeScaleArgs, stdout, stderr io.Writer) error {
+	if a.backendSet {
+		return fmt.Errorf("%w: --kube measures the vxlan backend only", errUsage)
+	}
+	for _, n := range a.sizes {
+		if n > bench.KubeMaxNodes {
+			return fmt.Errorf("%w: %d Nodes do not fit in the lab's overlay /16 (at most %d)", errUsage, n, bench.KubeMaxNodes)
+		}
+	}
+	if a.rate < 1 || a.rate > 1000 {
+		return fmt.Errorf("%w: --rate %d is not within 1..1000", errUsage, a.rate)
+	}
+	if _, err := os.Stat(filepath.Join(a.repo, "deploy", "rbac.yml")); err != nil {
+		return fmt.Errorf("%w: --repo %s is not the weft repository: %w", errUsage, a.repo, err)
+	}
+	if err := needWeftd(a.weftd); err != nil {
+		return err
+	}
+	rest := a.idle
+	if !a.idleSet {
+		rest = time.Minute
+	}
+	subjects := []bench.ScaleSubject{{Name: "weftd", Binary: a.weftd, Weft: true}}
+	for _, e := range a.extra {
+		subjects = append(subjects, bench.ScaleSubject{Name: e[0], Binary: e[1]})
+	}
+	rep, err := bench.RunKubeScale(ctx, bench.KubeScaleOptions{
+		Sizes: a.sizes, Subjects: subjects, Rest: rest, Churn: a.churn, NoChurn: a.churn == 0, Rate: a.rate,
+		RepoRoot: a.repo, StateFile: filepath.Join(stateDir(), "run.json"), Progress: stderr,
+	}, newLogger(stderr, a.verbose))
+	return writeScale(rep, err, a.out, stdout)
+}
+
+// writeScale prints a run's table and writes its reports to out (when given).
+func writeScale(rep *bench.ScaleReport, err error, out string, stdout io.Writer) error {
 	if rep != nil {
 		fmt.Fprintln(stdout)
 		if werr := rep.WriteTable(stdout); werr != nil && err == nil {
 			err = werr
 		}
-		if *out != "" {
-			if werr := rep.WriteFiles(*out); werr != nil && err == nil {
+		if out != "" {
+			if werr := rep.WriteFiles(out); werr != nil && err == nil {
 				err = werr
 			} else if werr == nil {
-				fmt.Fprintf(stdout, "\nreports: %s/scale.md, scale.json, scale.svg\n", *out)
+				fmt.Fprintf(stdout, "\nreports: %s/scale.md, scale.json, scale.svg\n", out)
 			}
 		}
 	}
