@@ -206,25 +206,52 @@ func TestWireGuardBackend(t *testing.T) {
 
 // TestWireGuardStockPeer: weftd and a host running Debian's wireguard-go and wg,
 // configured by hand from weftd's lease as flanneld configures its device, with its
-// own lease written in flannel's format: pods ping both ways.
+// own lease written in flannel's format: pods ping both ways, on an IPv4 network
+// (flannel-wg) and an IPv6-only one (flannel-wg-v6 on ListenPortV6, over IPv6).
 func TestWireGuardStockPeer(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ipv4", true: "ipv6-only"}[v6], func(t *testing.T) { wgStockPeer(t, v6) })
+	}
+}
+
+func wgStockPeer(t *testing.T, v6 bool) {
 	testenv.NeedTools(t, "wireguard-go")
 	c := wgCluster(t)
 	a, b := c.addHost("a", "lan1"), c.addHost("b", "lan1")
+	dev, port, network, subnetB := "flannel-wg", 51820, "198.18.0.0/16", netip.MustParsePrefix("198.18.200.0/24")
+	epA, pubIPB := a.ip, b.ip
+	if v6 {
+		c.putConfig(`{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:db8::/48","Backend":{"Type":"wireguard"}}`)
+		dev, port, network, subnetB = "flannel-wg-v6", 51821, "fd00:db8::/48", netip.MustParsePrefix("fd00:db8:0:c8::/64")
+		for _, h := range []*host{a, b} {
+			if err := c.lab.EnableIPv6(context.Background(), h.lh); err != nil {
+				t.Fatal(err)
+			}
+		}
+		epA, pubIPB = "["+lab.HostAddr6(a.lh).String()+"]", lab.HostAddr6(b.lh).String()
+	}
 	startWG(c, a)
 	envA := c.waitSubnetEnv(a)
 	podA := c.attachPod(a, envA)
-	keyA, portA := wgLeaseData(c, a)
+	snA := envA.Subnet
+	la := wgLeaseAttrs(c, a)
+	keyA, portA := wgData(c, la.BackendData)
+	if v6 {
+		snA = envA.IPv6Subnet
+		keyA, portA = wgData(c, la.BackendV6Data)
+	}
+	if portA != port {
+		t.Fatalf("a's lease: Port %d, want %d", portA, port)
+	}
 
 	// The stock host: key, device, address, route, peer, as flanneld's backend makes them.
 	dirB := wgDir(c, b)
-	subnetB := netip.MustParsePrefix("198.18.200.0/24")
 	keyFile := filepath.Join(dirB, "wgkey")
 	c.sh(b.ns, "umask 077 && wg genkey > "+keyFile)
 	pubB := strings.TrimSpace(c.sh(b.ns, "wg pubkey < "+keyFile))
 
 	ctx, stopWG := context.WithCancel(context.Background())
-	wgo := wgTool(ctx, c, b, "wireguard-go", "-f", "flannel-wg")
+	wgo := wgTool(ctx, c, b, "wireguard-go", "-f", dev)
 	wgo.Env = append(os.Environ(), "WG_PROCESS_FOREGROUND=1")
 	logPath := filepath.Join(dirB, "wireguard-go.log")
 	logf, err := os.Create(logPath)
@@ -246,19 +273,25 @@ func TestWireGuardStockPeer(t *testing.T) {
 		}
 	})
 	eventually(t, 10*time.Second, func() error {
-		if _, err := os.Stat(filepath.Join(dirB, "sock", "flannel-wg.sock")); err != nil {
+		if _, err := os.Stat(filepath.Join(dirB, "sock", dev+".sock")); err != nil {
 			return fmt.Errorf("wireguard-go's UAPI socket: %w", err)
 		}
 		return nil
 	})
-	wgRun(c, b, "wg", "set", "flannel-wg", "private-key", keyFile, "listen-port", "51820",
-		"peer", keyA, "endpoint", fmt.Sprintf("%s:%d", a.ip, portA), "allowed-ips", envA.Subnet.String())
-	c.sh(b.ns, "ip link set flannel-wg mtu 1420 && ip addr add "+subnetB.Addr().String()+"/32 dev flannel-wg && "+
-		"ip link set flannel-wg up && ip route replace 198.18.0.0/16 dev flannel-wg scope link")
+	wgRun(c, b, "wg", "set", dev, "private-key", keyFile, "listen-port", strconv.Itoa(port),
+		"peer", keyA, "endpoint", fmt.Sprintf("%s:%d", epA, portA), "allowed-ips", snA.String())
+	c.sh(b.ns, fmt.Sprintf("ip link set %[1]s mtu 1420 && ip addr add %[2]s/%[3]d dev %[1]s && "+
+		"ip link set %[1]s up && ip route replace %[4]s dev %[1]s scope link", dev, subnetB.Addr(), subnetB.Addr().BitLen(), network))
 
 	// Its lease, as flanneld writes it.
-	val, _ := json.Marshal(map[string]any{"PublicIP": b.ip, "PublicIPv6": nil, "BackendType": "wireguard",
-		"BackendData": map[string]any{"PublicKey": pubB, "Port": 51820}})
+	data := map[string]any{"PublicKey": pubB, "Port": port}
+	attrs := map[string]any{"PublicIP": pubIPB, "PublicIPv6": nil, "BackendType": "wireguard", "BackendData": data}
+	key := lease.SubnetKey(subnetB)
+	if v6 {
+		attrs = map[string]any{"PublicIP": "0.0.0.0", "PublicIPv6": pubIPB, "BackendType": "wireguard", "BackendData": nil, "BackendV6Data": data}
+		key = lease.LeaseKey(netip.Prefix{}, subnetB)
+	}
+	val, _ := json.Marshal(attrs)
 	cli := c.etcdClient()
 	pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -266,15 +299,24 @@ func TestWireGuardStockPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Put(pctx, prefix+"/subnets/"+lease.SubnetKey(subnetB), string(val), clientv3.WithLease(grant.ID)); err != nil {
+	if _, err := cli.Put(pctx, prefix+"/subnets/"+key, string(val), clientv3.WithLease(grant.ID)); err != nil {
 		t.Fatal(err)
 	}
 
-	podB := c.attachPod(b, lease.SubnetEnv{Network: netip.MustParsePrefix("198.18.0.0/16"), Subnet: subnetB, MTU: 1420})
+	envB := lease.SubnetEnv{Network: netip.MustParsePrefix(network), Subnet: subnetB, MTU: 1420}
+	if v6 {
+		envB = lease.SubnetEnv{IPv6Network: netip.MustParsePrefix(network), IPv6Subnet: subnetB, MTU: 1420}
+	}
+	podB := c.attachPod(b, envB)
 	c.ping(a.pod, podB)
 	c.ping(b.pod, podA)
-	waitHandshake(c, a, pubB, 0)
-	if p := waitHandshake(c, b, keyA, 0); p.allowed != envA.Subnet.String() {
+	eventually(t, 15*time.Second, func() error {
+		if p := wgPeers(c, a, dev)[pubB]; p.handshake == 0 || p.endpoint != netip.AddrPortFrom(netip.MustParseAddr(pubIPB), uint16(port)).String() {
+			return fmt.Errorf("peer b on a's %s: %+v", dev, p)
+		}
+		return nil
+	})
+	if p := wgPeers(c, b, dev)[keyA]; p.allowed != snA.String() || p.handshake == 0 {
 		t.Fatalf("peer a on the stock host: %+v", p)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/weftnet/weft/lease"
 )
 
-// wgLeaseAttrs is the lease weftd on h wrote (found by its IPv6 underlay address).
+// wgLeaseAttrs is the lease weftd on h wrote (found by its underlay address).
 func wgLeaseAttrs(c *cluster, h *host) lease.Attrs {
 	c.t.Helper()
 	for k, v := range rawLeases(c.t, c) {
@@ -21,11 +21,11 @@ func wgLeaseAttrs(c *cluster, h *host) lease.Attrs {
 		if err != nil {
 			c.t.Fatalf("lease %s: %v", k, err)
 		}
-		if a.PublicIPv6 == lab.HostAddr6(h.lh) {
+		if a.PublicIP.String() == h.ip || a.PublicIPv6 == lab.HostAddr6(h.lh) {
 			return a
 		}
 	}
-	c.t.Fatalf("no lease with PublicIPv6 %v", lab.HostAddr6(h.lh))
+	c.t.Fatalf("no lease of %s", h.name)
 	return lease.Attrs{}
 }
 
@@ -50,7 +50,8 @@ func wgData(c *cluster, raw json.RawMessage) (key string, port int) {
 // Mode separate (flannel-wg for IPv4 on ListenPort, flannel-wg-v6 for IPv6 on
 // ListenPortV6, each peer's IPv6 side reached over IPv6) and auto (flannel-wg alone,
 // each peer once with all its subnets, reached over IPv4 here). Leases, peers,
-// addresses and routes are checked as flanneld writes and sets them.
+// addresses and routes are checked as flanneld writes and sets them; the IPv6
+// device, deleted, is made again.
 func TestWireGuardIPv6(t *testing.T) {
 	const (
 		v6only = `{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:db8::/48","Backend":{"Type":"wireguard"%s}}`
@@ -150,6 +151,13 @@ func TestWireGuardIPv6(t *testing.T) {
 			}
 			if link := c.sh(a.ns, "ip -o link show dev "+dev6); !strings.Contains(link, "mtu 1420") {
 				t.Fatalf("%s on a: %q", dev6, link)
+			}
+			// The IPv6 device deleted from under weftd is made again.
+			c.sh(a.ns, "ip link del "+dev6)
+			a.pod = pa.NS
+			pingWithin(t, a, pb.Addr6.String(), restartPingWithin)
+			if addr := c.sh(a.ns, "ip -6 -o addr show dev "+dev6+" scope global"); !strings.Contains(addr, envA.IPv6Subnet.Addr().String()+"/128") {
+				t.Fatalf("%s address on a after it was made again: %q", dev6, addr)
 			}
 		})
 	}
