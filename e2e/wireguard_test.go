@@ -342,6 +342,7 @@ func TestWireGuardKeyPersists(t *testing.T) {
 	}
 
 	c.stop(a)
+	restarted := time.Now()
 	startWG(c, a)
 	if env := c.waitSubnetEnv(a); env.Subnet != envA.Subnet {
 		t.Fatalf("subnet changed across restart: %v -> %v", envA.Subnet, env.Subnet)
@@ -359,9 +360,9 @@ func TestWireGuardKeyPersists(t *testing.T) {
 	}
 	// b still has a session with a's old device and would send on it, unanswered,
 	// until WireGuard's timers start over (keepalive 10 s + rekey 5 s): b pings first,
-	// and gets through only because a's new device sends b a handshake initiation
-	// as soon as it has b as a peer.
-	restarted := time.Now()
+	// and gets through within restartPingWithin of the start (weftd's start included)
+	// only because a's new device sends b a handshake initiation as soon as it has b
+	// as a peer.
 	for _, p := range []struct {
 		from *netns.NS
 		to   string
@@ -373,7 +374,7 @@ func TestWireGuardKeyPersists(t *testing.T) {
 			}
 			return nil
 		})
-		t.Logf("first ping %s -> %s %v after the restarted weftd had its lease", p.from.Name, p.to, time.Since(restarted).Round(time.Millisecond))
+		t.Logf("first ping %s -> %s %v after weftd on a was started again", p.from.Name, p.to, time.Since(restarted).Round(time.Millisecond))
 	}
 	// a's device is new: a handshake there means b took a's key as the one it had. (b's
 	// own record of the handshake only counts seconds and may not move.)
