@@ -28,11 +28,11 @@ const restartPingWithin = 5 * time.Second
 const wgConfig = `{"Network":"198.18.0.0/16","SubnetLen":24,"Backend":{"Type":"wireguard","PersistentKeepaliveInterval":5}}`
 
 // wgDir is h's own directory for what WireGuard keeps per host (the lab's hosts share
-// one file system): the private key and the UAPI sockets.
+// one file system): the private key and the UAPI sockets (lab.WireGuardDir).
 func wgDir(c *cluster, h *host) string {
 	c.t.Helper()
-	d := filepath.Join(c.lab.Dir(), "wg-"+h.name)
-	if err := os.MkdirAll(filepath.Join(d, "sock"), 0o755); err != nil {
+	d, err := c.lab.WireGuardDir(h.lh)
+	if err != nil {
 		c.t.Fatal(err)
 	}
 	return d
@@ -46,10 +46,14 @@ func startWG(c *cluster, h *host) {
 		Env:  wgEnv(c, h)})
 }
 
-// wgEnv puts h's key and UAPI sockets in wgDir(h).
+// wgEnv puts h's key and UAPI sockets in wgDir(h) (lab.WireGuardEnv).
 func wgEnv(c *cluster, h *host) []string {
-	d := wgDir(c, h)
-	return []string{"WIREGUARD_KEY_FILE=" + filepath.Join(d, "wgkey"), "WEFT_WG_SOCKET_DIR=" + filepath.Join(d, "sock")}
+	c.t.Helper()
+	env, err := c.lab.WireGuardEnv(h.lh)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return env
 }
 
 // wgTool runs a WireGuard tool (wg, wireguard-go) inside h's namespace with h's
