@@ -473,13 +473,21 @@ func rollout(t *testing.T, ctx context.Context, c *kubecluster.Cluster, a, b pod
 	if ds, err = c.Admin.AppsV1().DaemonSets("kube-flannel").Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	await(t, ctx, "rollout done", func() (bool, string) {
+	awaitRolled(t, ctx, c, ds.Generation, next)
+	return p.stop(t, ctx)
+}
+
+// awaitRolled waits until the weft DaemonSet has observed generation gen and runs
+// image on both nodes, every old pod gone.
+func awaitRolled(t *testing.T, ctx context.Context, c *kubecluster.Cluster, gen int64, image string) {
+	t.Helper()
+	await(t, ctx, "rollout to "+image+" done", func() (bool, string) {
 		got, err := c.Admin.AppsV1().DaemonSets("kube-flannel").Get(ctx, "weft", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		s := got.Status
-		if s.ObservedGeneration < ds.Generation || s.UpdatedNumberScheduled != 2 || s.NumberReady != 2 || s.NumberAvailable != 2 {
+		if s.ObservedGeneration < gen || s.UpdatedNumberScheduled != 2 || s.NumberReady != 2 || s.NumberAvailable != 2 {
 			return false, fmt.Sprintf("%+v", s)
 		}
 		pods, err := c.Admin.CoreV1().Pods("kube-flannel").List(ctx, metav1.ListOptions{LabelSelector: "app=weft"})
@@ -487,13 +495,12 @@ func rollout(t *testing.T, ctx context.Context, c *kubecluster.Cluster, a, b pod
 			return false, err.Error()
 		}
 		for _, p := range pods.Items {
-			if p.Spec.Containers[0].Image != next || p.DeletionTimestamp != nil {
+			if p.Spec.Containers[0].Image != image || p.DeletionTimestamp != nil {
 				return false, "pod " + p.Name + " not replaced yet"
 			}
 		}
 		return len(pods.Items) == 2, fmt.Sprintf("%d pods", len(pods.Items))
 	})
-	return p.stop(t, ctx)
 }
 
 // pinger is ping running from one pod to another every 10 ms.
