@@ -581,6 +581,13 @@ func (w *wireGuard) apply(key netip.Prefix, want [2]*wgPeerConf, log *zap.Logger
 			continue
 		}
 		err := d.Configure(wgtypes.Config{Peers: []wgtypes.PeerConfig{w.peerConfig(n)}})
+		var gone netlink.LinkNotFoundError
+		if _, lerr := d.Link(); err != nil && errors.As(lerr, &gone) {
+			// Deleted from under us: kept, the device made again (Run) gets it.
+			log.Warn("the device is gone; the peer goes on the one made again", zap.String("device", d.Name()), zap.Error(err))
+			w.owner[i][n.key] = key
+			continue
+		}
 		if err != nil {
 			log.Error("adding the peer", zap.String("device", d.Name()), zap.Error(err))
 			want[i] = nil

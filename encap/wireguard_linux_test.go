@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"go.uber.org/zap/zaptest"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/weftnet/weft/bench/netns"
 	"github.com/weftnet/weft/bench/netnstest"
@@ -96,16 +97,42 @@ func TestWireGuardUserspacePair(t *testing.T) {
 	}
 	// The UAPI socket answers `get` as wireguard-go's does.
 	sock := filepath.Join(a.dir, "sock", "flannel-wg.sock")
-	c, err := net.Dial("unix", sock)
-	if err != nil {
+	if got := uapiGet(t, sock); !strings.Contains(got, "listen_port=51820") || !strings.Contains(got, "allowed_ip=198.18.2.0/24") {
+		t.Fatalf("UAPI get: %q", got)
+	}
+
+	// The device deleted from under the backend, and a peer added meanwhile: a repair
+	// pass makes the device again with both peers, its address and route, and the
+	// tunnel carries a ping again.
+	if out, err := a.ns.Run(ctx, "ip", "link", "del", "flannel-wg"); err != nil {
+		t.Fatalf("ip link del: %v: %s", err, out)
+	}
+	otherKey, _ := wgtypes.GeneratePrivateKey()
+	other := wgPeerLease(t, "198.18.3.0/24", "192.0.2.30", "", "", otherKey, 51820, 0)
+	if err := a.ns.Do(func() error {
+		a.be.HandleEvents(ctx, []lease.Event{{Type: lease.Added, Lease: other}})
+		a.be.(*wireGuard).repair()
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = c.Write([]byte("get=1\n\n"))
-	buf := make([]byte, 4096)
-	n, _ := c.Read(buf)
-	c.Close()
-	if !strings.Contains(string(buf[:n]), "listen_port=51820") || !strings.Contains(string(buf[:n]), "allowed_ip=198.18.2.0/24") {
-		t.Fatalf("UAPI get: %q", buf[:n])
+	if got := uapiGet(t, sock); !strings.Contains(got, "allowed_ip=198.18.2.0/24") || !strings.Contains(got, "allowed_ip=198.18.3.0/24") {
+		t.Fatalf("UAPI get after the repair: %q", got)
+	}
+	if out, err := a.ns.Run(ctx, "ip", "-4", "-o", "addr", "show", "dev", "flannel-wg"); err != nil || !strings.Contains(out, "198.18.1.0/32") {
+		t.Fatalf("address after the repair: %q (%v)", out, err)
+	}
+	if out, err := a.ns.Run(ctx, "ping", "-c", "2", "-W", "2", "198.18.2.0"); err != nil {
+		t.Fatalf("ping through the device made again: %v: %s", err, out)
+	}
+	if got := a.be.(*wireGuard).Repairs(); got["device"] != 1 || got["route"] != 0 {
+		t.Fatalf("repairs %v, want one device", got)
+	}
+	if err := a.ns.Do(func() error {
+		a.be.HandleEvents(ctx, []lease.Event{{Type: lease.Removed, Lease: other}})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	// A peer's lease gone: its peer goes.
 	if err := a.ns.Do(func() error {
@@ -127,4 +154,25 @@ func TestWireGuardUserspacePair(t *testing.T) {
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("UAPI socket left after Close: %v", err)
 	}
+}
+
+// uapiGet asks the UAPI socket at sock for the device's configuration.
+func uapiGet(t *testing.T, sock string) string {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = c.Write([]byte("get=1\n\n"))
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for !strings.HasSuffix(b.String(), "\n\n") {
+		n, err := c.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return b.String()
 }
