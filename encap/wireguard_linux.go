@@ -85,6 +85,7 @@ type userWG struct {
 	uapi net.Listener
 	path string // the UAPI socket
 	wg   sync.WaitGroup
+	kick *kicker
 }
 
 func newUserWG(name string, mtu int, socketDir string, log *zap.Logger) (*userWG, error) {
@@ -97,7 +98,7 @@ func newUserWG(name string, mtu int, socketDir string, log *zap.Logger) (*userWG
 		Verbosef: func(format string, args ...any) { dlog.Debug(fmt.Sprintf(format, args...)) },
 		Errorf:   func(format string, args ...any) { dlog.Warn(fmt.Sprintf(format, args...)) },
 	})
-	u := &userWG{name: name, dev: dev, path: filepath.Join(socketDir, name+".sock")}
+	u := &userWG{name: name, dev: dev, path: filepath.Join(socketDir, name+".sock"), kick: &kicker{dev: dev}}
 	if u.uapi, err = listenUAPI(name, socketDir); err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("UAPI socket: %w", err)
@@ -154,12 +155,11 @@ func (u *userWG) Kind() string                { return WireGuardUserspace }
 func (u *userWG) Link() (netlink.Link, error) { return netlink.LinkByName(u.name) }
 
 // Configure applies c through the device's UAPI, then brings it up (a no-op when up)
-// and sends a handshake initiation to each peer c added. A peer that still has a
-// session with this host's previous device (weftd restarted, or the device made
-// again) would otherwise keep sending on it, unanswered, until WireGuard's own timers
-// make it start over (keepalive 10 s + rekey 5 s); the initiation replaces that
-// session at once. Without persistent keepalive, wireguard-go sends none by itself.
+// and has the kicker start a handshake with each peer c added.
 func (u *userWG) Configure(c wgtypes.Config) error {
+	if c.PrivateKey != nil {
+		u.kick.setOwn(c.PrivateKey.PublicKey())
+	}
 	var added []device.NoisePublicKey
 	for _, p := range c.Peers {
 		if !p.Remove && (c.ReplacePeers || u.dev.LookupPeer(device.NoisePublicKey(p.PublicKey)) == nil) {
@@ -172,18 +172,14 @@ func (u *userWG) Configure(c wgtypes.Config) error {
 	if err := u.dev.Up(); err != nil {
 		return err
 	}
-	for _, k := range added {
-		// At most one per RekeyTimeout; one a keepalive just sent counts.
-		if p := u.dev.LookupPeer(k); p != nil {
-			_ = p.SendHandshakeInitiation(false)
-		}
-	}
+	u.kick.added(added)
 	return nil
 }
 
 // Close stops the device (the kernel removes its TUN with the last file) and removes
 // the UAPI socket.
 func (u *userWG) Close() error {
+	u.kick.close()
 	err := u.uapi.Close()
 	u.wg.Wait()
 	u.dev.Close()

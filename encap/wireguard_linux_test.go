@@ -2,6 +2,7 @@ package encap
 
 import (
 	"context"
+	"encoding/hex"
 	"net"
 	"net/netip"
 	"os"
@@ -175,4 +176,17 @@ func uapiGet(t *testing.T, sock string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestHandshaken: the peers of a UAPI get body that have had a handshake.
+func TestHandshaken(t *testing.T) {
+	a, b := [32]byte{1}, [32]byte{2}
+	body := "private_key=00\nlisten_port=51820\n" +
+		"public_key=" + hex.EncodeToString(a[:]) + "\nlast_handshake_time_sec=0\nlast_handshake_time_nsec=0\n" +
+		"public_key=" + hex.EncodeToString(b[:]) + "\nendpoint=192.0.2.1:51820\nlast_handshake_time_sec=1795677574\n" +
+		"errno=0\n\n"
+	got := handshaken(body)
+	if len(got) != 1 || !got[b] || got[a] {
+		t.Fatalf("handshaken: %v", got)
+	}
 }
