@@ -31,50 +31,20 @@ const flannelImage = "registry.weft.test/flannel:v0.28.10"
 // ConfigMap is flannel's, unchanged.
 func TestDaemonSetFromFlannel(t *testing.T) {
 	image := daemonSetPrereqs(t)
-	cmd := exec.Command("go", "mod", "download", "-json", "github.com/flannel-io/flannel")
-	cmd.Dir = filepath.Join("..", "test", "flannel")
-	out, err := cmd.Output()
-	var mod struct{ Dir string }
-	if err == nil {
-		err = json.Unmarshal(out, &mod)
-	}
-	testenv.Need(t, err == nil && mod.Dir != "", "the flannel module (cd test/flannel && go mod download)")
-	tmp := t.TempDir()
-	buildStart := time.Now()
-	flanneld := filepath.Join(tmp, "flanneld")
-	if err := kubecluster.BuildFlanneld(context.Background(), "..", flanneld); err != nil {
-		t.Fatal(err)
-	}
-	flannelTar := filepath.Join(tmp, "flannel.tar")
-	if err := kubecluster.WriteImageOver(flannelTar, image, flannelImage, map[string]string{"/opt/bin/flanneld": flanneld}); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("static flanneld and its image built in %v", time.Since(buildStart).Round(time.Millisecond))
+	flannelTar, modDir := flannelTestImage(t, image)
 
 	start := time.Now()
 	c := kubecluster.Start(t, kubecluster.Options{RepoRoot: "..", Images: []string{image, flannelTar}})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	// flannel, as kube-flannel.yml has it but for the image: the init steps copy with
-	// weft-install, as the image has no cp.
+	// flannel, as kube-flannel.yml has it but for the image.
 	conf := dsNetConf(t, "vxlan")
-	kubeFlannel := filepath.Join(mod.Dir, "Documentation", "kube-flannel.yml")
+	kubeFlannel := filepath.Join(modDir, "Documentation", "kube-flannel.yml")
 	flannelObjs := func(obj kruntime.Object) bool {
 		conf(obj)
 		if ds, ok := obj.(*appsv1.DaemonSet); ok {
-			spec := &ds.Spec.Template.Spec
-			for i := range spec.InitContainers {
-				ic := &spec.InitContainers[i]
-				ic.Image = flannelImage
-				ic.Command = []string{"/opt/bin/weft-install"}
-				if ic.Name == "install-cni" {
-					ic.Args = append([]string{"-mode", "0644"}, ic.Args...)
-				} else {
-					ic.Args = []string{"/flannel", "/opt/cni/bin/flannel"}
-				}
-			}
-			spec.Containers[0].Image = flannelImage
+			useFlannelImage(ds)
 		}
 		return true
 	}
@@ -219,6 +189,50 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 	pingPod(t, ctx, c.Admin, a, b)
 	pingPod(t, ctx, c.Admin, b, d)
 	tcpPods(t, b, a, 1<<20)
+}
+
+// flannelTestImage builds the upstream flanneld (test/flannel) into flannelImage's
+// archive and returns it with the directory of flannel's Go module (its manifests and
+// chart).
+func flannelTestImage(t *testing.T, image string) (tar, modDir string) {
+	t.Helper()
+	cmd := exec.Command("go", "mod", "download", "-json", "github.com/flannel-io/flannel")
+	cmd.Dir = filepath.Join("..", "test", "flannel")
+	out, err := cmd.Output()
+	var mod struct{ Dir string }
+	if err == nil {
+		err = json.Unmarshal(out, &mod)
+	}
+	testenv.Need(t, err == nil && mod.Dir != "", "the flannel module (cd test/flannel && go mod download)")
+	tmp := t.TempDir()
+	buildStart := time.Now()
+	flanneld := filepath.Join(tmp, "flanneld")
+	if err := kubecluster.BuildFlanneld(context.Background(), "..", flanneld); err != nil {
+		t.Fatal(err)
+	}
+	tar = filepath.Join(tmp, "flannel.tar")
+	if err := kubecluster.WriteImageOver(tar, image, flannelImage, map[string]string{"/opt/bin/flanneld": flanneld}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("static flanneld and its image built in %v", time.Since(buildStart).Round(time.Millisecond))
+	return tar, mod.Dir
+}
+
+// useFlannelImage makes flannel's DaemonSet run flannelImage: its init steps copy
+// with weft-install, as the image has no cp or install-conf.
+func useFlannelImage(ds *appsv1.DaemonSet) {
+	spec := &ds.Spec.Template.Spec
+	for i := range spec.InitContainers {
+		ic := &spec.InitContainers[i]
+		ic.Image = flannelImage
+		ic.Command = []string{"/opt/bin/weft-install"}
+		if ic.Name == "install-cni" {
+			ic.Args = append([]string{"-mode", "0644"}, ic.Args...)
+		} else {
+			ic.Args = []string{"/flannel", "/opt/cni/bin/flannel"}
+		}
+	}
+	spec.Containers[0].Image = flannelImage
 }
 
 // awaitNoPods waits until no pod in kube-flannel matches selector.

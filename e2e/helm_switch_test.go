@@ -1,0 +1,193 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/weftnet/weft/bench/kubecluster"
+)
+
+// TestHelmFromFlannelChart runs a cluster on flannel's own chart (chart/kube-flannel
+// v0.28.10, installed with helm's Go module from a values file) and switches it to
+// weft's chart with the same values file, as deploy/README.md says: helm uninstall
+// flannel, helm install weft. The running pods keep their addresses and keep talking
+// (ping every 10 ms throughout: the loss is reported), and net-conf.json is the same.
+func TestHelmFromFlannelChart(t *testing.T) {
+	image := daemonSetPrereqs(t)
+	flannelTar, modDir := flannelTestImage(t, image)
+	start := time.Now()
+	c := kubecluster.Start(t, kubecluster.Options{RepoRoot: "..", Images: []string{image, flannelTar}})
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel",
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
+	if _, err := c.Admin.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := helmConfig(t, c, ns.Name)
+	file := fmt.Sprintf("podCidr: %q\nflannel:\n  backend: vxlan\n", kubecluster.ClusterCIDR)
+
+	// flannel's chart, with the test's flanneld image (a test-only post-render step
+	// points the init steps at weft-install, as the image has no cp).
+	flannelChart, err := loader.Load(filepath.Join(modDir, "chart", "kube-flannel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := helmValuesFile(t, file)
+	vals["flannel"].(map[string]any)["image"] = map[string]any{"repository": "registry.weft.test/flannel", "tag": "v0.28.10"}
+	inst := action.NewInstall(cfg)
+	inst.ReleaseName, inst.Namespace, inst.Wait, inst.Timeout = "flannel", ns.Name, true, 4*time.Minute
+	inst.PostRenderer = flannelImageRenderer{}
+	if _, err := inst.RunWithContext(ctx, flannelChart, vals); err != nil {
+		logNetPods(t, ctx, c.Admin)
+		t.Fatalf("helm install flannel's chart: %v", err)
+	}
+	checkNodes(t, ctx, c)
+	checkDaemonSet(t, ctx, c.Admin, "kube-flannel-ds")
+	before := clusterNetConf(t, ctx, c)
+	a := runPod(t, ctx, c, "pod-a", c.Nodes[0])
+	b := runPod(t, ctx, c, "pod-b", c.Nodes[1])
+	pingPod(t, ctx, c.Admin, a, b)
+	for _, n := range c.Nodes {
+		if rules := iptablesSave(t, ctx, n); !strings.Contains(rules, "-j FLANNEL-FWD") {
+			t.Fatalf("node %s runs flanneld without its FLANNEL-FWD chain:\n%s", n.Name, rules)
+		}
+	}
+	t.Logf("flannel's chart: nodes, DaemonSet and pods ready %v after start", time.Since(start).Round(time.Millisecond))
+
+	// The switch.
+	p := startPing(t, ctx, a, b)
+	defer p.kill()
+	u := action.NewUninstall(cfg)
+	u.Wait, u.Timeout = true, 2*time.Minute
+	if _, err := u.Run("flannel"); err != nil {
+		t.Fatalf("helm uninstall flannel: %v", err)
+	}
+	awaitNoPods(t, ctx, c, "app=flannel")
+	weftChart, err := loader.Load(filepath.Join("..", "deploy", "chart", "weft"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst = action.NewInstall(cfg)
+	inst.ReleaseName, inst.Namespace, inst.Wait, inst.Timeout = "weft", ns.Name, true, 4*time.Minute
+	if _, err := inst.RunWithContext(ctx, weftChart, helmValuesFile(t, file)); err != nil {
+		logNetPods(t, ctx, c.Admin)
+		t.Fatalf("helm install weft: %v", err)
+	}
+	checkDaemonSet(t, ctx, c.Admin, "weft")
+	sent, received, gap := p.stop(t, ctx)
+	t.Logf("flannel's chart -> weft's: %d pings every 10 ms, %d answered, longest gap %v; %v after start",
+		sent, received, gap, time.Since(start).Round(time.Millisecond))
+	if received == 0 {
+		t.Errorf("no ping answered during the switch")
+	}
+	if after := clusterNetConf(t, ctx, c); after != before {
+		t.Errorf("net-conf.json changed in the switch:\n%s\n->\n%s", before, after)
+	}
+	for _, want := range []pod{a, b} {
+		got, err := c.Admin.CoreV1().Pods("default").Get(ctx, want.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.PodIP != want.ip.String() || got.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("pod %s: address %s (was %s), restarts %d", want.name, got.Status.PodIP, want.ip, got.Status.ContainerStatuses[0].RestartCount)
+		}
+	}
+	// weftd took over the rules: flanneld's chains are gone, weft's are there.
+	for _, n := range c.Nodes {
+		rules := iptablesSave(t, ctx, n)
+		if strings.Contains(rules, "FLANNEL-") || !strings.Contains(rules, "-j WEFT-FWD") {
+			t.Errorf("node %s after the switch: want weft's forward chain and none of flanneld's:\n%s", n.Name, rules)
+		}
+	}
+	pingPod(t, ctx, c.Admin, a, b)
+	pingPod(t, ctx, c.Admin, b, a)
+	tcpPods(t, a, b, 8<<20)
+	d := runPod(t, ctx, c, "pod-c", c.Nodes[0])
+	pingPod(t, ctx, c.Admin, d, b)
+}
+
+// helmValuesFile parses a values file's text as helm does.
+func helmValuesFile(t *testing.T, s string) map[string]any {
+	t.Helper()
+	v, err := chartutil.ReadValues([]byte(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.AsMap()
+}
+
+// clusterNetConf is net-conf.json of the kube-flannel-cfg ConfigMap.
+func clusterNetConf(t *testing.T, ctx context.Context, c *kubecluster.Cluster) string {
+	t.Helper()
+	cm, err := c.Admin.CoreV1().ConfigMaps("kube-flannel").Get(ctx, "kube-flannel-cfg", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return normalJSON(t, cm.Data["net-conf.json"])
+}
+
+// flannelImageRenderer is a helm post-renderer that passes every object on as it is
+// but the DaemonSet, which useFlannelImage edits.
+type flannelImageRenderer struct{}
+
+func (flannelImageRenderer) Run(in *bytes.Buffer) (*bytes.Buffer, error) {
+	out := &bytes.Buffer{}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(in))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return nil, err
+		}
+		var kind struct{ Kind string }
+		if err := yaml.Unmarshal(doc, &kind); err != nil {
+			return nil, err
+		}
+		if kind.Kind == "DaemonSet" {
+			var ds appsv1.DaemonSet
+			if err := yaml.UnmarshalStrict(doc, &ds); err != nil {
+				return nil, err
+			}
+			useFlannelImage(&ds)
+			if doc, err = yaml.Marshal(&ds); err != nil {
+				return nil, err
+			}
+		}
+		out.WriteString("---\n")
+		out.Write(doc)
+	}
+}
+
+// normalJSON re-encodes a JSON document with sorted keys and no spaces.
+func normalJSON(t *testing.T, s string) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, s)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
