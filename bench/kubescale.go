@@ -207,9 +207,9 @@ func (r *kubeRun) measureInto(ctx context.Context, s ScaleSubject, n int, pt *Sc
 		if ok, err := d.Exited(); ok {
 			return false, fmt.Errorf("%w: %v\n%s", lab.ErrDaemonExited, err, d.LogTail(20))
 		}
-		return routes.count() >= n, nil
+		return routes.count() >= len(r.nodes), nil
 	}); err != nil {
-		return fmt.Errorf("%d of %d peer routes: %w", routes.count(), n, err)
+		return fmt.Errorf("%d of %d peer routes: %w", routes.count(), len(r.nodes), err)
 	}
 	pt.ReadyS = time.Since(kd.Started).Seconds()
 	pt.Load1 = loadavg()
@@ -300,7 +300,8 @@ func (r *kubeRun) churn(ctx context.Context, routes *routeWatch) (lat []float64,
 	tick := time.NewTicker(time.Second / time.Duration(r.o.Rate))
 	defer tick.Stop()
 	end := time.Now().Add(r.o.Churn)
-	for time.Now().Before(end) {
+	// An even number of changes: as many Nodes created as deleted, so N stays.
+	for time.Now().Before(end) || ops%2 == 1 {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
