@@ -11,7 +11,7 @@ export CGO_ENABLED ?= 0
 # containernetworking-plugins gives bridge and host-local, but no longer flannel).
 CNI_FLANNEL_PKG := github.com/containernetworking/plugins/plugins/meta/flannel@v0.9.1
 
-.PHONY: all deps build flanneld image test unit race cross cross-build fuzz lint vet fmt staticcheck demo bench clean
+.PHONY: all deps build flanneld image image-deps image-lock pin test unit race cross cross-build fuzz lint vet fmt staticcheck demo bench clean
 
 all: build
 
@@ -42,17 +42,44 @@ $(BIN)/flanneld: test/flannel/go.mod test/flannel/go.sum
 	cd test/flannel && CGO_ENABLED=1 $(GO) build -o $(CURDIR)/$(BIN)/flanneld github.com/flannel-io/flannel
 
 # image builds weftd's container image without a daemon or a registry (cmd/weft-image):
-# static weftd and weft-install, weft's flannel CNI plugin (cmd/weft-cni, as /flannel), iptables from Debian's .debs
-# (cached in bin/image/debs). Same inputs, same digest. Load it with
-# `ctr -n k8s.io images import bin/weftd-image.tar` or `docker load -i bin/weftd-image.tar`.
-IMAGE_TAR := $(BIN)/weftd-image.tar
-STATIC    := CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w -buildid='
-image: deps
-	$(STATIC) -o $(BIN)/image/weftd ./cmd/weftd
-	$(STATIC) -o $(BIN)/image/weft-install ./cmd/weft-install
-	$(STATIC) -o $(BIN)/image/weft-cni ./cmd/weft-cni
-	$(GO) run ./cmd/weft-image -o $(IMAGE_TAR) -weftd $(BIN)/image/weftd \
-		-install $(BIN)/image/weft-install -cni $(BIN)/image/weft-cni -debs $(BIN)/image/debs
+# an OCI image index for every architecture kube-flannel ships (ALL_ARCHS), each image
+# holding static weftd and weft-install, weft's flannel CNI plugin (cmd/weft-cni, as
+# /flannel), and iptables (both backends) and nft from that architecture's Debian
+# .debs, exactly the versions and sha256 sums in cmd/weft-image/debs.lock (cached in
+# ~/.cache/weft/debs). Same source, Go version and lock, same digests: the binaries
+# carry no VCS stamp, build id or path. It prints each image's compressed size and the
+# index digest; `make pin` writes that digest into deploy/, `make image-lock` refreshes
+# the lock. Load it with `ctr -n k8s.io images import bin/weftd-image.tar` or
+# `docker load -i bin/weftd-image.tar` (deploy/README.md).
+IMAGE_TAR   := $(BIN)/weftd-image.tar
+IMAGE_DEBS  := apt dpkg debian-archive-keyring
+VERSION     := 0.1.0
+IMAGE_BUILD := CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -buildvcs=false \
+               -ldflags='-s -w -buildid= -X main.version=$(VERSION)'
+image-deps:
+	@missing=""; for p in $(IMAGE_DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+image: image-deps
+	@set -e; for a in $(ALL_ARCHS); do \
+		echo "build weftd, weft-install, weft-cni for linux/$$a"; \
+		GOARCH=$$a GOARM=7 $(IMAGE_BUILD) -o $(BIN)/image/$$a/ ./cmd/weftd ./cmd/weft-install ./cmd/weft-cni; \
+	done
+	$(GO) run ./cmd/weft-image -o $(IMAGE_TAR) -bins $(BIN)/image
+
+# image-lock re-resolves the image's Debian packages for every architecture (private
+# apt state per architecture in ~/.cache/weft/apt, the machine's sources untouched) and
+# rewrites cmd/weft-image/debs.lock; commit it, then make image && make pin.
+image-lock: image-deps
+	$(GO) run ./cmd/weft-image lock
+
+# pin writes the index digest of bin/weftd-image.tar into deploy/weft.yml,
+# deploy/weft-cleanup.yml and deploy/chart/weft/values.yaml; TestPinned (in make test)
+# fails until it has been run after a change to the image.
+pin:
+	$(GO) run ./cmd/weft-image pin -image $(IMAGE_TAR)
 
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(BIN)/tools/staticcheck

@@ -333,7 +333,9 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, account, configMap strin
 	}
 }
 
-// imageRef is the image make image builds (cmd/weft-image's defaultRef).
+// imageRef is the image make image builds (cmd/weft-image's defaultRef) pinned to the
+// index digest weft.yml names first; every container must name exactly it. That the
+// digest is the one make image built last is cmd/weft-image's TestPinned.
 func imageRef(t *testing.T) string {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join("..", "cmd", "weft-image", "main.go"))
@@ -344,7 +346,15 @@ func imageRef(t *testing.T) string {
 	if m == nil {
 		t.Fatal("cmd/weft-image/main.go: no defaultRef constant")
 	}
-	return string(m[1])
+	manifest, err := os.ReadFile("weft.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := regexp.MustCompile(regexp.QuoteMeta(string(m[1])) + `@sha256:[0-9a-f]{64}`).Find(manifest)
+	if pinned == nil {
+		t.Fatalf("weft.yml does not name %s@sha256:<index digest>: run make image and make pin", m[1])
+	}
+	return string(pinned)
 }
 
 // TestManifestMatchesKubeFlannel compares weft.yml with the kube-flannel.yml of the

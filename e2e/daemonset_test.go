@@ -457,7 +457,8 @@ func rollout(t *testing.T, ctx context.Context, c *kubecluster.Cluster, a, b pod
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := ds.Spec.Template.Spec.Containers[0].Image
+	// The manifest pins name:tag@digest; containerd has the image under name:tag.
+	old, _, _ := strings.Cut(ds.Spec.Template.Spec.Containers[0].Image, "@")
 	next := old + "-next"
 	for _, n := range c.Nodes {
 		if out, err := n.Ctr(ctx, "-n", "k8s.io", "images", "tag", old, next); err != nil {

@@ -37,86 +37,70 @@ func fullRef(ref string) (full, tag string, err error) {
 	return repo + ":" + tag, tag, nil
 }
 
-// writeArchive writes img as one tar that both `ctr images import` and `docker load`
-// read, as `docker save` has since Docker 25: an OCI image layout (oci-layout,
-// index.json, blobs/sha256/…) and, beside it, Docker's manifest.json pointing at the
-// same blobs. Entries are sorted, owned by root and dated mtime: the same image gives
-// the same bytes.
-func writeArchive(w io.Writer, img v1.Image, ref string, mtime time.Time) error {
+// writeArchive writes the image index idx as one tar that both `ctr images import`
+// and `docker load` read, as `docker save` has since Docker 25: an OCI image layout
+// (oci-layout, index.json, blobs/sha256/…) and, beside it, Docker's manifest.json
+// pointing at the blobs of host, the image of the machine's architecture (docker load
+// takes one platform). index.json names the index twice for containerd: by tag, and by
+// digest (repo@sha256:…), the name the CRI looks a pinned image reference up by.
+// Entries are sorted, owned by root and dated mtime: the same index gives the same bytes.
+func writeArchive(w io.Writer, idx v1.ImageIndex, host v1.Image, ref string, mtime time.Time) error {
 	full, tag, err := fullRef(ref)
 	if err != nil {
 		return err
 	}
+	repo := strings.TrimSuffix(full, ":"+tag)
 	files := map[string][]byte{}
 	blob := func(d v1.Hash) string { return "blobs/" + d.Algorithm + "/" + d.Hex }
 
-	rawManifest, err := img.RawManifest()
+	rawIndex, err := idx.RawManifest()
 	if err != nil {
 		return err
 	}
-	digest, err := img.Digest()
+	indexDigest, err := idx.Digest()
 	if err != nil {
 		return err
 	}
-	files[blob(digest)] = rawManifest
-	rawConfig, err := img.RawConfigFile()
+	files[blob(indexDigest)] = rawIndex
+	im, err := idx.IndexManifest()
 	if err != nil {
 		return err
 	}
-	cfgName, err := img.ConfigName()
+	hostDigest, err := host.Digest()
 	if err != nil {
 		return err
 	}
-	files[blob(cfgName)] = rawConfig
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	layers, err := img.Layers()
-	if err != nil {
-		return err
-	}
-	var layerPaths []string
-	for _, l := range layers {
-		d, err := l.Digest()
+	var docker []dockerManifest
+	for _, desc := range im.Manifests {
+		img, err := idx.Image(desc.Digest)
 		if err != nil {
 			return err
 		}
-		rc, err := l.Compressed()
+		paths, err := addImageBlobs(files, img, blob)
 		if err != nil {
 			return err
 		}
-		data, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			return err
+		if desc.Digest == hostDigest {
+			docker = append(docker, dockerManifest{Config: paths[0], RepoTags: []string{full}, Layers: paths[1:]})
 		}
-		files[blob(d)] = data
-		layerPaths = append(layerPaths, blob(d))
+	}
+	if len(docker) != 1 {
+		return fmt.Errorf("the host image %s is not in the index", hostDigest)
 	}
 
-	index := v1.IndexManifest{
-		SchemaVersion: 2,
-		MediaType:     types.OCIImageIndex,
-		Manifests: []v1.Descriptor{{
-			MediaType: types.OCIManifestSchema1,
-			Digest:    digest,
-			Size:      int64(len(rawManifest)),
-			Annotations: map[string]string{
-				"io.containerd.image.name":          full,
-				"org.opencontainers.image.ref.name": tag,
-			},
-			Platform: &v1.Platform{OS: cfg.OS, Architecture: cfg.Architecture},
-		}},
+	layout := v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex}
+	for _, name := range []string{full, repo + "@" + indexDigest.String()} {
+		a := map[string]string{"io.containerd.image.name": name}
+		if name == full {
+			a["org.opencontainers.image.ref.name"] = tag
+		}
+		layout.Manifests = append(layout.Manifests, v1.Descriptor{
+			MediaType: types.OCIImageIndex, Digest: indexDigest, Size: int64(len(rawIndex)), Annotations: a,
+		})
 	}
-	if files["index.json"], err = json.Marshal(index); err != nil {
+	if files["index.json"], err = json.Marshal(layout); err != nil {
 		return err
 	}
-	docker := []struct {
-		Config   string
-		RepoTags []string
-		Layers   []string
-	}{{Config: blob(cfgName), RepoTags: []string{full}, Layers: layerPaths}}
 	if files["manifest.json"], err = json.Marshal(docker); err != nil {
 		return err
 	}
@@ -159,4 +143,57 @@ func next(s string, i int) int {
 		return -1
 	}
 	return i + 1 + j
+}
+
+// dockerManifest is one image of docker save's manifest.json.
+type dockerManifest struct {
+	Config   string
+	RepoTags []string
+	Layers   []string
+}
+
+// addImageBlobs puts img's manifest, config and compressed layers into files and
+// returns the paths of the config and the layers, in order.
+func addImageBlobs(files map[string][]byte, img v1.Image, blob func(v1.Hash) string) ([]string, error) {
+	rawManifest, err := img.RawManifest()
+	if err != nil {
+		return nil, err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return nil, err
+	}
+	files[blob(digest)] = rawManifest
+	rawConfig, err := img.RawConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfgName, err := img.ConfigName()
+	if err != nil {
+		return nil, err
+	}
+	files[blob(cfgName)] = rawConfig
+	paths := []string{blob(cfgName)}
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			return nil, err
+		}
+		rc, err := l.Compressed()
+		if err != nil {
+			return nil, err
+		}
+		data, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return nil, err
+		}
+		files[blob(d)] = data
+		paths = append(paths, blob(d))
+	}
+	return paths, nil
 }

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/bench/testenv"
@@ -156,30 +159,36 @@ func TestContainerdRunsImage(t *testing.T) {
 	testenv.NeedRoot(t)
 	testenv.NeedTools(t, "containerd", "ctr", "runc", "apt-get", "apt-cache", "dpkg-deb", "go")
 	bin := os.Getenv("WEFT_BIN")
-	testenv.Need(t, bin != "", "WEFT_BIN (where make image caches the .debs)")
+	built := filepath.Join(bin, "weftd-image.tar")
+	_, err := os.Stat(built)
+	testenv.Need(t, bin != "" && err == nil, "WEFT_BIN/weftd-image.tar (make image)")
 
 	ctx := context.Background()
 	work := t.TempDir()
 	weftd := goBuildStatic(t, work, "github.com/weftnet/weft/cmd/weftd")
 	install := goBuildStatic(t, work, "github.com/weftnet/weft/cmd/weft-install")
 	cniPlugin := goBuildStatic(t, work, "github.com/weftnet/weft/cmd/weft-cni")
-	pkgs, err := resolveDebs(ctx, strings.Split(defaultPackages, ","))
+	lock, err := readLock("debs.lock")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The same cache make image fills, so the test downloads them at most once.
-	debs, err := fetchDebs(ctx, filepath.Join(bin, "image", "debs"), pkgs)
+	host, err := findPlatform(runtime.GOARCH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cache make image fills, so the test downloads them at most once.
+	debs, err := fetchLocked(ctx, defaultCache(), host, lock, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := spec{Weftd: weftd, Install: install, CNIPlugin: cniPlugin, Debs: debs,
-		IptablesMode: "nft", Arch: "amd64", Created: time.Unix(0, 0).UTC(), Version: "e2e"}
+		IptablesMode: "nft", Platform: host, Created: time.Unix(0, 0).UTC(), Version: "e2e"}
 	d1, a1 := buildArchive(t, s)
 	d2, a2 := buildArchive(t, s)
 	if d1 != d2 || !bytes.Equal(a1, a2) {
 		t.Fatalf("two builds of the real inputs differ: %v and %v", d1, d2)
 	}
-	t.Logf("image %v, archive %d bytes", d1, len(a1))
+	t.Logf("image index %v, archive %d bytes", d1, len(a1))
 	archive := filepath.Join(work, "weftd-image.tar")
 	if err := os.WriteFile(archive, a1, 0o644); err != nil {
 		t.Fatal(err)
@@ -190,13 +199,22 @@ func TestContainerdRunsImage(t *testing.T) {
 	if _, err := c.ctr(ctx, "images", "import", archive); err != nil {
 		t.Fatal(err)
 	}
-	// The imported image keeps the digest built here (the OCI layout is imported as is).
-	list, err := c.ctr(ctx, "images", "ls")
+	// The imported image keeps the digest built here (the OCI layout is imported as is),
+	// under its tag and under repo@digest, the name the CRI resolves a pinned reference to.
+	checkImported(t, c, []string{ref, "docker.io/weftnet/weftd@" + d1.String()}, d1, host.String())
+
+	// make image's archive, every platform in one index, imports too; its host image runs.
+	if _, err := c.ctr(ctx, "images", "import", built); err != nil {
+		t.Fatal(err)
+	}
+	builtRef, builtDigest, err := archiveIndex(built)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(list, ref) || !strings.Contains(list, d1.String()) || !strings.Contains(list, "linux/amd64") {
-		t.Fatalf("ctr images ls does not show %s %s linux/amd64:\n%s", ref, d1, list)
+	repo := builtRef[:strings.LastIndexByte(builtRef, ':')]
+	checkImported(t, c, []string{builtRef, repo + "@" + builtDigest.String()}, builtDigest, host.String())
+	if out, err := c.ctr(ctx, "run", "--rm", repo+"@"+builtDigest.String(), "weft-built", "/opt/bin/weftd", "--version"); err != nil || !strings.Contains(out, "0.1.0") {
+		t.Errorf("weftd --version in %s: %q %v", builtRef, out, err)
 	}
 
 	hostCNI := filepath.Join(work, "opt-cni-bin")
@@ -283,5 +301,30 @@ func TestContainerdRunsImage(t *testing.T) {
 	// manifest adds is the one that matters.
 	if out, err := c.ctr(ctx, "run", "--rm", ref, "weft-e2e", "iptables", "-w", "5", "-t", "nat", "-S"); err == nil {
 		t.Errorf("iptables without NET_ADMIN succeeded: %s", out)
+	}
+}
+
+// checkImported checks `ctr images ls` lists each of names with the index digest and
+// the host's platform among its platforms.
+func checkImported(t *testing.T, c *ctrd, names []string, digest v1.Hash, host string) {
+	t.Helper()
+	list, err := c.ctr(context.Background(), "images", "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		found := false
+		for _, line := range strings.Split(list, "\n") {
+			f := strings.Fields(line)
+			if len(f) > 0 && f[0] == n {
+				found = true
+				if !strings.Contains(line, digest.String()) || !strings.Contains(line, host) {
+					t.Errorf("ctr images ls: %s, want %s with %s", line, digest, host)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("ctr images ls does not list %s:\n%s", n, list)
+		}
 	}
 }

@@ -60,7 +60,7 @@ type spec struct {
 	Weftd, Install, CNIPlugin string   // static binaries
 	Debs                      []string // .deb files: iptables, nftables and their libraries
 	IptablesMode              string   // "nft" or "legacy": what plain `iptables` runs
-	Arch                      string   // GOARCH of the binaries
+	Platform                  platform // of the binaries and the .debs
 	Created                   time.Time
 	Version                   string // label org.opencontainers.image.version
 }
@@ -92,6 +92,15 @@ func build(ctx context.Context, s spec) (v1.Image, error) {
 	for _, c := range requiredCommands() {
 		if !base.has("usr/sbin/" + c) {
 			return nil, fmt.Errorf("usr/sbin/%s is in none of the .debs (are iptables and nftables among them?)", c)
+		}
+	}
+	// Debian 13's packages install into usr only; its base-files would link the old
+	// top-level directories there (the program interpreter is /lib/ld-linux-*.so.*).
+	for _, d := range []string{"bin", "sbin", "lib", "lib64"} {
+		if !base.has(d) && base.has("usr/"+d) {
+			if err := base.addSymlink(d, "usr/"+d); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for _, n := range iptablesNames {
@@ -130,13 +139,7 @@ func build(ctx context.Context, s spec) (v1.Image, error) {
 		{cni, "the flannel CNI plugin at /" + cniPluginPath},
 		{weft, "weftd at /" + weftdPath + ", weft-install at /" + installPath},
 	} {
-		raw, err := l.tree.tar()
-		if err != nil {
-			return nil, err
-		}
-		layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-			return io.NopCloser(bytes.NewReader(raw)), nil
-		}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.BestCompression))
+		layer, err := gzipLayer(l.tree)
 		if err != nil {
 			return nil, err
 		}
@@ -155,7 +158,8 @@ func build(ctx context.Context, s spec) (v1.Image, error) {
 	cfg = cfg.DeepCopy()
 	cfg.Created = created
 	cfg.OS = "linux"
-	cfg.Architecture = s.Arch
+	cfg.Architecture = s.Platform.GOARCH
+	cfg.Variant = s.Platform.Variant
 	cfg.Config.Entrypoint = []string{"/" + weftdPath}
 	cfg.Config.Env = []string{"PATH=/opt/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	cfg.Config.Labels = map[string]string{
@@ -165,6 +169,29 @@ func build(ctx context.Context, s spec) (v1.Image, error) {
 		"org.opencontainers.image.version":     s.Version,
 	}
 	return mutate.ConfigFile(img, cfg)
+}
+
+// gzipLayer is t's tar as a layer, compressed once here (the best compression; Go's
+// gzip writes no time or name, so the bytes depend on the content and Go's version).
+func gzipLayer(t *tree) (v1.Layer, error) {
+	raw, err := t.tar()
+	if err != nil {
+		return nil, err
+	}
+	var z bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&z, gzip.BestCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(raw); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(z.Bytes())), nil
+	}, tarball.WithMediaType(types.OCILayer))
 }
 
 func tarDir(name string, mode int64) tar.Header {

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -55,6 +56,7 @@ func TestSkipDebPath(t *testing.T) {
 		"usr/share/doc/iptables":                     true,
 		"usr/share/man/man8/iptables.8.gz":           true,
 		"usr/lib/x86_64-linux-gnu/gconv/UTF-16.so":   true,
+		"usr/lib/riscv64-linux-gnu/gconv":            true,
 		"usr/lib/x86_64-linux-gnu/libxtables.so.12":  false,
 		"usr/sbin/xtables-nft-multi":                 false,
 		"usr/share/mandatory":                        false,
@@ -150,34 +152,49 @@ func fakeInputs(t *testing.T) (dir string, s spec) {
 	return dir, spec{
 		Weftd: filepath.Join(dir, "weftd"), Install: filepath.Join(dir, "weft-install"),
 		CNIPlugin: filepath.Join(dir, "flannel"), Debs: []string{deb},
-		IptablesMode: "nft", Arch: "amd64", Created: time.Unix(0, 0).UTC(), Version: "test",
+		IptablesMode: "nft", Platform: platforms[0], Created: time.Unix(0, 0).UTC(), Version: "test",
 	}
 }
 
-// buildArchive builds s and writes its archive, returning the digest and the bytes.
-func buildArchive(t *testing.T, s spec) (v1.Hash, []byte) {
+// buildArchive builds the index of specs and writes its archive (the first spec's
+// image as docker's), returning the index digest and the bytes.
+func buildArchive(t *testing.T, specs ...spec) (v1.Hash, []byte) {
 	t.Helper()
-	img, err := build(context.Background(), s)
+	idx, imgs, err := buildIndex(context.Background(), specs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := writeArchive(&buf, img, "weftnet/weftd:test", s.Created); err != nil {
+	if err := writeArchive(&buf, idx, imgs[0], "weftnet/weftd:test", specs[0].Created); err != nil {
 		t.Fatal(err)
 	}
-	d, err := img.Digest()
+	d, err := idx.Digest()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d, buf.Bytes()
 }
 
+// withPlatform is s for another architecture (the fake binaries stand for any).
+func withPlatform(t *testing.T, s spec, arch string) spec {
+	t.Helper()
+	p, err := findPlatform(arch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Platform = p
+	return s
+}
+
+// TestBuildReproducible: the same inputs give the same index digest and the same
+// archive bytes; any changed input, on any platform, gives another index.
 func TestBuildReproducible(t *testing.T) {
 	dir, s := fakeInputs(t)
-	d1, a1 := buildArchive(t, s)
-	d2, a2 := buildArchive(t, s)
+	arm := withPlatform(t, s, "arm")
+	d1, a1 := buildArchive(t, s, arm)
+	d2, a2 := buildArchive(t, s, arm)
 	if d1 != d2 {
-		t.Errorf("two builds of the same inputs: digests %v and %v", d1, d2)
+		t.Errorf("two builds of the same inputs: index digests %v and %v", d1, d2)
 	}
 	if !bytes.Equal(a1, a2) {
 		t.Errorf("two builds of the same inputs: archives differ (%d and %d bytes)", len(a1), len(a2))
@@ -187,20 +204,29 @@ func TestBuildReproducible(t *testing.T) {
 	if err := os.Chtimes(s.Weftd, later, later); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := buildArchive(t, s); d != d1 {
-		t.Errorf("touching weftd changed the digest: %v, was %v", d, d1)
+	if d, _ := buildArchive(t, s, arm); d != d1 {
+		t.Errorf("touching weftd changed the index digest: %v, was %v", d, d1)
 	}
-	// Different inputs give a different image.
-	if err := os.WriteFile(filepath.Join(dir, "weftd"), []byte("binary weftd v2"), 0o755); err != nil {
-		t.Fatal(err)
+	if d, _ := buildArchive(t, arm, s); d == d1 {
+		t.Errorf("the platforms in another order left the index digest at %v", d)
 	}
-	if d, _ := buildArchive(t, s); d == d1 {
-		t.Errorf("a changed weftd left the digest at %v", d)
+	if _, _, err := buildIndex(context.Background(), []spec{s, s}); err == nil {
+		t.Errorf("an index with linux/amd64 twice was built")
 	}
 	legacy := s
 	legacy.IptablesMode = "legacy"
-	if d, _ := buildArchive(t, legacy); d == d1 {
-		t.Errorf("iptables mode legacy left the digest at %v", d)
+	if d, _ := buildArchive(t, legacy, arm); d == d1 {
+		t.Errorf("iptables mode legacy left the index digest at %v", d)
+	}
+	// A changed binary of one platform changes the index.
+	v2 := filepath.Join(dir, "weftd-arm")
+	if err := os.WriteFile(v2, []byte("binary weftd v2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	arm2 := arm
+	arm2.Weftd = v2
+	if d, _ := buildArchive(t, s, arm2); d == d1 {
+		t.Errorf("a changed arm weftd left the index digest at %v", d)
 	}
 	bad := s
 	bad.IptablesMode = "auto"
@@ -322,9 +348,13 @@ func TestImageContent(t *testing.T) {
 	}
 }
 
+// TestArchiveLayout: the archive holds the OCI layout of the index, naming it by tag
+// and by digest, every platform's blobs, and docker's manifest.json for the host's
+// image; archiveIndex reads the digest back.
 func TestArchiveLayout(t *testing.T) {
 	_, s := fakeInputs(t)
-	d, raw := buildArchive(t, s)
+	arm := withPlatform(t, s, "arm")
+	d, raw := buildArchive(t, s, arm)
 	files := map[string][]byte{}
 	tr := tar.NewReader(bytes.NewReader(raw))
 	for {
@@ -343,12 +373,49 @@ func TestArchiveLayout(t *testing.T) {
 			t.Errorf("%s missing from the archive", want)
 		}
 	}
-	for _, want := range [][]byte{[]byte(`"io.containerd.image.name":"docker.io/weftnet/weftd:test"`), []byte(d.String())} {
-		if !bytes.Contains(files["index.json"], want) {
+	for _, want := range []string{`"io.containerd.image.name":"docker.io/weftnet/weftd:test"`,
+		`"io.containerd.image.name":"docker.io/weftnet/weftd@` + d.String() + `"`,
+		`"mediaType":"application/vnd.oci.image.index.v1+json"`} {
+		if !bytes.Contains(files["index.json"], []byte(want)) {
 			t.Errorf("index.json %s lacks %s", files["index.json"], want)
 		}
 	}
-	if !bytes.Contains(files["manifest.json"], []byte(`"RepoTags":["docker.io/weftnet/weftd:test"]`)) {
-		t.Errorf("manifest.json %s lacks the tag", files["manifest.json"])
+	var idx v1.IndexManifest
+	if err := json.Unmarshal(files["blobs/sha256/"+d.Hex], &idx); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range idx.Manifests {
+		got = append(got, m.Platform.OS+"/"+m.Platform.Architecture+"/"+m.Platform.Variant)
+		var man v1.Manifest
+		if err := json.Unmarshal(files["blobs/sha256/"+m.Digest.Hex], &man); err != nil {
+			t.Fatalf("%s: %v", m.Digest, err)
+		}
+		for _, l := range append(man.Layers, man.Config) {
+			if _, ok := files["blobs/sha256/"+l.Digest.Hex]; !ok {
+				t.Errorf("%s: blob %s missing", m.Platform, l.Digest)
+			}
+		}
+	}
+	if want := []string{"linux/amd64/", "linux/arm/v7"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("index platforms %q, want %q", got, want)
+	}
+	var docker []dockerManifest
+	if err := json.Unmarshal(files["manifest.json"], &docker); err != nil {
+		t.Fatal(err)
+	}
+	if len(docker) != 1 || !reflect.DeepEqual(docker[0].RepoTags, []string{"docker.io/weftnet/weftd:test"}) {
+		t.Fatalf("manifest.json %s: want one image tagged docker.io/weftnet/weftd:test", files["manifest.json"])
+	}
+	var cfg v1.ConfigFile
+	if err := json.Unmarshal(files[docker[0].Config], &cfg); err != nil || cfg.Architecture != "amd64" {
+		t.Errorf("manifest.json's image: architecture %q (%v), want the first spec's, amd64", cfg.Architecture, err)
+	}
+	path := filepath.Join(t.TempDir(), "image.tar")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ref, got, err := archiveIndex(path); err != nil || got != d || ref != "docker.io/weftnet/weftd:test" {
+		t.Errorf("archiveIndex = %q, %v, %v; want docker.io/weftnet/weftd:test, %v", ref, got, err, d)
 	}
 }

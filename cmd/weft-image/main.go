@@ -1,15 +1,19 @@
 // Command weft-image builds the OCI image of weftd without a container daemon or a
-// registry: static weftd, weft-install and weft's flannel CNI plugin (cmd/weft-cni),
-// plus iptables (both backends), nft and the libraries they need from Debian's packages,
+// registry, for every architecture kube-flannel ships: per architecture, static weftd,
+// weft-install and weft's flannel CNI plugin (cmd/weft-cni), plus iptables (both
+// backends), nft and the libraries they need from Debian's packages of that
+// architecture, exactly the versions of a lock file; all in one OCI image index,
 // written as one tar that `ctr images import` and `docker load` read. The build is
-// reproducible: the same inputs give the same image digest and the same archive bytes.
+// reproducible: the same inputs give the same digests and the same archive bytes.
 //
-//	weft-image -o bin/weftd-image.tar -weftd bin/image/weftd -install bin/image/weft-install \
-//	    -cni bin/image/weft-cni -debs bin/image/debs
+//	weft-image -o bin/weftd-image.tar -bins bin/image    # bin/image/<GOARCH>/{weftd,weft-install,weft-cni}
+//	weft-image lock                                       # re-resolve the .debs, rewrite the lock
+//	weft-image pin [-check] -image bin/weftd-image.tar deploy/weft.yml …
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,12 +25,16 @@ import (
 	"time"
 )
 
-// defaultRef is the name the image is imported under; deploy/weft.yml uses it.
-const defaultRef = "docker.io/weftnet/weftd:0.1.0"
+// defaultRef is the name the image is imported under; deploy/weft.yml names it with
+// the index digest (weft-image pin).
+const defaultRef = "ghcr.io/weftnet/weftd:0.1.0"
 
 // defaultPackages are the Debian packages the image carries: iptables (legacy and nft
 // backends) for weftd's iptables rules, nftables (nft) for EnableNFTables.
 const defaultPackages = "iptables,nftables"
+
+// defaultLock is the lock file, relative to the module's root (make runs there).
+const defaultLock = "cmd/weft-image/debs.lock"
 
 func main() {
 	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
@@ -35,80 +43,146 @@ func main() {
 	}
 }
 
-type options struct {
-	out, ref                string
-	weftd, install, cni     string
-	debDir, packages, iptab string
-	arch                    string
-	epoch                   int64
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "lock":
+			return runLock(ctx, args[1:], stdout)
+		case "pin":
+			return runPin(args[1:], stdout)
+		}
+	}
+	return runBuild(ctx, args, stdout)
 }
 
-func run(ctx context.Context, args []string, stdout io.Writer) error {
-	var o options
+// defaultCache is where .debs and the private apt state are kept: outside the clone,
+// so a clean checkout on the same machine finds them.
+func defaultCache() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "weft-cache")
+	}
+	return filepath.Join(d, "weft")
+}
+
+// selectPlatforms parses a comma-separated list of architectures; "" is all of them.
+func selectPlatforms(list string) ([]platform, error) {
+	if list == "" {
+		return platforms, nil
+	}
+	var ps []platform
+	for _, a := range strings.Split(list, ",") {
+		p, err := findPlatform(strings.TrimPrefix(a, "linux/"))
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+func runBuild(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("weft-image", flag.ContinueOnError)
-	fs.StringVar(&o.out, "o", "", "write the image archive here (required)")
-	fs.StringVar(&o.ref, "tag", defaultRef, "image reference stored in the archive")
-	fs.StringVar(&o.weftd, "weftd", "", "static weftd binary (required)")
-	fs.StringVar(&o.install, "install", "", "static weft-install binary (required)")
-	fs.StringVar(&o.cni, "cni", "", "static flannel CNI plugin binary, installed as /flannel (make image: cmd/weft-cni) (required)")
-	fs.StringVar(&o.debDir, "debs", "", "directory of cached .debs; missing ones are fetched with apt-get download (required)")
-	fs.StringVar(&o.packages, "packages", defaultPackages, "Debian packages to put in the image, with their dependencies (comma separated)")
-	fs.StringVar(&o.iptab, "iptables", "nft", "what plain iptables runs: nft or legacy (weftd itself runs iptables-legacy or iptables-nft, as the host's rules are; see --iptables-mode)")
-	fs.StringVar(&o.arch, "arch", runtime.GOARCH, "architecture of the binaries")
-	fs.Int64Var(&o.epoch, "epoch", epochDefault(), "timestamp of every file and of the image, seconds since 1970 (default $SOURCE_DATE_EPOCH or 0)")
+	out := fs.String("o", "", "write the image archive here (required)")
+	ref := fs.String("tag", defaultRef, "image reference stored in the archive")
+	bins := fs.String("bins", "", "directory with <GOARCH>/weftd, <GOARCH>/weft-install and <GOARCH>/weft-cni, static binaries (required)")
+	lockFile := fs.String("lock", defaultLock, "lock file naming the .debs of each architecture")
+	cache := fs.String("cache", defaultCache(), "cache of .debs (debs/) and of the private apt state (apt/)")
+	archs := fs.String("platforms", "", "comma-separated architectures to build (default: all of "+archNames()+")")
+	iptab := fs.String("iptables", "nft", "what plain iptables runs: nft or legacy (weftd itself runs iptables-legacy or iptables-nft, as the host's rules are; see --iptables-mode)")
+	epoch := fs.Int64("epoch", epochDefault(), "timestamp of every file and of the image, seconds since 1970 (default $SOURCE_DATE_EPOCH or 0)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	for name, v := range map[string]string{"o": o.out, "weftd": o.weftd, "install": o.install, "cni": o.cni, "debs": o.debDir} {
-		if v == "" {
-			return fmt.Errorf("-%s is required", name)
-		}
+	if *out == "" || *bins == "" {
+		return errors.New("-o and -bins are required")
 	}
-	pkgs, err := resolveDebs(ctx, strings.Split(o.packages, ","))
+	ps, err := selectPlatforms(*archs)
 	if err != nil {
 		return err
 	}
-	debs, err := fetchDebs(ctx, o.debDir, pkgs)
+	lock, err := readLock(*lockFile)
 	if err != nil {
 		return err
 	}
-	_, tag, err := fullRef(o.ref)
+	_, tag, err := fullRef(*ref)
 	if err != nil {
 		return err
 	}
-	img, err := build(ctx, spec{
-		Weftd: o.weftd, Install: o.install, CNIPlugin: o.cni, Debs: debs,
-		IptablesMode: o.iptab, Arch: o.arch, Created: time.Unix(o.epoch, 0).UTC(), Version: tag,
-	})
-	if err != nil {
-		return err
-	}
-	size, err := writeFile(o.out, func(w io.Writer) error {
-		return writeArchive(w, img, o.ref, time.Unix(o.epoch, 0).UTC())
-	})
-	if err != nil {
-		return err
-	}
-	digest, err := img.Digest()
-	if err != nil {
-		return err
-	}
-	var layers int64
-	ls, err := img.Layers()
-	if err != nil {
-		return err
-	}
-	for _, l := range ls {
-		n, err := l.Size()
+	created := time.Unix(*epoch, 0).UTC()
+	var specs []spec
+	for _, p := range ps {
+		debs, err := fetchLocked(ctx, *cache, p, lock, os.Stderr)
 		if err != nil {
 			return err
 		}
-		layers += n
+		dir := filepath.Join(*bins, p.GOARCH)
+		specs = append(specs, spec{
+			Weftd: filepath.Join(dir, "weftd"), Install: filepath.Join(dir, "weft-install"),
+			CNIPlugin: filepath.Join(dir, "weft-cni"), Debs: debs,
+			IptablesMode: *iptab, Platform: p, Created: created, Version: tag,
+		})
 	}
-	full, _, _ := fullRef(o.ref)
-	fmt.Fprintf(stdout, "%s %s\n%s: %d bytes (%.1f MiB; compressed layers %.1f MiB)\n",
-		full, digest, o.out, size, float64(size)/(1<<20), float64(layers)/(1<<20))
+	idx, imgs, err := buildIndex(ctx, specs)
+	if err != nil {
+		return err
+	}
+	host := imgs[0]
+	for i, s := range specs {
+		if s.Platform.GOARCH == runtime.GOARCH {
+			host = imgs[i]
+		}
+	}
+	size, err := writeFile(*out, func(w io.Writer) error {
+		return writeArchive(w, idx, host, *ref, created)
+	})
+	if err != nil {
+		return err
+	}
+	for i, img := range imgs {
+		d, err := img.Digest()
+		if err != nil {
+			return err
+		}
+		n, err := imageSize(img)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%-14s %s  %5.1f MiB compressed\n", specs[i].Platform, d, float64(n)/(1<<20))
+	}
+	digest, err := idx.Digest()
+	if err != nil {
+		return err
+	}
+	full, _, _ := fullRef(*ref)
+	fmt.Fprintf(stdout, "%s: %d bytes (%.1f MiB)\nindex %s@%s\n", *out, size, float64(size)/(1<<20), full, digest)
 	return nil
+}
+
+// runLock resolves the image's packages for every architecture as Debian has them
+// now, fetches them and writes the lock file.
+func runLock(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("weft-image lock", flag.ContinueOnError)
+	lockFile := fs.String("lock", defaultLock, "lock file to write")
+	cache := fs.String("cache", defaultCache(), "cache of .debs (debs/) and of the private apt state (apt/)")
+	packages := fs.String("packages", defaultPackages, "Debian packages to put in the image, with their dependencies (comma separated)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var all []lockEntry
+	for _, p := range platforms {
+		entries, err := lockPlatform(ctx, *cache, p, strings.Split(*packages, ","), os.Stderr)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: %d packages from Debian %s\n", p, len(entries), p.Release)
+		all = append(all, entries...)
+	}
+	_, err := writeFile(*lockFile, func(w io.Writer) error {
+		_, err := w.Write(formatLock(all))
+		return err
+	})
+	return err
 }
 
 func epochDefault() int64 {

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/weftnet/weft/bench/testenv"
+)
+
+func TestPin(t *testing.T) {
+	const ref = "ghcr.io/weftnet/weftd:0.1.0"
+	d := v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("ab", 32)}
+	old := "sha256:" + strings.Repeat("0", 64)
+	for _, tt := range []struct {
+		name, in, want string
+		okBefore       bool
+	}{
+		{"bare", "image: " + ref + "\n", "image: " + ref + "@" + d.String() + "\n", false},
+		{"old digest", "image: " + ref + "@" + old + "\n", "image: " + ref + "@" + d.String() + "\n", false},
+		{"pinned", "image: " + ref + "@" + d.String() + "\n", "image: " + ref + "@" + d.String() + "\n", true},
+		{"quoted", `image: "` + ref + `"`, `image: "` + ref + "@" + d.String() + `"`, false},
+		{"values digest", "  tag: 0.1.0\n  digest: \"" + old + "\"\n", "  tag: 0.1.0\n  digest: \"" + d.String() + "\"\n", false},
+		{"values no digest yet", "  digest: \"\"\n", "  digest: \"" + d.String() + "\"\n", false},
+		// Another tag of the repository is not this image.
+		{"other tag", "image: " + ref + "-next\n", "image: " + ref + "-next\n", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := checkPinned([]byte(tt.in), ref, d); (err == nil) != tt.okBefore {
+				t.Errorf("checkPinned before: %v, want ok %v", err, tt.okBefore)
+			} else if err != nil && !errors.Is(err, errUnpinned) {
+				t.Errorf("checkPinned: %v, want errUnpinned", err)
+			}
+			got := string(pin([]byte(tt.in), ref, d))
+			if got != tt.want {
+				t.Errorf("pin:\n%s\nwant\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestPinned: the manifests (and the Helm chart's values, when there is one) name the
+// image make image built last by its index digest. It fails after any change to what
+// goes into the image until `make pin` has written the new digest.
+func TestPinned(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads make image's archive: not in -short")
+	}
+	archive := filepath.Join(os.Getenv("WEFT_BIN"), "weftd-image.tar")
+	_, err := os.Stat(archive)
+	testenv.Need(t, os.Getenv("WEFT_BIN") != "" && err == nil, "WEFT_BIN/weftd-image.tar (make image)")
+	ref, digest, err := archiveIndex(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range pinFiles {
+		data, err := os.ReadFile(filepath.Join("..", "..", f))
+		if errors.Is(err, os.ErrNotExist) && strings.Contains(f, "chart") {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkPinned(data, ref, digest); err != nil {
+			t.Errorf("%s: %v: run make pin (after make image) and commit it", f, err)
+		}
+	}
+}
