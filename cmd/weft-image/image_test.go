@@ -16,6 +16,8 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/weftnet/weft/bench/testenv"
 )
@@ -417,5 +419,46 @@ func TestArchiveLayout(t *testing.T) {
 	}
 	if ref, got, err := archiveIndex(path); err != nil || got != d || ref != "docker.io/weftnet/weftd:test" {
 		t.Errorf("archiveIndex = %q, %v, %v; want docker.io/weftnet/weftd:test, %v", ref, got, err, d)
+	}
+
+	// The layout for crane: one entry, the index, which go-containerregistry reads back
+	// with the same digest and both platforms.
+	dir := filepath.Join(t.TempDir(), "oci")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeLayout(path, dir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lm, err := l.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lm.Manifests) != 1 || lm.Manifests[0].Digest != d {
+		t.Fatalf("layout index.json %+v, want one entry %v", lm.Manifests, d)
+	}
+	li, err := l.ImageIndex(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := li.Digest(); err != nil || got != d {
+		t.Errorf("layout's index digest %v (%v), want %v", got, err, d)
+	}
+	lim, err := li.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range lim.Manifests {
+		img, err := li.Image(m.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := validate.Image(img); err != nil {
+			t.Errorf("%s in the layout: %v", m.Platform, err)
+		}
 	}
 }

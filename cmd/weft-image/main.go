@@ -9,6 +9,7 @@
 //	weft-image -o bin/weftd-image.tar -bins bin/image    # bin/image/<GOARCH>/{weftd,weft-install,weft-cni}
 //	weft-image lock                                       # re-resolve the .debs, rewrite the lock
 //	weft-image pin [-check] -image bin/weftd-image.tar deploy/weft.yml …
+//	weft-image layout -image bin/weftd-image.tar -o DIR   # an OCI layout for crane push
 package main
 
 import (
@@ -50,6 +51,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return runLock(ctx, args[1:], stdout)
 		case "pin":
 			return runPin(args[1:], stdout)
+		case "layout":
+			return runLayout(args[1:], stdout)
 		}
 	}
 	return runBuild(ctx, args, stdout)
