@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/weftnet/weft/bench/testenv"
@@ -419,6 +421,28 @@ func TestArchiveLayout(t *testing.T) {
 	}
 	if ref, got, err := archiveIndex(path); err != nil || got != d || ref != "docker.io/weftnet/weftd:test" {
 		t.Errorf("archiveIndex = %q, %v, %v; want docker.io/weftnet/weftd:test, %v", ref, got, err, d)
+	}
+
+	// docker load reads manifest.json, as go-containerregistry's tarball does: the
+	// host's image, by its tag, with the digest it has in the index.
+	tag, err := name.NewTag("docker.io/weftnet/weftd:test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := tarball.ImageFromPath(path, &tag)
+	if err != nil {
+		t.Fatalf("reading the archive as docker save's: %v", err)
+	}
+	var amd64Manifest v1.Manifest
+	if err := json.Unmarshal(files["blobs/sha256/"+idx.Manifests[0].Digest.Hex], &amd64Manifest); err != nil {
+		t.Fatal(err)
+	}
+	// Docker's image ID is the config's digest (it writes a manifest of its own).
+	if got, err := loaded.ConfigName(); err != nil || got != amd64Manifest.Config.Digest {
+		t.Errorf("docker's image ID %v (%v), want the index's linux/amd64 config %v", got, err, amd64Manifest.Config.Digest)
+	}
+	if ls, err := loaded.Layers(); err != nil || len(ls) != len(amd64Manifest.Layers) {
+		t.Errorf("docker's image: %d layers (%v), want %d", len(ls), err, len(amd64Manifest.Layers))
 	}
 
 	// The layout for crane: one entry, the index, which go-containerregistry reads back
