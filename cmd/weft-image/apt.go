@@ -146,7 +146,7 @@ func (r *aptRepo) run(ctx context.Context, dir, cmd string, args ...string) ([]b
 // names) is left out with a warning on warn: apt keeps the other suites' lists, and
 // the release's own suite is checked by what is resolved or downloaded next.
 func (r *aptRepo) update(ctx context.Context, warn io.Writer) error {
-	out, err := r.run(ctx, r.dir, "apt-get", "update", "-q")
+	_, err := r.run(ctx, r.dir, "apt-get", "update", "-q")
 	var ee *exec.ExitError
 	if err != nil && errors.As(err, &ee) {
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -154,7 +154,6 @@ func (r *aptRepo) update(ctx context.Context, warn io.Writer) error {
 				fmt.Fprintf(warn, "warning: %s (%s): %s\n", r.p.DebArch, r.p.Release, strings.TrimPrefix(line, "E: "))
 			}
 		}
-		_ = out
 		return nil
 	}
 	return err
