@@ -31,7 +31,7 @@ func TestChartFlannelValuesFile(t *testing.T) {
 	// helm merges maps of values: the file's requests, the chart's memory limit.
 	wantRes := corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("50Mi")},
-		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("192Mi")},
 	}
 	if !reflect.DeepEqual(c.Resources, wantRes) {
 		t.Errorf("resources %+v, want %+v", c.Resources, wantRes)
