@@ -160,6 +160,14 @@ func (s Subject) Setup(ctx context.Context, l *lab.Lab, family int) (Path, error
 				return Path{}, fmt.Errorf("subject %s: %w", s.Name, derr)
 			}
 			daemons = append(daemons, d)
+			if s.Kind != KindWeft {
+				// One at a time: flanneld's etcd v3 registry does not retry when another
+				// daemon created the subnet it picked at random in the same instant; it
+				// exits with "failed to acquire lease: subnet already exists".
+				if _, werr := d.WaitSubnetEnv(ctx, 20*time.Second); werr != nil {
+					return Path{}, fmt.Errorf("subject %s: %w", s.Name, werr)
+				}
+			}
 		}
 		for _, d := range daemons {
 			env, werr := d.WaitSubnetEnv(ctx, 20*time.Second)

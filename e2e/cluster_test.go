@@ -67,6 +67,7 @@ type cluster struct {
 	etcd   *etcdproc.Server
 	api    string
 	bin    string
+	hosts  []*host // in the order added
 }
 
 // host is a lab host with the daemon it runs (or ran last) and its pod.
@@ -131,7 +132,9 @@ func (c *cluster) addHost(name, lan string) *host {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	return &host{name: name, ns: lh.NS, ip: lh.Addr.String(), lh: lh}
+	h := &host{name: name, ns: lh.NS, ip: lh.Addr.String(), lh: lh}
+	c.hosts = append(c.hosts, h)
+	return h
 }
 
 // start runs weftd on h with the cluster's etcd; it is stopped at cleanup.

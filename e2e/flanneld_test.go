@@ -25,9 +25,23 @@ func flanneldBin(t *testing.T) string {
 
 // startFlanneld runs the upstream flanneld on h against the cluster's etcd (v3 API,
 // the only one flanneld still speaks).
+// It starts flanneld alone and returns once flanneld has its lease: flanneld's v3
+// registry does not retry when another daemon creates, in the same instant, the
+// subnet it picked at random (it exits: "failed to acquire lease: subnet already
+// exists"), so the daemons started before it get their leases first, and those
+// started after it find flanneld's.
 func (c *cluster) startFlanneld(h *host, env []string, extra ...string) {
 	c.t.Helper()
+	for _, o := range c.hosts {
+		if o == h || o.daemon == nil {
+			continue
+		}
+		if exited, _ := o.daemon.Exited(); !exited {
+			c.waitSubnetEnv(o)
+		}
+	}
 	c.run(h, lab.DaemonSpec{Binary: flanneldBin(c.t), Env: env, Args: extra})
+	c.waitSubnetEnv(h)
 }
 
 // TestMixedWithFlanneld: weftd hosts and an upstream flanneld host share one etcd.
