@@ -183,8 +183,8 @@ func sameExternal(a, b encap.ExternalInterface) bool {
 }
 
 // republisher is implemented by managers that can publish new attributes in the lease
-// they hold (etcd: PublicIP and PublicIPv6 when the external interface's address
-// changed).
+// they hold, PublicIP and PublicIPv6 when the external interface's address changed
+// (etcd: the lease's value; Kubernetes: our node's annotations).
 type republisher interface {
 	Republish(attrs lease.Attrs)
 }

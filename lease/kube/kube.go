@@ -81,6 +81,8 @@ type Manager struct {
 	synced   chan struct{}
 	contact  *contact
 	held     atomic.Pointer[lease.Lease]
+	// republish wakes Hold when Republish changed held's attributes.
+	republish chan struct{}
 
 	cfgMu sync.Mutex
 	cfg   *lease.Config // the network config, once Config read it
@@ -147,7 +149,8 @@ func NewWithClient(client kubernetes.Interface, opts Options, log *zap.Logger) (
 	}
 	return &Manager{opts: opts, log: log, client: client, nodes: client.CoreV1().Nodes(), prefix: prefix,
 		lists:    &listStats{spread: opts.RelistSpread, rand: rand.Int64N},
-		nodeName: opts.NodeName, synced: make(chan struct{}), contact: &contact{now: time.Now}, stop: make(chan struct{})}, nil
+		nodeName: opts.NodeName, synced: make(chan struct{}), contact: &contact{now: time.Now}, stop: make(chan struct{}),
+		republish: make(chan struct{}, 1)}, nil
 }
 
 // Stats returns what the node informer counted so far.
