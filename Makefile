@@ -6,6 +6,8 @@ DEBS    := etcd-server iperf3 iputils-ping iptables nftables iproute2 containern
            containerd runc socat wireguard-go wireguard-tools
 # qemu-user-static runs the arm64 and 32-bit arm unit tests of `make cross`.
 DEBS    += qemu-user-static
+# docker.io's dockerd (20.10) loads bin/weftd-image.tar in TestDockerLoad, as a private daemon.
+DEBS    += docker.io
 export CGO_ENABLED ?= 0
 # The flannel CNI plugin, to attach pods from weftd's subnet.env in tests (Debian's
 # containernetworking-plugins gives bridge and host-local, but no longer flannel).
