@@ -33,7 +33,16 @@ import (
 // them and that its own namespace holds the same legacy tables as before (none on a
 // host that never used legacy iptables), so tests after it (TestNFTCoexistsWithIptables
 // wants no legacy table, or nft's iptables warns on every call) see nothing of it.
+//
+// It runs twice, each time on a cluster of its own: weft installed from deploy/weft.yml,
+// and with the Helm chart.
 func TestDaemonSetLegacyIPTables(t *testing.T) {
+	for _, in := range weftInstalls {
+		t.Run(in.name, func(t *testing.T) { testDaemonSetLegacyIPTables(t, in) })
+	}
+}
+
+func testDaemonSetLegacyIPTables(t *testing.T, in weftInstall) {
 	image := daemonSetPrereqs(t)
 	testenv.NeedTools(t, "iptables-legacy", "iptables-legacy-save", "ip6tables-legacy-save",
 		"iptables-nft-save", "ip6tables-nft-save", "nft")
@@ -66,7 +75,7 @@ func TestDaemonSetLegacyIPTables(t *testing.T) {
 		}
 	}
 
-	applyManifest(t, ctx, c.Admin, filepath.Join("..", "deploy", "weft.yml"), dsNetConf(t, "vxlan"))
+	in.install(t, ctx, c, false)
 	checkNodes(t, ctx, c)
 	checkDaemonSet(t, ctx, c.Admin, "weft")
 	a := runPod(t, ctx, c, "pod-a", c.Nodes[0])
@@ -96,8 +105,8 @@ func TestDaemonSetLegacyIPTables(t *testing.T) {
 			t.Errorf("node %s: /metrics lacks weft_firewall_info{backend=\"iptables-legacy\"} 1:\n%s", n.Name, grepLines(m, "weft_firewall"))
 		}
 	}
-	t.Logf("vxlan on iptables-legacy nodes: pods %s and %s ping and move TCP, WEFT-* in legacy only; %v after start",
-		a.ip, b.ip, time.Since(start).Round(time.Millisecond))
+	t.Logf("%s, vxlan on iptables-legacy nodes: pods %s and %s ping and move TCP, WEFT-* in legacy only; %v after start",
+		in.name, a.ip, b.ip, time.Since(start).Round(time.Millisecond))
 }
 
 // nftSaves is what iptables-nft-save and ip6tables-nft-save print in n's namespace.

@@ -2,22 +2,26 @@ package e2e
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
-
 	"github.com/weftnet/weft/bench/kubecluster"
 )
 
-// TestDaemonSetNFTables runs deploy/weft.yml on the real two-node Kubernetes with
-// vxlan and "EnableNFTables": true (which crash-looped while the image lacked nft):
-// both nodes Ready, pods on the two nodes ping each other, and each node has weft's
-// table ip weft and none of weft's iptables chains in either backend.
+// TestDaemonSetNFTables runs weft on the real two-node Kubernetes with vxlan and
+// "EnableNFTables": true (which crash-looped while the image lacked nft), installed
+// from deploy/weft.yml and, on a cluster of its own, with the Helm chart
+// (flannel.enableNFTables): both nodes Ready, pods on the two nodes ping each other,
+// and each node has weft's table ip weft and none of weft's iptables chains in either
+// backend.
 func TestDaemonSetNFTables(t *testing.T) {
+	for _, in := range weftInstalls {
+		t.Run(in.name, func(t *testing.T) { testDaemonSetNFTables(t, in) })
+	}
+}
+
+func testDaemonSetNFTables(t *testing.T, in weftInstall) {
 	image := daemonSetPrereqs(t)
 	start := time.Now()
 	c := kubecluster.Start(t, kubecluster.Options{RepoRoot: "..", Images: []string{image}})
@@ -25,14 +29,7 @@ func TestDaemonSetNFTables(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	vxlan := dsNetConf(t, "vxlan")
-	applyManifest(t, ctx, c.Admin, filepath.Join("..", "deploy", "weft.yml"), func(obj kruntime.Object) bool {
-		keep := vxlan(obj)
-		if cm, ok := obj.(*corev1.ConfigMap); ok {
-			cm.Data["net-conf.json"] = strings.Replace(cm.Data["net-conf.json"], "{", `{"EnableNFTables": true, `, 1)
-		}
-		return keep
-	})
+	in.install(t, ctx, c, true)
 	checkNodes(t, ctx, c)
 	checkDaemonSet(t, ctx, c.Admin, "weft")
 	a := runPod(t, ctx, c, "pod-a", c.Nodes[0])
@@ -50,6 +47,6 @@ func TestDaemonSetNFTables(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("vxlan with EnableNFTables: pods %s and %s ping each other, table ip weft on both nodes; %v after start",
-		a.ip, b.ip, time.Since(start).Round(time.Millisecond))
+	t.Logf("%s, vxlan with EnableNFTables: pods %s and %s ping each other, table ip weft on both nodes; %v after start",
+		in.name, a.ip, b.ip, time.Since(start).Round(time.Millisecond))
 }

@@ -11,8 +11,6 @@ import (
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -46,30 +44,8 @@ func TestHelm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 
-	// The release's namespace, made and labelled as deploy/README.md says.
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel",
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
-	if _, err := c.Admin.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := helmConfig(t, c, ns.Name)
-	ch, err := loader.Load(filepath.Join("..", "deploy", "chart", "weft"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals, err := chartutil.ReadValues([]byte(fmt.Sprintf(helmValues, kubecluster.ClusterCIDR)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst := action.NewInstall(cfg)
-	inst.ReleaseName, inst.Namespace = "weft", ns.Name
-	inst.Wait, inst.Timeout = true, 4*time.Minute
-	rel, err := inst.RunWithContext(ctx, ch, vals.AsMap())
-	if err != nil {
-		logNetPods(t, ctx, c.Admin)
-		t.Fatalf("helm install: %v", err)
-	}
-	t.Logf("helm install: release %s revision %d %s, %v after start", rel.Name, rel.Version, rel.Info.Status, time.Since(start).Round(time.Millisecond))
+	cfg, rel := helmInstall(t, ctx, c, fmt.Sprintf(helmValues, kubecluster.ClusterCIDR))
+	t.Logf("installed %v after start", time.Since(start).Round(time.Millisecond))
 
 	checkNodes(t, ctx, c)
 	checkDaemonSet(t, ctx, c.Admin, "weft")
