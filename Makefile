@@ -139,13 +139,18 @@ race:
 # architectures kube-flannel ships are `make cross-build`, kept out of `make test`: each
 # compiles client-go and the etcd client anew, about 75 s a piece on a cold 2-core machine.
 CROSS_PKGS  := ./proxy/ ./lease/... ./encap/ ./tun/
+# Left out under emulation: tests whose subject is running programs, not the
+# architecture. os/exec under qemu-user can hang: a child whose exec failed (the
+# extension backend's missing-program case) once never exited, and the arm64 run of
+# encap timed out after 10 minutes. They run natively in `make unit` and `make race`.
+CROSS_SKIP  := ^(TestExtension|TestWireGuardDropLines)
 CROSS_ARCHS := arm64 arm
 ALL_ARCHS   := amd64 arm64 arm ppc64le s390x riscv64
 QEMU_ARM64  ?= /usr/bin/qemu-aarch64-static
 QEMU_ARM    ?= /usr/bin/qemu-arm-static
 cross: deps
-	CGO_ENABLED=0 GOARCH=arm64 $(GO) test -short -count=1 -timeout 10m -exec $(QEMU_ARM64) $(CROSS_PKGS)
-	CGO_ENABLED=0 GOARCH=arm GOARM=7 $(GO) test -short -count=1 -timeout 10m -exec $(QEMU_ARM) $(CROSS_PKGS)
+	CGO_ENABLED=0 GOARCH=arm64 $(GO) test -short -count=1 -timeout 10m -skip '$(CROSS_SKIP)' -exec $(QEMU_ARM64) $(CROSS_PKGS)
+	CGO_ENABLED=0 GOARCH=arm GOARM=7 $(GO) test -short -count=1 -timeout 10m -skip '$(CROSS_SKIP)' -exec $(QEMU_ARM) $(CROSS_PKGS)
 	CGO_ENABLED=0 GOARCH=arm GOARM=7 $(GO) vet $(CROSS_PKGS)
 	@set -e; for a in $(CROSS_ARCHS); do \
 		echo "build ./cmd/weftd for linux/$$a"; \
