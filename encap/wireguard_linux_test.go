@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zaptest"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -87,9 +88,15 @@ func TestWireGuardUserspacePair(t *testing.T) {
 			}
 		}
 	}
-	if _, err := a.ns.Run(ctx, "ping", "-c", "1", "-W", "2", "198.18.2.0"); err != nil {
-		// The first packet waits for the handshake; one retry is plenty.
-		if out, err := a.ns.Run(ctx, "ping", "-c", "1", "-W", "2", "198.18.2.0"); err != nil {
+	// The first packets wait for the handshake. Two initiations that cross leave both
+	// sides without a session until WireGuard's retry 5 s later: allow for two rounds.
+	deadline := time.Now().Add(12 * time.Second)
+	for {
+		out, err := a.ns.Run(ctx, "ping", "-c", "1", "-W", "1", "198.18.2.0")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
 			t.Fatalf("ping through the tunnel: %v: %s", err, out)
 		}
 	}
