@@ -92,9 +92,10 @@ func wgGarbage(r *mrand.Rand) []byte {
 // a with garbage datagrams and with handshake initiations from unknown keys (valid
 // mac1, so each costs a a Diffie-Hellman until it is under load and asks for cookies)
 // while a's pod pings b's across WireGuard: weftd lives through it, and the pings
-// mostly come back. wireguard-go's device counts no dropped or invalid packets (it
-// logs them at debug level and keeps only per-peer byte counts), so there are no
-// drop counters to check in /metrics.
+// mostly come back. The drops are counted in /metrics by reason
+// (weft_wireguard_dropped_packets_total, from the lines the device logs for them): junk
+// of no message type, handshake messages without a valid mac1, initiations from
+// unknown keys, and one handshake_under_load for each cookie reply a sent.
 func TestWireGuardHostile(t *testing.T) {
 	c := wgCluster(t)
 	a, b, m := c.addHost("a", "lan1"), c.addHost("b", "lan1"), c.addHost("m", "lan1")
@@ -110,6 +111,7 @@ func TestWireGuardHostile(t *testing.T) {
 		t.Fatalf("public key %q of a: %v", keyA, err)
 	}
 
+	before := mustScrape(t, a)
 	var conn *net.UDPConn
 	if err := m.ns.Do(func() error {
 		var err error
@@ -210,8 +212,32 @@ func TestWireGuardHostile(t *testing.T) {
 	}
 	// Still serving: the path, /metrics, and the peer's session.
 	c.ping(a.pod, podB)
-	if v := mustScrape(t, a).must(t, "weft_wireguard_device_info", "device", "flannel-wg"); v != 1 {
+	after := mustScrape(t, a)
+	if v := after.must(t, "weft_wireguard_device_info", "device", "flannel-wg"); v != 1 {
 		t.Fatalf("weft_wireguard_device_info after the flood: %v", v)
+	}
+	// Counted: random junk (about a third of it lacks a message type), random bytes
+	// behind an initiation's or response's type (mac1 fails), and the initiations from
+	// unknown keys: refused with a cookie under load, or decrypted in vain before.
+	dropped := func(reason string) float64 {
+		return after.must(t, "weft_wireguard_dropped_packets_total", "device", "flannel-wg", "reason", reason) -
+			before.must(t, "weft_wireguard_dropped_packets_total", "device", "flannel-wg", "reason", reason)
+	}
+	var total float64
+	for _, r := range []string{"unknown_type", "invalid_mac1", "invalid_initiation", "invalid_response",
+		"invalid_cookie_reply", "handshake_under_load", "disallowed_source"} {
+		total += dropped(r)
+		t.Logf("dropped %s: %v", r, dropped(r))
+	}
+	if dropped("unknown_type") == 0 || dropped("invalid_mac1") == 0 || dropped("invalid_initiation")+dropped("handshake_under_load") == 0 {
+		t.Errorf("the flood's drops were not counted: unknown_type %v, invalid_mac1 %v, invalid_initiation %v, handshake_under_load %v",
+			dropped("unknown_type"), dropped("invalid_mac1"), dropped("invalid_initiation"), dropped("handshake_under_load"))
+	}
+	if got := dropped("handshake_under_load"); got < float64(cookies.Load()) {
+		t.Errorf("handshake_under_load %v, fewer than the %d cookie replies m received", got, cookies.Load())
+	}
+	if total > float64(sentInit.Load()+sentJunk.Load()) {
+		t.Errorf("%v drops counted, more than the %d datagrams sent", total, sentInit.Load()+sentJunk.Load())
 	}
 	keyB, _ := wgLeaseData(c, b)
 	if p, ok := wgPeers(c, a, "flannel-wg")[keyB]; !ok || p.handshake == 0 {

@@ -132,7 +132,9 @@ type wireGuard struct {
 	mu sync.Mutex
 	// devs[0] is flannel-wg, devs[1] flannel-wg-v6 (Mode "separate" with IPv6 only).
 	devs [2]wgDevice
-	own  lease.Lease
+	// drops counts what the userspace devices dropped (wireguard_drops.go).
+	drops wgDropCounts
+	own   lease.Lease
 	// applied is what each device has per peer lease (by peerKey); owner says which
 	// lease a public key is configured for on each device, so that a key that moved
 	// to another lease is not removed with the old one.
@@ -303,7 +305,7 @@ func (w *wireGuard) open() error {
 		if w.devs[x.i] != nil {
 			continue
 		}
-		d, err := openWGDevice(x.name, w.MTU(), w.device, w.socketDir, w.log)
+		d, err := openWGDevice(x.name, w.MTU(), w.device, w.socketDir, w.drops.device(x.name), w.log)
 		if err != nil {
 			return fmt.Errorf("device %s: %w", x.name, err)
 		}
@@ -671,7 +673,17 @@ func (w *wireGuard) WireGuardDevices() map[string]string {
 	return out
 }
 
-// Stats returns the peers and the devices' implementations (weftd's /stats).
+// WireGuardDropCounter is implemented by the wireguard backend: the packets each of
+// its userspace devices dropped, by device and reason (a kernel device has none).
+type WireGuardDropCounter interface {
+	WireGuardDrops() map[string]map[string]uint64
+}
+
+// WireGuardDrops returns the userspace devices' drop counts.
+func (w *wireGuard) WireGuardDrops() map[string]map[string]uint64 { return w.drops.snapshot() }
+
+// Stats returns the peers, the devices' implementations and the userspace devices'
+// drops (weftd's /stats).
 func (w *wireGuard) Stats() any {
-	return map[string]any{"peers": w.Peers(), "devices": w.WireGuardDevices()}
+	return map[string]any{"peers": w.Peers(), "devices": w.WireGuardDevices(), "drops": w.WireGuardDrops()}
 }

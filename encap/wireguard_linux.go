@@ -10,6 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/device"
@@ -22,8 +23,8 @@ import (
 // openWGDevice makes the WireGuard device name with mtu, after deleting a link of
 // that name left behind (flanneld recreates its device too): the kernel's when
 // impl allows it and the kernel can (netlink LinkAdd of type wireguard), else
-// wireguard-go's, with its UAPI socket in socketDir.
-func openWGDevice(name string, mtu int, impl, socketDir string, log *zap.Logger) (wgDevice, error) {
+// wireguard-go's, with its UAPI socket in socketDir, counting its drops in drops.
+func openWGDevice(name string, mtu int, impl, socketDir string, drops *wgDeviceDrops, log *zap.Logger) (wgDevice, error) {
 	if old, err := netlink.LinkByName(name); err == nil {
 		log.Warn("the device already exists; making it again", zap.String("device", name), zap.String("type", old.Type()))
 		if err := netlink.LinkDel(old); err != nil {
@@ -41,7 +42,7 @@ func openWGDevice(name string, mtu int, impl, socketDir string, log *zap.Logger)
 		log.Info("the kernel has no WireGuard; running the device in userspace (wireguard-go)",
 			zap.String("device", name), zap.Error(err))
 	}
-	return newUserWG(name, mtu, socketDir, log)
+	return newUserWG(name, mtu, socketDir, drops, log)
 }
 
 // kernelWG is a device of the kernel's WireGuard, configured over generic netlink.
@@ -88,15 +89,22 @@ type userWG struct {
 	kick *kicker
 }
 
-func newUserWG(name string, mtu int, socketDir string, log *zap.Logger) (*userWG, error) {
+func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log *zap.Logger) (*userWG, error) {
 	t, err := tun.CreateTUN(name, mtu)
 	if err != nil {
 		return nil, fmt.Errorf("create the TUN device: %w", err)
 	}
 	dlog := log.Named("wireguard-go").With(zap.String("device", name))
+	// The device's verbose lines are counted when they tell of a drop, and formatted
+	// only when debug is on: a flood of junk makes one for each datagram.
 	dev := device.NewDevice(t, conn.NewDefaultBind(), &device.Logger{
-		Verbosef: func(format string, args ...any) { dlog.Debug(fmt.Sprintf(format, args...)) },
-		Errorf:   func(format string, args ...any) { dlog.Warn(fmt.Sprintf(format, args...)) },
+		Verbosef: func(format string, args ...any) {
+			drops.count(format)
+			if dlog.Core().Enabled(zapcore.DebugLevel) {
+				dlog.Debug(fmt.Sprintf(format, args...))
+			}
+		},
+		Errorf: func(format string, args ...any) { dlog.Warn(fmt.Sprintf(format, args...)) },
 	})
 	u := &userWG{name: name, dev: dev, path: filepath.Join(socketDir, name+".sock"), kick: &kicker{dev: dev}}
 	if u.uapi, err = listenUAPI(name, socketDir); err != nil {

@@ -7,19 +7,29 @@ import (
 )
 
 // wireguardCollector says which implementation runs each of the wireguard backend's
-// devices: weft_wireguard_device_info{device="flannel-wg",implementation="userspace"} 1.
+// devices: weft_wireguard_device_info{device="flannel-wg",implementation="userspace"} 1,
+// and what each userspace device dropped:
+// weft_wireguard_dropped_packets_total{device="flannel-wg",reason="invalid_mac1"}.
 type wireguardCollector struct {
-	d    *daemon
-	info *prometheus.Desc
+	d     *daemon
+	info  *prometheus.Desc
+	drops *prometheus.Desc
 }
 
 func newWireGuardCollector(d *daemon) *wireguardCollector {
-	return &wireguardCollector{d: d, info: prometheus.NewDesc("weft_wireguard_device_info",
-		"Always 1 for each device of the wireguard backend; implementation says what runs it: kernel (the kernel's WireGuard) or userspace (wireguard-go in weftd).",
-		[]string{"device", "implementation"}, nil)}
+	return &wireguardCollector{d: d,
+		info: prometheus.NewDesc("weft_wireguard_device_info",
+			"Always 1 for each device of the wireguard backend; implementation says what runs it: kernel (the kernel's WireGuard) or userspace (wireguard-go in weftd).",
+			[]string{"device", "implementation"}, nil),
+		drops: prometheus.NewDesc("weft_wireguard_dropped_packets_total",
+			"Packets a userspace WireGuard device dropped, by reason: unknown_type, invalid_mac1, invalid_initiation, invalid_response, invalid_cookie_reply, handshake_under_load (a cookie reply sent instead), disallowed_source. Datagrams of the wrong size, and transport messages for no session or that fail to decrypt, are dropped uncounted.",
+			[]string{"device", "reason"}, nil)}
 }
 
-func (c *wireguardCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.info }
+func (c *wireguardCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.info
+	ch <- c.drops
+}
 
 func (c *wireguardCollector) Collect(ch chan<- prometheus.Metric) {
 	bp := c.d.be.Load()
@@ -32,5 +42,12 @@ func (c *wireguardCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for name, impl := range wd.WireGuardDevices() {
 		ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, name, impl)
+	}
+	if dc, ok := (*bp).(encap.WireGuardDropCounter); ok {
+		for dev, reasons := range dc.WireGuardDrops() {
+			for reason, n := range reasons {
+				ch <- prometheus.MustNewConstMetric(c.drops, prometheus.CounterValue, float64(n), dev, reason)
+			}
+		}
 	}
 }
