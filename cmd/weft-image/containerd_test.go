@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,12 +11,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/bench/testenv"
 )
@@ -37,21 +36,8 @@ func startContainerd(t *testing.T) *ctrd {
 	}
 	c := &ctrd{dir: dir, sock: filepath.Join(dir, "c.sock")}
 	t.Cleanup(func() {
-		// Snapshots and container rootfs mounts live under dir; a failed run may leave some.
-		mounts, _ := os.ReadFile("/proc/self/mounts")
-		var targets []string
-		for _, line := range strings.Split(string(mounts), "\n") {
-			if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
-				targets = append(targets, f[1])
-			}
-		}
-		for i := len(targets) - 1; i >= 0; i-- {
-			if err := unix.Unmount(targets[i], unix.MNT_DETACH); err != nil {
-				t.Errorf("unmount %s: %v", targets[i], err)
-			}
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("remove %s: %v", dir, err)
+		if err := errors.Join(unmountUnder(dir), os.RemoveAll(dir)); err != nil {
+			t.Error(err)
 		}
 	})
 	// CRI is off (ctr does not need it); restrict_oom_score_adj is set for runtimes that
@@ -71,47 +57,12 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(filepath.Join(dir, "containerd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("containerd", "--config", cfgPath)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logf.Close() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			if log, err := os.ReadFile(filepath.Join(dir, "containerd.log")); err == nil {
-				t.Logf("containerd log:\n%s", lastLines(string(log), 40))
-			}
-		}
+	p := startDaemonProc(t, "containerd", exec.Command("containerd", "--config", cfgPath), filepath.Join(dir, "containerd.log"))
+	p.await(t, 30*time.Second, func() error {
+		_, err := c.ctr(context.Background(), "version")
+		return err
 	})
-	// Wait until it answers.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case err := <-exited:
-			t.Fatalf("containerd exited: %v", err)
-		default:
-		}
-		if _, err := c.ctr(context.Background(), "version"); err == nil {
-			return c
-		} else if time.Now().After(deadline) {
-			t.Fatalf("containerd did not answer on %s: %v", c.sock, err)
-		}
-		time.Sleep(100 * time.Millisecond) // polling a socket: there is no event to wait on
-	}
+	return c
 }
 
 // ctr runs ctr against the private containerd.

@@ -10,15 +10,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/bench/testenv"
 )
@@ -59,25 +56,13 @@ func startDockerd(t *testing.T) *dockerDaemon {
 	_, err = os.Stat(trustKey)
 	keyExisted := err == nil
 	removeDir := func() error {
-		mounts, _ := os.ReadFile("/proc/self/mounts")
-		var targets []string
-		for _, line := range strings.Split(string(mounts), "\n") {
-			if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
-				targets = append(targets, f[1])
-			}
-		}
-		var errs []error
-		for i := len(targets) - 1; i >= 0; i-- {
-			if err := unix.Unmount(targets[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-				errs = append(errs, fmt.Errorf("unmount %s: %w", targets[i], err))
-			}
-		}
+		err := unmountUnder(dir)
 		if !keyExisted {
-			if err := os.Remove(trustKey); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, err)
+			if rerr := os.Remove(trustKey); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				err = errors.Join(err, rerr)
 			}
 		}
-		return errors.Join(append(errs, os.RemoveAll(dir))...)
+		return errors.Join(err, os.RemoveAll(dir))
 	}
 	testenv.OnInterrupt(t, "dockerd directory "+dir, removeDir)
 	t.Cleanup(func() {
@@ -90,11 +75,6 @@ func startDockerd(t *testing.T) *dockerDaemon {
 	if err := os.WriteFile(cfg, []byte("{}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(dir, "dockerd.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(dockerdPath,
 		"--config-file", cfg,
 		"--data-root", filepath.Join(dir, "root"),
@@ -104,59 +84,18 @@ func startDockerd(t *testing.T) *dockerDaemon {
 		"--iptables=false", "--ip6tables=false", "--ip-masq=false", "--bridge=none",
 		"--storage-driver=vfs")
 	cmd.Env = d.env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// dockerd starts its containerd with Pdeathsig too: a killed test takes both along.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); logf.Close(); close(exited) }()
-	// SIGTERM: dockerd stops its containerd and unmounts its layers; SIGKILL after 20 s.
-	var stopOnce sync.Once
-	stop := func() error {
-		stopOnce.Do(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(20 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
-			}
-		})
-		return nil
-	}
-	testenv.OnInterrupt(t, "dockerd", stop)
-	t.Cleanup(func() {
-		start := time.Now()
-		_ = stop()
-		t.Logf("dockerd stopped in %v", time.Since(start).Round(time.Millisecond))
-		if t.Failed() {
-			if log, err := os.ReadFile(logPath); err == nil {
-				t.Logf("dockerd log:\n%s", lastLines(string(log), 40))
-			}
-		}
-	})
-
+	// On SIGTERM dockerd stops the containerd it started and unmounts its layers; that
+	// containerd dies with dockerd too (Pdeathsig).
+	p := startDaemonProc(t, "dockerd", cmd, filepath.Join(dir, "dockerd.log"))
 	start := time.Now()
-	deadline := start.Add(60 * time.Second)
-	for {
-		select {
-		case <-exited:
-			t.Fatalf("dockerd exited: %v", waitErr)
-		default:
-		}
+	p.await(t, 60*time.Second, func() error {
 		out, err := d.docker(context.Background(), "version", "--format", "{{.Server.Version}}")
 		if err == nil {
 			t.Logf("dockerd %s answered in %v", strings.TrimSpace(out), time.Since(start).Round(time.Millisecond))
-			return d
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dockerd did not answer on %s: %v", d.host, err)
-		}
-		time.Sleep(100 * time.Millisecond) // polling a socket: there is no event to wait on
-	}
+		return err
+	})
+	return d
 }
 
 // docker runs Debian's docker CLI against the private dockerd.
