@@ -148,10 +148,10 @@ func (d *daemon) run(ctx context.Context) error {
 				func() { d.fwRepairs.Add(1) })
 		})
 	}
-	if m, ok := mgr.(etcdMonitor); ok {
-		d.spawn(func() { m.MonitorEtcd(ctx) })
+	if m, ok := mgr.(lease.ReachabilityMonitor); ok {
+		d.spawn(func() { m.MonitorReachability(ctx) })
 	}
-	if r, ok := mgr.(readyMarker); ok {
+	if r, ok := mgr.(lease.ReadyMarker); ok {
 		if err := r.MarkNetworkReady(ctx); err != nil {
 			d.log.Warn("could not mark the node's network ready", zap.Error(err))
 		}
@@ -166,18 +166,6 @@ func (d *daemon) run(ctx context.Context) error {
 		followExternal(fctx, choice, ext, d.log, func(old, next encap.ExternalInterface) { d.externalMoved(mgr, be, old, next) })
 	})
 	return d.serve(ctx, mgr, be, own, env)
-}
-
-// etcdMonitor is implemented by managers that can report their store's reachability
-// (etcd v3: one log line when it is lost, one when it is back).
-type etcdMonitor interface {
-	MonitorEtcd(ctx context.Context)
-}
-
-// readyMarker is implemented by managers that tell their store when the network is up
-// (Kubernetes: the node's NetworkUnavailable condition).
-type readyMarker interface {
-	MarkNetworkReady(ctx context.Context) error
 }
 
 // serve runs the backend and feeds it lease events until ctx ends.

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/lease"
 )
 
 // serveHealthz answers, as flanneld does for kube-flannel.yml's probes, GET /healthz
@@ -74,14 +75,6 @@ func (d *daemon) healthzMux() *http.ServeMux {
 	return mux
 }
 
-// healthReporter is implemented by lease managers that can tell whether the lease is
-// still held and the watch of the other hosts' leases is current (Kubernetes: the node
-// informer heard from the API server recently; our node keeps our podCIDR and
-// annotations). The error is the reason, for /readyz.
-type healthReporter interface {
-	Health(now time.Time) error
-}
-
 // Reasons for not being ready.
 var (
 	errNoLease    = errors.New("no lease yet")
@@ -96,7 +89,7 @@ func (d *daemon) notReady(now time.Time) error {
 	if p == nil {
 		return errNoLeaseSrc
 	}
-	h, _ := (*p).(healthReporter)
+	h, _ := (*p).(lease.HealthReporter)
 	if d.held.Load() == nil {
 		if h != nil {
 			if err := h.Health(now); err != nil {

@@ -38,18 +38,12 @@ const kubeCacheSyncTimeout = 10 * time.Minute
 // errCacheNotSynced: the node cache did not sync within kubeCacheSyncTimeout.
 var errCacheNotSynced = errors.New("node cache not synced")
 
-// cacheSyncer is implemented by managers that fill a cache before they lease
-// (Kubernetes: the node informer).
-type cacheSyncer interface {
-	WaitSynced(ctx context.Context) error
-}
-
 // waitSynced waits up to timeout for mgr's cache, as flanneld waits for its node
 // controller: past it, an error wrapping errCacheNotSynced and
 // context.DeadlineExceeded (weftd exits, as flanneld), unless CONT_WHEN_CACHE_NOT_READY
 // is "true": then it logs an error and returns nil, and Acquire goes on waiting.
 func (d *daemon) waitSynced(ctx context.Context, mgr lease.Manager, timeout time.Duration) error {
-	s, ok := mgr.(cacheSyncer)
+	s, ok := mgr.(lease.CacheSyncer)
 	if !ok {
 		return nil
 	}
@@ -90,31 +84,24 @@ func eventQueueDepth(kubeMode bool, s string) (int, error) {
 	return n, nil
 }
 
-// nodePublicIPer is implemented by managers whose store can set our public IP
-// (Kubernetes: the node's node-public-ip annotation, which flanneld honours too).
-type nodePublicIPer interface {
-	NodePublicIP(ctx context.Context) (netip.Addr, error)
-}
-
-// nodePublicIPv6er is nodePublicIPer for the IPv6 address (node-public-ipv6).
-type nodePublicIPv6er interface {
-	NodePublicIPv6(ctx context.Context) (netip.Addr, error)
-}
-
 // publicIPs are the addresses peers should send to, IPv4 and IPv6 (the latter only
 // on a network with IPv6): the store's choice when it makes one (it wins over
 // --public-ip and --public-ipv6, as in flanneld), else the flag ("" for the
 // interface's).
 func (d *daemon) publicIPs(ctx context.Context, mgr lease.Manager, cfg *lease.Config) (string, string, error) {
 	v4, v6 := d.opts.publicIP, d.opts.publicIPv6
-	if p, ok := mgr.(nodePublicIPer); ok && cfg.EnableIPv4 {
+	p, ok := mgr.(lease.PublicAddressSource)
+	if !ok {
+		return v4, v6, nil
+	}
+	if cfg.EnableIPv4 {
 		ip, err := p.NodePublicIP(ctx)
 		if err != nil {
 			return "", "", fmt.Errorf("public IP: %w", err)
 		}
 		v4 = d.overridden("--public-ip", v4, ip)
 	}
-	if p, ok := mgr.(nodePublicIPv6er); ok && cfg.EnableIPv6 {
+	if cfg.EnableIPv6 {
 		ip, err := p.NodePublicIPv6(ctx)
 		if err != nil {
 			return "", "", fmt.Errorf("public IPv6: %w", err)

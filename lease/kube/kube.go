@@ -92,7 +92,16 @@ type Manager struct {
 	done         sync.WaitGroup
 }
 
-var _ lease.Manager = (*Manager)(nil)
+// What weftd may ask of it beyond lease.Manager (lease/capabilities.go).
+var (
+	_ lease.Manager             = (*Manager)(nil)
+	_ lease.StatsReporter       = (*Manager)(nil)
+	_ lease.HealthReporter      = (*Manager)(nil)
+	_ lease.Republisher         = (*Manager)(nil)
+	_ lease.CacheSyncer         = (*Manager)(nil)
+	_ lease.PublicAddressSource = (*Manager)(nil)
+	_ lease.ReadyMarker         = (*Manager)(nil)
+)
 
 // New returns the manager; it talks to the API server only when used.
 func New(opts Options, log *zap.Logger) (*Manager, error) {
@@ -154,7 +163,7 @@ func NewWithClient(client kubernetes.Interface, opts Options, log *zap.Logger) (
 }
 
 // Stats returns what the node informer counted so far.
-func (m *Manager) Stats() Stats { return m.lists.stats() }
+func (m *Manager) Stats() lease.Stats { return m.lists.stats() }
 
 // key is the annotation key of name, as flanneld writes it.
 func (m *Manager) key(name string) string { return m.prefix + name }
