@@ -2,6 +2,14 @@
 // spec.podCIDR (assigned by kube-controller-manager's node IPAM), the other hosts'
 // leases are the nodes carrying a podCIDR and flannel's annotations. It reads and
 // writes the annotations exactly as flanneld does, so a cluster can mix both daemons.
+// It holds:
+//   - the Manager: Options, New, Config, Acquire, the node's public-IP annotations and
+//     its NetworkUnavailable condition (kube.go), Watch (watch.go), Hold and Republish
+//     (hold.go), Health (health.go) and WaitSynced (synced.go);
+//   - the annotation keys (annotations.go);
+//   - the node informer's talk with the API server, its counters for Stats and its
+//     readiness (contact.go), and what it keeps of a Node: only the fields weftd reads,
+//     decoded from the wire (wire.go) and slimmed in the cache (slim.go).
 package kube
 
 import (
