@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/daemon"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -49,8 +51,7 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	d := &daemon{opts: opts, log: log}
-	if err := d.run(ctx); err != nil {
+	if err := daemon.Run(ctx, opts.config(readBuildInfo()), log); err != nil {
 		log.Error("weftd stopped", zap.Error(err))
 		return 1
 	}

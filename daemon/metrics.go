@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"errors"
@@ -89,7 +89,7 @@ func (c *weftCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	bi := readBuildInfo()
+	bi := c.d.cfg.Build
 	gauge(c.buildInfo, 1, bi.Version, bi.Revision, bi.GoVersion)
 
 	reason := ""

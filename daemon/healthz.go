@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // reason, see notReady); and GET /stats (the backend's counters as JSON, when it keeps
 // any).
 func (d *daemon) serveHealthz() (stop func(), err error) {
-	addr := net.JoinHostPort(d.opts.healthzIP, strconv.Itoa(d.opts.healthzPort))
+	addr := net.JoinHostPort(d.cfg.HealthzIP, strconv.Itoa(d.cfg.HealthzPort))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("healthz on %s: %w", addr, err)

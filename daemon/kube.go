@@ -1,11 +1,10 @@
-package main
+package daemon
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -14,21 +13,11 @@ import (
 	"github.com/weftnet/weft/lease/kube"
 )
 
-// kubeManager is --kube-subnet-mgr: leases from the nodes' podCIDRs. The node is
-// --node-name or NODE_NAME, else our pod's (POD_NAMESPACE/POD_NAME), as in flanneld.
+// kubeManager is --kube-subnet-mgr: leases from the nodes' podCIDRs.
 func (d *daemon) kubeManager() (lease.Manager, error) {
 	d.log.Debug("EVENT_QUEUE_DEPTH changes nothing in weftd: its node watch has no event queue",
-		zap.Int("depth", d.opts.eventQueueDepth))
-	return kube.New(kube.Options{
-		NodeName:                  d.opts.nodeName,
-		PodName:                   d.opts.podName,
-		PodNamespace:              d.opts.podNamespace,
-		Kubeconfig:                d.opts.kubeconfigFile,
-		APIURL:                    d.opts.kubeAPIURL,
-		NetConfPath:               d.opts.netConfigPath,
-		AnnotationPrefix:          d.opts.kubeAnnotation,
-		SetNodeNetworkUnavailable: d.opts.setNodeNetUnavail,
-	}, d.log.Named("kube"))
+		zap.Int("depth", d.cfg.KubeEventQueueDepth))
+	return kube.New(*d.cfg.Kube, d.log.Named("kube"))
 }
 
 // kubeCacheSyncTimeout is how long flanneld waits for its node cache before it gives
@@ -55,7 +44,7 @@ func (d *daemon) waitSynced(ctx context.Context, mgr lease.Manager, timeout time
 		return nil // synced, or stopped: the caller sees ctx
 	case !errors.Is(err, context.DeadlineExceeded):
 		return err
-	case d.opts.contWhenCacheNotReady:
+	case d.cfg.ContWhenCacheNotReady:
 		d.log.Error("timed out waiting for the node cache to sync; continuing (CONT_WHEN_CACHE_NOT_READY=true)",
 			zap.Duration("waited", timeout))
 		return nil
@@ -63,33 +52,12 @@ func (d *daemon) waitSynced(ctx context.Context, mgr lease.Manager, timeout time
 	return fmt.Errorf("%w within %s (CONT_WHEN_CACHE_NOT_READY=true keeps waiting): %w", errCacheNotSynced, timeout, err)
 }
 
-// defaultEventQueueDepth is flanneld's depth of its node event queue.
-const defaultEventQueueDepth = 5000
-
-// eventQueueDepth reads EVENT_QUEUE_DEPTH as flanneld does: in kube mode only, an
-// integer (else an error), the default when unset or not positive. weftd has no such
-// queue (its node watch keeps the set of changed nodes, which cannot overflow), so
-// the value is only checked and logged.
-func eventQueueDepth(kubeMode bool, s string) (int, error) {
-	if !kubeMode || s == "" {
-		return defaultEventQueueDepth, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, fmt.Errorf("environment EVENT_QUEUE_DEPTH=%q: %w", s, err)
-	}
-	if n <= 0 {
-		return defaultEventQueueDepth, nil
-	}
-	return n, nil
-}
-
 // publicIPs are the addresses peers should send to, IPv4 and IPv6 (the latter only
 // on a network with IPv6): the store's choice when it makes one (it wins over
 // --public-ip and --public-ipv6, as in flanneld), else the flag ("" for the
 // interface's).
 func (d *daemon) publicIPs(ctx context.Context, mgr lease.Manager, cfg *lease.Config) (string, string, error) {
-	v4, v6 := d.opts.publicIP, d.opts.publicIPv6
+	v4, v6 := d.cfg.PublicIP, d.cfg.PublicIPv6
 	p, ok := mgr.(lease.PublicAddressSource)
 	if !ok {
 		return v4, v6, nil
