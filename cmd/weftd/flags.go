@@ -148,6 +148,7 @@ func fromEnv(flag string) bool { return flag != "version" }
 func parseFlags(args []string, env func(string) string, out io.Writer) (*options, error) {
 	o := &options{}
 	fs := newFlagSet(o, out)
+	fs.Usage = func() { printUsage(fs.Output(), fs) }
 	if err := parseWith(fs, args, env); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, flagHelp

@@ -26,11 +26,8 @@ func main() {
 
 func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
-		switch args[0] { // weftd's commands besides running the daemon
-		case "cleanup":
-			return runCleanup(args[1:], env, stdout, stderr)
-		case "migrate-etcd":
-			return runMigrate(args[1:], env, stdout, stderr)
+		if c, ok := findCommand(args[0]); ok { // weftd's commands besides running the daemon
+			return c.run(args[1:], env, stdout, stderr)
 		}
 	}
 	opts, err := parseFlags(args, env, stderr)
