@@ -1,8 +1,10 @@
 // Package lease holds what weft's two sources of leases share: the network
-// configuration, the subnet leases and their events, their encoding in etcd
-// (flannel's layout), the Manager interface weftd uses, subnet.env and the durable
-// state file. The managers themselves live beside it: lease/etcd over etcd's v3 or v2
-// API, lease/kube over Kubernetes nodes.
+// configuration (config*.go), the subnet leases and their events (lease.go), their
+// encoding in etcd in flannel's layout (codec.go), the Manager interface weftd uses
+// (lease.go) and the capabilities it may ask of a manager beyond it
+// (capabilities.go), subnet.env (subnetenv.go) and the durable state file (state.go).
+// The managers themselves live beside it: lease/etcd over etcd's v3 or v2 API,
+// lease/kube over Kubernetes nodes.
 package lease
 
 import (

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,11 +91,6 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
-// ifaceChoice is what the interface flags ask for, with the public IP to use.
-func (o *options) ifaceChoice(publicIP string) ifaceChoice {
-	return ifaceChoice{ifaces: o.ifaces, regexes: o.ifaceRegex, canReach: o.canReach, publicIP: publicIP}
-}
-
 func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("weftd", flag.ContinueOnError)
 	fs.SetOutput(out)
@@ -151,6 +148,7 @@ func fromEnv(flag string) bool { return flag != "version" }
 func parseFlags(args []string, env func(string) string, out io.Writer) (*options, error) {
 	o := &options{}
 	fs := newFlagSet(o, out)
+	fs.Usage = func() { printUsage(fs.Output(), fs) }
 	if err := parseWith(fs, args, env); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, flagHelp
@@ -170,6 +168,27 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (*options
 		return nil, err
 	}
 	return o, o.check()
+}
+
+// defaultEventQueueDepth is flanneld's depth of its node event queue.
+const defaultEventQueueDepth = 5000
+
+// eventQueueDepth reads EVENT_QUEUE_DEPTH as flanneld does: in kube mode only, an
+// integer (else an error), the default when unset or not positive. weftd has no such
+// queue (its node watch keeps the set of changed nodes, which cannot overflow), so
+// the value is only checked and logged.
+func eventQueueDepth(kubeMode bool, s string) (int, error) {
+	if !kubeMode || s == "" {
+		return defaultEventQueueDepth, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("environment EVENT_QUEUE_DEPTH=%q: %w", s, err)
+	}
+	if n <= 0 {
+		return defaultEventQueueDepth, nil
+	}
+	return n, nil
 }
 
 // check rejects values weft cannot honour, so nothing is silently ignored.
@@ -198,9 +217,10 @@ func validIPTablesMode(s string) bool {
 	return err == nil
 }
 
+// isIPv6 reports whether s is a plain IPv6 address (not IPv4-mapped, no zone).
 func isIPv6(s string) bool {
-	_, err := parseIPv6(s)
-	return err == nil
+	ip, err := netip.ParseAddr(s)
+	return err == nil && ip.Is6() && !ip.Is4In6() && ip.Zone() == ""
 }
 
 // splitList splits a comma-separated list, dropping blanks.
@@ -212,4 +232,29 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// parseWith parses args into fs, then fills each flag not given on the command line
+// from its FLANNELD_ variable (envName), as flanneld does.
+func parseWith(fs *flag.FlagSet, args []string, env func(string) string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envName(f.Name)
+		v := env(name)
+		if given[f.Name] || !fromEnv(f.Name) || v == "" {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("environment %s=%q: %w", name, v, err))
+		}
+	})
+	return errors.Join(errs...)
 }

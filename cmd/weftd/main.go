@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/daemon"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -24,11 +26,8 @@ func main() {
 
 func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
-		switch args[0] { // weftd's commands besides running the daemon
-		case "cleanup":
-			return runCleanup(args[1:], env, stdout, stderr)
-		case "migrate-etcd":
-			return runMigrate(args[1:], env, stdout, stderr)
+		if c, ok := findCommand(args[0]); ok { // weftd's commands besides running the daemon
+			return c.run(args[1:], env, stdout, stderr)
 		}
 	}
 	opts, err := parseFlags(args, env, stderr)
@@ -49,8 +48,7 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	d := &daemon{opts: opts, log: log}
-	if err := d.run(ctx); err != nil {
+	if err := daemon.Run(ctx, opts.config(readBuildInfo()), log); err != nil {
 		log.Error("weftd stopped", zap.Error(err))
 		return 1
 	}

@@ -1,7 +1,15 @@
-// Package etcd is a lease.Manager over etcd: the registries that keep the network
-// config and the leases on etcd's v3 or v2 API in flanneld's layout, the Manager that
-// acquires, renews and watches leases through them, the naming of why etcd cannot be
-// reached or refuses us, and the migration of a cluster's keys from v2 to v3.
+// Package etcd is a lease.Manager over etcd, in flanneld's layout, on etcd's v3 or v2
+// API. It holds:
+//   - the registries that keep the network config and the leases: Registry
+//     (registry.go), Options and NewRegistry (etcd.go), one per API (etcd3.go,
+//     etcd2.go);
+//   - the Manager over a registry: Config and Acquire with the choice of an IPv4
+//     subnet (manager.go) and of an IPv6 one (alloc_v6.go), Hold, the renewal loop
+//     (renew.go), Watch (watch.go), MonitorReachability and Health (health.go,
+//     health_v2.go for the v2 API's probes) and Stats (stats.go);
+//   - the naming of why etcd cannot be reached or refuses us (etcd_errors.go,
+//     etcd_tlsprobe.go);
+//   - the migration of a cluster's keys from v2 to v3 (migrate.go).
 package etcd
 
 import (

@@ -21,12 +21,12 @@ type connStater interface {
 // reconnects are not worth a line.
 const unreachableAfter = 5 * time.Second
 
-// MonitorEtcd logs one warning when etcd has been unreachable for a few seconds and one
-// line when it is back, until ctx ends. Forwarding never depends on it; without this
+// MonitorReachability logs one warning when etcd has been unreachable for a few
+// seconds and one line when it is back, until ctx ends. Forwarding never depends on it; without this
 // the daemon would be silent through an outage until a renewal failed, up to an hour
 // later. On the v3 API it costs etcd nothing: it watches the client's own connection
 // state; on v2 it asks etcd for its version every probeEvery.
-func (m *Manager) MonitorEtcd(ctx context.Context) {
+func (m *Manager) MonitorReachability(ctx context.Context) {
 	cs, ok := m.reg.(connStater)
 	if !ok {
 		return
@@ -66,9 +66,9 @@ func (m *Manager) MonitorEtcd(ctx context.Context) {
 	}
 }
 
-// Health returns nil unless MonitorEtcd has seen etcd unreachable for longer than a
-// reconnect takes; then the watch of the other hosts' leases is not current (weftd's
-// /readyz says so, while forwarding goes on with the last known leases).
+// Health returns nil unless MonitorReachability has seen etcd unreachable for longer
+// than a reconnect takes; then the watch of the other hosts' leases is not current
+// (weftd's /readyz says so, while forwarding goes on with the last known leases).
 func (m *Manager) Health(now time.Time) error {
 	ns := m.downSince.Load()
 	if ns == 0 {

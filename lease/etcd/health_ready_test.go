@@ -9,7 +9,7 @@ import (
 )
 
 // TestManagerHealth: not ready once etcd has been unreachable longer than a
-// reconnect takes, ready again when MonitorEtcd sees it back.
+// reconnect takes, ready again when MonitorReachability sees it back.
 func TestManagerHealth(t *testing.T) {
 	m := NewManager(nil, ManagerOptions{}, zap.NewNop())
 	now := time.Now()

@@ -8,9 +8,9 @@ import (
 )
 
 // probeEvery is how often the v2 registry asks etcd for its version while
-// MonitorEtcd waits: the v2 API is plain HTTP and has no connection state to watch.
-// One small GET per host every few seconds is the price of not being silent through
-// an outage.
+// MonitorReachability waits: the v2 API is plain HTTP and has no connection state to
+// watch. One small GET per host every few seconds is the price of not being silent
+// through an outage.
 const probeEvery = 2 * time.Second
 
 // connState is the result of the last probe: Ready until one fails.

@@ -52,13 +52,20 @@ type Manager struct {
 	republish chan struct{}
 
 	// downSince is when etcd became unreachable (Unix ns; 0 while it is reachable or
-	// nobody watches, see MonitorEtcd), for Health.
+	// nobody watches, see MonitorReachability), for Health.
 	downSince atomic.Int64
 
 	cnt managerCounters // for Stats
 }
 
-var _ lease.Manager = (*Manager)(nil)
+// What weftd may ask of it beyond lease.Manager (lease/capabilities.go).
+var (
+	_ lease.Manager             = (*Manager)(nil)
+	_ lease.StatsReporter       = (*Manager)(nil)
+	_ lease.HealthReporter      = (*Manager)(nil)
+	_ lease.Republisher         = (*Manager)(nil)
+	_ lease.ReachabilityMonitor = (*Manager)(nil)
+)
 
 // NewManager returns a Manager over reg.
 func NewManager(reg Registry, opts ManagerOptions, log *zap.Logger) *Manager {

@@ -3,18 +3,9 @@ package etcd
 import (
 	"sync/atomic"
 	"time"
-)
 
-// Stats is a snapshot of what the lease manager has done since it started, for
-// weftd's /metrics.
-type Stats struct {
-	Expiration    time.Time // when our lease runs out (zero before one is held)
-	Renewals      uint64    // successful renewals of our lease
-	RenewFailures uint64    // renewals that failed (retried)
-	Resyncs       uint64    // re-lists of the other hosts' leases after the first one
-	WatchErrors   uint64    // lists and watches of the other hosts' leases that failed
-	EtcdReachable bool      // false while MonitorEtcd sees the connection down
-}
+	"github.com/weftnet/weft/lease"
+)
 
 // managerCounters are written by the manager's goroutines, read by Stats.
 type managerCounters struct {
@@ -34,9 +25,11 @@ func (c *managerCounters) held(exp time.Time) {
 	c.expiration.Store(exp.UnixNano())
 }
 
-// Stats returns the manager's counters.
-func (m *Manager) Stats() Stats {
-	s := Stats{
+// Stats returns the manager's counters, for weftd's /metrics: its renewals, its
+// lists and watches of the other hosts' leases, and whether etcd is reachable.
+func (m *Manager) Stats() lease.Stats {
+	s := lease.Stats{
+		Source:        lease.SourceEtcd,
 		Renewals:      m.cnt.renewals.Load(),
 		RenewFailures: m.cnt.renewFailures.Load(),
 		Resyncs:       m.cnt.resyncs.Load(),

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/weftnet/weft/lease"
 )
 
 // contact records how the node informer's talk with the API server goes: when it last
@@ -63,14 +65,10 @@ type nodeAPI interface {
 	Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error)
 }
 
-// Stats count the node informer's talk with the API server (weftd's /metrics).
-type Stats struct {
-	Lists       uint64 // full lists of the Nodes: plain lists and watches that start with every Node
-	Relists     uint64 // lists after the first (an expired watch, the API server restarted)
-	WatchErrors uint64 // lists and watches that failed, and error events on a watch
-}
-
-// listStats counts for Stats and spreads re-lists: a re-list, after the first
+// listStats counts the node informer's talk with the API server for Stats: full
+// lists of the Nodes (plain lists and watches that start with every Node), lists
+// after the first (an expired watch, the API server restarted), and lists and watches
+// that failed or had an error event. It and spreads re-lists: a re-list, after the first
 // successful one, waits a random part of spread first, so that the daemons of a
 // cluster do not list all at once when the API server comes back. Failed lists are
 // retried by client-go's reflector with exponential backoff and jitter.
@@ -81,8 +79,8 @@ type listStats struct {
 	pages, items         int                 // of the list under way, for its log line
 }
 
-func (s *listStats) stats() Stats {
-	return Stats{Lists: s.lists.Load(), Relists: s.relists.Load(), WatchErrors: s.errs.Load()}
+func (s *listStats) stats() lease.Stats {
+	return lease.Stats{Source: lease.SourceKube, NodeLists: s.lists.Load(), Resyncs: s.relists.Load(), WatchErrors: s.errs.Load()}
 }
 
 // beforeList waits before a re-list; it returns ctx's error if ctx ends first.
@@ -143,7 +141,7 @@ func (t trackedNodes) listed(how string, o metav1.ListOptions, pages, items int)
 	t.st.listed()
 	st := t.st.stats()
 	t.log.Info("listed the Nodes", zap.String("how", how), zap.Int("nodes", items), zap.Int("pages", pages),
-		zap.String("from-resource-version", o.ResourceVersion), zap.Uint64("lists", st.Lists),
+		zap.String("from-resource-version", o.ResourceVersion), zap.Uint64("lists", st.NodeLists),
 		zap.Uint64("watch-errors", st.WatchErrors))
 }
 

@@ -2,6 +2,14 @@
 // spec.podCIDR (assigned by kube-controller-manager's node IPAM), the other hosts'
 // leases are the nodes carrying a podCIDR and flannel's annotations. It reads and
 // writes the annotations exactly as flanneld does, so a cluster can mix both daemons.
+// It holds:
+//   - the Manager: Options, New, Config, Acquire, the node's public-IP annotations and
+//     its NetworkUnavailable condition (kube.go), Watch (watch.go), Hold and Republish
+//     (hold.go), Health (health.go) and WaitSynced (synced.go);
+//   - the annotation keys (annotations.go);
+//   - the node informer's talk with the API server, its counters for Stats and its
+//     readiness (contact.go), and what it keeps of a Node: only the fields weftd reads,
+//     decoded from the wire (wire.go) and slimmed in the cache (slim.go).
 package kube
 
 import (
@@ -92,7 +100,16 @@ type Manager struct {
 	done         sync.WaitGroup
 }
 
-var _ lease.Manager = (*Manager)(nil)
+// What weftd may ask of it beyond lease.Manager (lease/capabilities.go).
+var (
+	_ lease.Manager             = (*Manager)(nil)
+	_ lease.StatsReporter       = (*Manager)(nil)
+	_ lease.HealthReporter      = (*Manager)(nil)
+	_ lease.Republisher         = (*Manager)(nil)
+	_ lease.CacheSyncer         = (*Manager)(nil)
+	_ lease.PublicAddressSource = (*Manager)(nil)
+	_ lease.ReadyMarker         = (*Manager)(nil)
+)
 
 // New returns the manager; it talks to the API server only when used.
 func New(opts Options, log *zap.Logger) (*Manager, error) {
@@ -154,7 +171,7 @@ func NewWithClient(client kubernetes.Interface, opts Options, log *zap.Logger) (
 }
 
 // Stats returns what the node informer counted so far.
-func (m *Manager) Stats() Stats { return m.lists.stats() }
+func (m *Manager) Stats() lease.Stats { return m.lists.stats() }
 
 // key is the annotation key of name, as flanneld writes it.
 func (m *Manager) key(name string) string { return m.prefix + name }

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/weftnet/weft/lease"
 )
 
 // protoOf encodes obj as the API server sends it in protobuf.
@@ -179,7 +181,7 @@ func TestRelistSpread(t *testing.T) {
 	if d := time.Since(t0); d < 40*time.Millisecond || len(waited) != 1 {
 		t.Fatalf("a watch-list after a list went after %v (waits %v), want the spread", d, waited)
 	}
-	if got := st.stats(); got != (Stats{Lists: 1}) {
+	if got := st.stats(); got != (lease.Stats{Source: lease.SourceKube, NodeLists: 1}) {
 		t.Fatalf("stats %+v before the watch-list's initial events are over", got)
 	}
 	fw.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
@@ -190,7 +192,7 @@ func TestRelistSpread(t *testing.T) {
 		<-w.ResultChan()
 	}
 	w.Stop()
-	if got := st.stats(); got != (Stats{Lists: 2, Relists: 1, WatchErrors: 1}) {
+	if got := st.stats(); got != (lease.Stats{Source: lease.SourceKube, NodeLists: 2, Resyncs: 1, WatchErrors: 1}) {
 		t.Fatalf("stats %+v, want 2 lists, 1 re-list, 1 watch error", got)
 	}
 	cctx, cancel := context.WithCancel(ctx)

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -144,7 +144,7 @@ func (b *blackholer) move(old, next lease.Lease) {
 // set and keeps them every --iptables-resync seconds for the lease held (d.held)
 // until ctx ends.
 func (d *daemon) startBlackholes(ctx context.Context, own lease.Lease) error {
-	if !d.opts.blackholeRoute {
+	if !d.cfg.BlackholeRoute {
 		return nil
 	}
 	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE) // routes and links only: no XFRM or netfilter socket
@@ -156,7 +156,7 @@ func (d *daemon) startBlackholes(ctx context.Context, own lease.Lease) error {
 	d.blackholes = b
 	d.spawn(func() {
 		defer nl.Close()
-		t := time.NewTicker(time.Duration(d.opts.iptablesResync) * time.Second)
+		t := time.NewTicker(d.cfg.Resync)
 		defer t.Stop()
 		for {
 			select {

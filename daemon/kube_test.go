@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -51,7 +51,7 @@ func TestWaitSynced(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			core, logs := observer.New(zapcore.DebugLevel)
-			d := &daemon{opts: &options{contWhenCacheNotReady: tt.cont}, log: zap.New(core)}
+			d := &daemon{cfg: &Config{ContWhenCacheNotReady: tt.cont}, log: zap.New(core)}
 			err := d.waitSynced(context.Background(), tt.mgr, 50*time.Millisecond)
 			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil) != (err == nil) {
 				t.Fatalf("waitSynced = %v, want %v", err, tt.wantErr)
@@ -70,7 +70,7 @@ func TestWaitSynced(t *testing.T) {
 func TestWaitSyncedStopped(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	d := &daemon{opts: &options{}, log: zap.NewNop()}
+	d := &daemon{cfg: &Config{}, log: zap.NewNop()}
 	if err := d.waitSynced(ctx, syncingManager{delay: -1}, time.Hour); err != nil {
 		t.Fatalf("waitSynced after a stop = %v, want nil", err)
 	}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"errors"
@@ -12,21 +12,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/lease"
 	"github.com/weftnet/weft/lease/etcd"
-	"github.com/weftnet/weft/lease/kube"
 	"github.com/weftnet/weft/proxy"
 )
-
-// leaseStatser is implemented by lease managers that count what they do (etcd mode).
-type leaseStatser interface {
-	Stats() etcd.Stats
-}
-
-// kubeStatser is implemented by the Kubernetes lease manager, which counts its
-// lists and watches of the Nodes.
-type kubeStatser interface {
-	Stats() kube.Stats
-}
 
 // metricsHandler serves GET /metrics from a registry of this daemon's own: the Go
 // runtime and process collectors and weftCollector, which reads the counters the data
@@ -100,7 +89,7 @@ func (c *weftCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	bi := readBuildInfo()
+	bi := c.d.cfg.Build
 	gauge(c.buildInfo, 1, bi.Version, bi.Revision, bi.GoVersion)
 
 	reason := ""
@@ -111,22 +100,8 @@ func (c *weftCollector) Collect(ch chan<- prometheus.Metric) {
 
 	c.collectFirewall(counter, gauge)
 	if p := c.d.mgr.Load(); p != nil {
-		if s, ok := (*p).(leaseStatser); ok {
-			st := s.Stats()
-			if !st.Expiration.IsZero() {
-				gauge(c.leaseExpiry, float64(st.Expiration.UnixNano())/1e9)
-			}
-			counter(c.renewals, st.Renewals)
-			counter(c.renewFailures, st.RenewFailures)
-			counter(c.resyncs, st.Resyncs)
-			counter(c.watchErrors, st.WatchErrors)
-			gauge(c.etcdReachable, b2f(st.EtcdReachable))
-		}
-		if s, ok := (*p).(kubeStatser); ok {
-			st := s.Stats()
-			counter(c.nodeLists, st.Lists)
-			counter(c.resyncs, st.Relists)
-			counter(c.watchErrors, st.WatchErrors)
+		if s, ok := (*p).(lease.StatsReporter); ok {
+			c.collectLease(s.Stats(), counter, gauge)
 		}
 	}
 	bp := c.d.be.Load()
@@ -159,6 +134,23 @@ func (c *weftCollector) Collect(ch chan<- prometheus.Metric) {
 				counter(c.udpDropped, st.Dropped(r), r.String())
 			}
 		}
+	}
+}
+
+// collectLease reports the lease manager's counters: those its source keeps.
+func (c *weftCollector) collectLease(st lease.Stats, counter func(*prometheus.Desc, uint64, ...string), gauge func(*prometheus.Desc, float64, ...string)) {
+	counter(c.resyncs, st.Resyncs)
+	counter(c.watchErrors, st.WatchErrors)
+	switch st.Source {
+	case lease.SourceEtcd:
+		if !st.Expiration.IsZero() {
+			gauge(c.leaseExpiry, float64(st.Expiration.UnixNano())/1e9)
+		}
+		counter(c.renewals, st.Renewals)
+		counter(c.renewFailures, st.RenewFailures)
+		gauge(c.etcdReachable, b2f(st.EtcdReachable))
+	case lease.SourceKube:
+		counter(c.nodeLists, st.NodeLists)
 	}
 }
 

@@ -1,11 +1,10 @@
-package main
+package daemon
 
 import (
 	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,6 +22,7 @@ import (
 	"github.com/weftnet/weft/bench/etcdtest"
 	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/lease/etcd"
 )
 
 // TestRunLeavesNoGoroutine runs the daemon in-process against a real etcd (both APIs,
@@ -42,19 +42,16 @@ func TestRunLeavesNoGoroutine(t *testing.T) {
 			prefix := "/weft-test/goroutines-" + api
 			putConfig(t, srv, api, prefix, `{"Network":"198.18.0.0/16","Backend":{"Type":"alloc"}}`)
 			dir := t.TempDir()
-			opts, err := parseFlags([]string{
-				"--etcd-endpoints=" + srv.Endpoint(), "--etcd-api=" + api, "--etcd-prefix=" + prefix,
-				"--iface-regex=.", "--public-ip=192.0.2.10",
-				"--subnet-file=" + filepath.Join(dir, "subnet.env"),
-				"--lease-state-file=" + filepath.Join(dir, "lease.json"),
-				"--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", freeTCPPort(t)),
-				"--iptables-forward-rules=false",
-			}, func(string) string { return "" }, nil)
-			if err != nil {
-				t.Fatal(err)
+			cfg := &Config{
+				Etcd:         etcd.Options{Endpoints: []string{srv.Endpoint()}, API: api, Prefix: prefix},
+				IfaceRegexes: []string{"."}, PublicIP: "192.0.2.10",
+				SubnetFile:     filepath.Join(dir, "subnet.env"),
+				LeaseStateFile: filepath.Join(dir, "lease.json"),
+				RenewMargin:    time.Hour, Resync: 5 * time.Second,
+				HealthzIP: "127.0.0.1", HealthzPort: freeTCPPort(t),
 			}
 			before := goroutines()
-			d := &daemon{opts: opts, log: zaptest.NewLogger(t)}
+			d := &daemon{cfg: cfg, log: zaptest.NewLogger(t)}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			errc := make(chan error, 1)
@@ -70,7 +67,7 @@ func TestRunLeavesNoGoroutine(t *testing.T) {
 					t.Fatal("daemon not ready after 30 s")
 				}
 			}
-			env, err := lease.ReadSubnetEnv(opts.subnetFile)
+			env, err := lease.ReadSubnetEnv(cfg.SubnetFile)
 			if err != nil || !env.Subnet.IsValid() {
 				t.Fatalf("subnet.env: %+v, %v", env, err)
 			}

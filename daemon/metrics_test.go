@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"io"
@@ -14,7 +14,7 @@ import (
 // conventions (promlint) and that a daemon that has not started answers /metrics with
 // what it knows: the build and that it is not ready yet, and why.
 func TestMetricsLint(t *testing.T) {
-	d := &daemon{opts: &options{iptablesForwardRules: true, ipMasq: true}, log: zap.NewNop()}
+	d := &daemon{cfg: &Config{ForwardRules: true, IPMasq: true}, log: zap.NewNop()}
 	c := newWeftCollector(d)
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func TestReadyz(t *testing.T) {
 		{"ready without health", plainManager{}, held, true, 200, "ok"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			d := &daemon{opts: &options{}, log: zap.NewNop()}
+			d := &daemon{cfg: &Config{}, log: zap.NewNop()}
 			if tt.mgr != nil {
 				d.mgr.Store(&tt.mgr)
 			}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -15,12 +15,12 @@ import (
 // (--ip-masq) with iptables, or with nftables when the network config sets
 // EnableNFTables, and keeps the firewall in d.fw for the resync.
 func (d *daemon) setupFirewall(ctx context.Context, cfg *lease.Config, own lease.Lease) error {
-	if !d.opts.ipMasq && !d.opts.iptablesForwardRules {
+	if !d.cfg.IPMasq && !d.cfg.ForwardRules {
 		return nil
 	}
-	fwOpts := firewall.Options{FullyRandom: !d.opts.ipMasqNotRandom, IPv6: cfg.EnableIPv6, Log: d.log}
+	fwOpts := firewall.Options{FullyRandom: d.cfg.IPMasqFullyRandom, IPv6: cfg.EnableIPv6, Log: d.log}
 	if !cfg.EnableNFTables {
-		mode, err := iptablesMode(ctx, d.opts.iptablesMode, d.log)
+		mode, err := iptablesMode(ctx, d.cfg.IPTablesMode, d.log)
 		if err != nil {
 			return err
 		}
@@ -31,13 +31,13 @@ func (d *daemon) setupFirewall(ctx context.Context, cfg *lease.Config, own lease
 		return fmt.Errorf("--ip-masq/--iptables-forward-rules: %w (install it or pass --iptables-forward-rules=false)", err)
 	}
 	d.log.Info("firewall rules", zap.String("firewall", fw.Name()), zap.String("backend", fw.Backend()),
-		zap.Bool("forward", d.opts.iptablesForwardRules), zap.Bool("ip-masq", d.opts.ipMasq))
+		zap.Bool("forward", d.cfg.ForwardRules), zap.Bool("ip-masq", d.cfg.IPMasq))
 	d.fw = fw
 	var v6net netip.Prefix
 	if cfg.EnableIPv6 {
 		v6net = cfg.IPv6Network
 	}
-	if d.opts.iptablesForwardRules {
+	if d.cfg.ForwardRules {
 		for _, n := range []netip.Prefix{cfg.Network, v6net} {
 			if !n.IsValid() {
 				continue
@@ -47,7 +47,7 @@ func (d *daemon) setupFirewall(ctx context.Context, cfg *lease.Config, own lease
 			}
 		}
 	}
-	if d.opts.ipMasq {
+	if d.cfg.IPMasq {
 		if err := d.setMasq(ctx, cfg.Network, v6net, own); err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -182,13 +182,6 @@ func sameExternal(a, b encap.ExternalInterface) bool {
 		a.PublicIP == b.PublicIP && a.PublicIPv6 == b.PublicIPv6
 }
 
-// republisher is implemented by managers that can publish new attributes in the lease
-// they hold, PublicIP and PublicIPv6 when the external interface's address changed
-// (etcd: the lease's value; Kubernetes: our node's annotations).
-type republisher interface {
-	Republish(attrs lease.Attrs)
-}
-
 // externalMoved moves the backend onto the external interface found again and, when
 // its public address changed, publishes it in our lease so that peers send to it.
 func (d *daemon) externalMoved(mgr lease.Manager, be encap.Backend, old, ext encap.ExternalInterface) {
@@ -206,7 +199,7 @@ func (d *daemon) externalMoved(mgr lease.Manager, be encap.Backend, old, ext enc
 		return
 	}
 	held := d.held.Load()
-	r, ok := mgr.(republisher)
+	r, ok := mgr.(lease.Republisher)
 	if held == nil || !ok {
 		d.log.Error("the public address changed but this lease source cannot publish it; peers still send to the old one",
 			zap.Stringer("old", old.PublicIP), zap.Stringer("new", ext.PublicIP))

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -77,7 +77,7 @@ func TestBlackholeRoute(t *testing.T) {
 
 	core, logs := observer.New(zapcore.DebugLevel)
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &daemon{opts: &options{blackholeRoute: true, iptablesResync: 1}, log: zap.New(core)}
+	d := &daemon{cfg: &Config{BlackholeRoute: true, Resync: time.Second}, log: zap.New(core)}
 	d.held.Store(&own)
 	if err := ns.Do(func() error { return d.startBlackholes(ctx, own) }); err != nil {
 		t.Fatal(err)
@@ -148,8 +148,8 @@ func TestBlackholeRoute(t *testing.T) {
 	if err := lease.WriteSubnetEnv(subnetFile, env); err != nil {
 		t.Fatal(err)
 	}
-	co := cleanupOptions{options: &options{subnetFile: subnetFile}}
-	if err := ns.Do(func() error { return cleanup(context.Background(), co, zap.NewNop()) }); err != nil {
+	co := CleanupConfig{SubnetFile: subnetFile}
+	if err := ns.Do(func() error { return Cleanup(context.Background(), co, zap.NewNop()) }); err != nil {
 		t.Logf("cleanup: %v (firewall tools may be missing here)", err)
 	}
 	for _, a := range []string{"198.18.12.9", free[1]} {

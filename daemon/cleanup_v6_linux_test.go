@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -80,8 +80,8 @@ func TestCleanupDualStack(t *testing.T) {
 		t.Fatalf("nothing to clean up:\n%s", before)
 	}
 
-	co := cleanupOptions{options: &options{subnetFile: subnetFile}}
-	if err := ns.Do(func() error { return cleanup(ctx, co, zaptest.NewLogger(t)) }); err != nil {
+	co := CleanupConfig{SubnetFile: subnetFile}
+	if err := ns.Do(func() error { return Cleanup(ctx, co, zaptest.NewLogger(t)) }); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := ns.Run(ctx, "sh", "-c", "ip -d link; ip -6 route; ip6tables-save; iptables-save")

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/lease"
 )
 
 // serveHealthz answers, as flanneld does for kube-flannel.yml's probes, GET /healthz
@@ -20,7 +21,7 @@ import (
 // reason, see notReady); and GET /stats (the backend's counters as JSON, when it keeps
 // any).
 func (d *daemon) serveHealthz() (stop func(), err error) {
-	addr := net.JoinHostPort(d.opts.healthzIP, strconv.Itoa(d.opts.healthzPort))
+	addr := net.JoinHostPort(d.cfg.HealthzIP, strconv.Itoa(d.cfg.HealthzPort))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("healthz on %s: %w", addr, err)
@@ -74,14 +75,6 @@ func (d *daemon) healthzMux() *http.ServeMux {
 	return mux
 }
 
-// healthReporter is implemented by lease managers that can tell whether the lease is
-// still held and the watch of the other hosts' leases is current (Kubernetes: the node
-// informer heard from the API server recently; our node keeps our podCIDR and
-// annotations). The error is the reason, for /readyz.
-type healthReporter interface {
-	Health(now time.Time) error
-}
-
 // Reasons for not being ready.
 var (
 	errNoLease    = errors.New("no lease yet")
@@ -96,7 +89,7 @@ func (d *daemon) notReady(now time.Time) error {
 	if p == nil {
 		return errNoLeaseSrc
 	}
-	h, _ := (*p).(healthReporter)
+	h, _ := (*p).(lease.HealthReporter)
 	if d.held.Load() == nil {
 		if h != nil {
 			if err := h.Health(now); err != nil {

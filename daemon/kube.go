@@ -1,11 +1,10 @@
-package main
+package daemon
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -14,21 +13,11 @@ import (
 	"github.com/weftnet/weft/lease/kube"
 )
 
-// kubeManager is --kube-subnet-mgr: leases from the nodes' podCIDRs. The node is
-// --node-name or NODE_NAME, else our pod's (POD_NAMESPACE/POD_NAME), as in flanneld.
+// kubeManager is --kube-subnet-mgr: leases from the nodes' podCIDRs.
 func (d *daemon) kubeManager() (lease.Manager, error) {
 	d.log.Debug("EVENT_QUEUE_DEPTH changes nothing in weftd: its node watch has no event queue",
-		zap.Int("depth", d.opts.eventQueueDepth))
-	return kube.New(kube.Options{
-		NodeName:                  d.opts.nodeName,
-		PodName:                   d.opts.podName,
-		PodNamespace:              d.opts.podNamespace,
-		Kubeconfig:                d.opts.kubeconfigFile,
-		APIURL:                    d.opts.kubeAPIURL,
-		NetConfPath:               d.opts.netConfigPath,
-		AnnotationPrefix:          d.opts.kubeAnnotation,
-		SetNodeNetworkUnavailable: d.opts.setNodeNetUnavail,
-	}, d.log.Named("kube"))
+		zap.Int("depth", d.cfg.KubeEventQueueDepth))
+	return kube.New(*d.cfg.Kube, d.log.Named("kube"))
 }
 
 // kubeCacheSyncTimeout is how long flanneld waits for its node cache before it gives
@@ -38,18 +27,12 @@ const kubeCacheSyncTimeout = 10 * time.Minute
 // errCacheNotSynced: the node cache did not sync within kubeCacheSyncTimeout.
 var errCacheNotSynced = errors.New("node cache not synced")
 
-// cacheSyncer is implemented by managers that fill a cache before they lease
-// (Kubernetes: the node informer).
-type cacheSyncer interface {
-	WaitSynced(ctx context.Context) error
-}
-
 // waitSynced waits up to timeout for mgr's cache, as flanneld waits for its node
 // controller: past it, an error wrapping errCacheNotSynced and
 // context.DeadlineExceeded (weftd exits, as flanneld), unless CONT_WHEN_CACHE_NOT_READY
 // is "true": then it logs an error and returns nil, and Acquire goes on waiting.
 func (d *daemon) waitSynced(ctx context.Context, mgr lease.Manager, timeout time.Duration) error {
-	s, ok := mgr.(cacheSyncer)
+	s, ok := mgr.(lease.CacheSyncer)
 	if !ok {
 		return nil
 	}
@@ -61,7 +44,7 @@ func (d *daemon) waitSynced(ctx context.Context, mgr lease.Manager, timeout time
 		return nil // synced, or stopped: the caller sees ctx
 	case !errors.Is(err, context.DeadlineExceeded):
 		return err
-	case d.opts.contWhenCacheNotReady:
+	case d.cfg.ContWhenCacheNotReady:
 		d.log.Error("timed out waiting for the node cache to sync; continuing (CONT_WHEN_CACHE_NOT_READY=true)",
 			zap.Duration("waited", timeout))
 		return nil
@@ -69,52 +52,24 @@ func (d *daemon) waitSynced(ctx context.Context, mgr lease.Manager, timeout time
 	return fmt.Errorf("%w within %s (CONT_WHEN_CACHE_NOT_READY=true keeps waiting): %w", errCacheNotSynced, timeout, err)
 }
 
-// defaultEventQueueDepth is flanneld's depth of its node event queue.
-const defaultEventQueueDepth = 5000
-
-// eventQueueDepth reads EVENT_QUEUE_DEPTH as flanneld does: in kube mode only, an
-// integer (else an error), the default when unset or not positive. weftd has no such
-// queue (its node watch keeps the set of changed nodes, which cannot overflow), so
-// the value is only checked and logged.
-func eventQueueDepth(kubeMode bool, s string) (int, error) {
-	if !kubeMode || s == "" {
-		return defaultEventQueueDepth, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, fmt.Errorf("environment EVENT_QUEUE_DEPTH=%q: %w", s, err)
-	}
-	if n <= 0 {
-		return defaultEventQueueDepth, nil
-	}
-	return n, nil
-}
-
-// nodePublicIPer is implemented by managers whose store can set our public IP
-// (Kubernetes: the node's node-public-ip annotation, which flanneld honours too).
-type nodePublicIPer interface {
-	NodePublicIP(ctx context.Context) (netip.Addr, error)
-}
-
-// nodePublicIPv6er is nodePublicIPer for the IPv6 address (node-public-ipv6).
-type nodePublicIPv6er interface {
-	NodePublicIPv6(ctx context.Context) (netip.Addr, error)
-}
-
 // publicIPs are the addresses peers should send to, IPv4 and IPv6 (the latter only
 // on a network with IPv6): the store's choice when it makes one (it wins over
 // --public-ip and --public-ipv6, as in flanneld), else the flag ("" for the
 // interface's).
 func (d *daemon) publicIPs(ctx context.Context, mgr lease.Manager, cfg *lease.Config) (string, string, error) {
-	v4, v6 := d.opts.publicIP, d.opts.publicIPv6
-	if p, ok := mgr.(nodePublicIPer); ok && cfg.EnableIPv4 {
+	v4, v6 := d.cfg.PublicIP, d.cfg.PublicIPv6
+	p, ok := mgr.(lease.PublicAddressSource)
+	if !ok {
+		return v4, v6, nil
+	}
+	if cfg.EnableIPv4 {
 		ip, err := p.NodePublicIP(ctx)
 		if err != nil {
 			return "", "", fmt.Errorf("public IP: %w", err)
 		}
 		v4 = d.overridden("--public-ip", v4, ip)
 	}
-	if p, ok := mgr.(nodePublicIPv6er); ok && cfg.EnableIPv6 {
+	if cfg.EnableIPv6 {
 		ip, err := p.NodePublicIPv6(ctx)
 		if err != nil {
 			return "", "", fmt.Errorf("public IPv6: %w", err)

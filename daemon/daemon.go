@@ -1,11 +1,23 @@
-package main
+// Package daemon runs a weft node: lease -> backend -> data path. Run starts the lease
+// source, finds the external interface, leases a subnet, sets up the backend, the
+// firewall rules and blackhole routes, writes subnet.env, and then feeds the backend
+// the other hosts' leases while it follows the interface, renews the lease, answers
+// the health port and tells systemd how it goes, until its context ends. Cleanup
+// removes what a node left on the host.
+//
+// Files: daemon.go (Run: the start-up order and the event feed), config.go (Config),
+// kube.go (the Kubernetes lease source's start), iface.go and extwatch.go (choosing
+// and following the external interface), attrs.go (what our lease publishes),
+// firewall.go, blackhole.go, healthz.go (/healthz, /readyz, /stats), metrics.go and
+// metrics_wireguard.go (/metrics), notify.go (systemd), logfields.go (log fields),
+// cleanup.go (Cleanup).
+package daemon
 
 import (
 	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -15,9 +27,17 @@ import (
 	"github.com/weftnet/weft/lease/etcd"
 )
 
+// Run runs a node as cfg says until ctx ends (nil) or something fails. Before it
+// returns, every goroutine it started has ended and the lease manager (etcd client,
+// informer) is closed; the lease itself is kept for the next start.
+func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
+	d := &daemon{cfg: &cfg, log: log}
+	return d.run(ctx)
+}
+
 // daemon wires one run of weftd: lease -> backend -> data path.
 type daemon struct {
-	opts  *options
+	cfg   *Config
 	log   *zap.Logger
 	ready atomic.Bool // the data path runs on a held lease
 	be    atomic.Pointer[encap.Backend]
@@ -57,7 +77,7 @@ func (d *daemon) run(ctx context.Context) error {
 	defer cancel()
 	d.notify.log = d.log
 	defer d.notify.start(ctx)()
-	if d.opts.healthzPort > 0 {
+	if d.cfg.HealthzPort > 0 {
 		stopHealthz, err := d.serveHealthz()
 		if err != nil {
 			return err
@@ -77,33 +97,11 @@ func (d *daemon) run(ctx context.Context) error {
 			d.log.Warn("closing the lease manager", zap.Error(err))
 		}
 	}()
-	cfg, err := mgr.Config(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			d.log.Info("stopped while waiting for the network config")
-			return nil // a signal, not a failure
-		}
-		return fmt.Errorf("network config: %w", err)
+	cfg, choice, ext, err := d.prepare(ctx, mgr)
+	if err != nil || cfg == nil {
+		return err // cfg nil: stopped by ctx
 	}
-	if err := d.waitSynced(ctx, mgr, kubeCacheSyncTimeout); err != nil {
-		return err
-	}
-	if ctx.Err() != nil {
-		d.log.Info("stopped while waiting for the node cache")
-		return nil
-	}
-	publicIP, publicIPv6, err := d.publicIPs(ctx, mgr, cfg)
-	if err != nil {
-		return err
-	}
-	choice := d.opts.ifaceChoice(publicIP)
-	choice.publicIPv6, choice.ipv6, choice.noIPv4 = publicIPv6, cfg.EnableIPv6, !cfg.EnableIPv4
-	ext, err := externalInterface(choice)
-	if err != nil {
-		return err
-	}
-	d.log.Info("using external interface", extFields(ext)...)
-	be, err := encap.New(cfg, ext, d.opts.tuning, d.log)
+	be, err := encap.New(cfg, ext, d.cfg.Tuning, d.log)
 	if err != nil {
 		return err
 	}
@@ -124,34 +122,14 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.log.Info("lease acquired", ownLeaseFields(own)...)
 	d.held.Store(&own)
-	if err := be.Register(ctx, own); err != nil {
-		return fmt.Errorf("%s backend: %w", be.Type(), err)
-	}
-	// The rules come before subnet.env, as flanneld's do: a pod the CNI plugin starts
-	// once the file is there must not send a packet unmasqueraded. They outlive weftd:
-	// the kernel keeps forwarding for vxlan and host-gw while weftd restarts, which a
-	// FORWARD DROP policy would otherwise cut off. `weftd cleanup` removes them.
-	if err := d.setupFirewall(ctx, cfg, own); err != nil {
+	env, err := d.install(ctx, cfg, be, own)
+	if err != nil {
 		return err
 	}
-	if err := d.startBlackholes(ctx, own); err != nil {
-		return err
+	if m, ok := mgr.(lease.ReachabilityMonitor); ok {
+		d.spawn(func() { m.MonitorReachability(ctx) })
 	}
-	env := lease.SubnetEnv{Network: cfg.Network, Subnet: own.Subnet, IPv6Network: cfg.IPv6Network, IPv6Subnet: own.IPv6Subnet,
-		MTU: be.MTU(), IPMasq: d.opts.ipMasq}
-	if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
-		return err
-	}
-	if d.fw != nil {
-		d.spawn(func() {
-			firewall.Resync(ctx, d.fw, time.Duration(d.opts.iptablesResync)*time.Second, d.log,
-				func() { d.fwRepairs.Add(1) })
-		})
-	}
-	if m, ok := mgr.(etcdMonitor); ok {
-		d.spawn(func() { m.MonitorEtcd(ctx) })
-	}
-	if r, ok := mgr.(readyMarker); ok {
+	if r, ok := mgr.(lease.ReadyMarker); ok {
 		if err := r.MarkNetworkReady(ctx); err != nil {
 			d.log.Warn("could not mark the node's network ready", zap.Error(err))
 		}
@@ -168,16 +146,73 @@ func (d *daemon) run(ctx context.Context) error {
 	return d.serve(ctx, mgr, be, own, env)
 }
 
-// etcdMonitor is implemented by managers that can report their store's reachability
-// (etcd v3: one log line when it is lost, one when it is back).
-type etcdMonitor interface {
-	MonitorEtcd(ctx context.Context)
+// prepare waits for the network config and the lease source's cache, and finds the
+// external interface with the addresses peers send to. A nil config and error:
+// stopped by ctx while waiting.
+func (d *daemon) prepare(ctx context.Context, mgr lease.Manager) (*lease.Config, ifaceChoice, encap.ExternalInterface, error) {
+	var choice ifaceChoice
+	var ext encap.ExternalInterface
+	cfg, err := mgr.Config(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			d.log.Info("stopped while waiting for the network config")
+			return nil, choice, ext, nil // a signal, not a failure
+		}
+		return nil, choice, ext, fmt.Errorf("network config: %w", err)
+	}
+	if err := d.waitSynced(ctx, mgr, kubeCacheSyncTimeout); err != nil {
+		return nil, choice, ext, err
+	}
+	if ctx.Err() != nil {
+		d.log.Info("stopped while waiting for the node cache")
+		return nil, choice, ext, nil
+	}
+	publicIP, publicIPv6, err := d.publicIPs(ctx, mgr, cfg)
+	if err != nil {
+		return nil, choice, ext, err
+	}
+	choice = d.ifaceChoice(publicIP)
+	choice.publicIPv6, choice.ipv6, choice.noIPv4 = publicIPv6, cfg.EnableIPv6, !cfg.EnableIPv4
+	ext, err = externalInterface(choice)
+	if err != nil {
+		return nil, choice, ext, err
+	}
+	d.log.Info("using external interface", extFields(ext)...)
+	return cfg, choice, ext, nil
 }
 
-// readyMarker is implemented by managers that tell their store when the network is up
-// (Kubernetes: the node's NetworkUnavailable condition).
-type readyMarker interface {
-	MarkNetworkReady(ctx context.Context) error
+// ifaceChoice is what the interface flags ask for, with the public IP to use.
+func (d *daemon) ifaceChoice(publicIP string) ifaceChoice {
+	return ifaceChoice{ifaces: d.cfg.Ifaces, regexes: d.cfg.IfaceRegexes, canReach: d.cfg.IfaceCanReach, publicIP: publicIP}
+}
+
+// install sets the host up for our lease own: the backend, the firewall rules, the
+// blackhole routes and subnet.env (returned), and starts the firewall's resync.
+func (d *daemon) install(ctx context.Context, cfg *lease.Config, be encap.Backend, own lease.Lease) (lease.SubnetEnv, error) {
+	if err := be.Register(ctx, own); err != nil {
+		return lease.SubnetEnv{}, fmt.Errorf("%s backend: %w", be.Type(), err)
+	}
+	// The rules come before subnet.env, as flanneld's do: a pod the CNI plugin starts
+	// once the file is there must not send a packet unmasqueraded. They outlive weftd:
+	// the kernel keeps forwarding for vxlan and host-gw while weftd restarts, which a
+	// FORWARD DROP policy would otherwise cut off. `weftd cleanup` removes them.
+	if err := d.setupFirewall(ctx, cfg, own); err != nil {
+		return lease.SubnetEnv{}, err
+	}
+	if err := d.startBlackholes(ctx, own); err != nil {
+		return lease.SubnetEnv{}, err
+	}
+	env := lease.SubnetEnv{Network: cfg.Network, Subnet: own.Subnet, IPv6Network: cfg.IPv6Network, IPv6Subnet: own.IPv6Subnet,
+		MTU: be.MTU(), IPMasq: d.cfg.IPMasq}
+	if err := lease.WriteSubnetEnv(d.cfg.SubnetFile, env); err != nil {
+		return lease.SubnetEnv{}, err
+	}
+	if d.fw != nil {
+		d.spawn(func() {
+			firewall.Resync(ctx, d.fw, d.cfg.Resync, d.log, func() { d.fwRepairs.Add(1) })
+		})
+	}
+	return env, nil
 }
 
 // serve runs the backend and feeds it lease events until ctx ends.
@@ -233,11 +268,11 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 		}
 		if next.Key() != own.Key() {
 			env.Subnet, env.IPv6Subnet = next.Subnet, next.IPv6Subnet
-			if err := lease.WriteSubnetEnv(d.opts.subnetFile, env); err != nil {
+			if err := lease.WriteSubnetEnv(d.cfg.SubnetFile, env); err != nil {
 				return err
 			}
 		}
-		if d.opts.ipMasq && (next.Subnet != own.Subnet || next.IPv6Subnet != own.IPv6Subnet) {
+		if d.cfg.IPMasq && (next.Subnet != own.Subnet || next.IPv6Subnet != own.IPv6Subnet) {
 			if err := d.setMasq(ctx, env.Network, env.IPv6Network, next); err != nil {
 				return err
 			}
@@ -271,26 +306,17 @@ func (d *daemon) feed(ctx context.Context, be encap.Backend, events <-chan []lea
 
 // manager builds the lease source the flags ask for.
 func (d *daemon) manager() (lease.Manager, error) {
-	if d.opts.kubeSubnetMgr {
+	if d.cfg.Kube != nil {
 		return d.kubeManager()
 	}
-	reg, err := etcd.NewRegistry(etcd.Options{
-		Endpoints: splitList(d.opts.etcdEndpoints),
-		Prefix:    d.opts.etcdPrefix,
-		CertFile:  d.opts.etcdCertFile,
-		KeyFile:   d.opts.etcdKeyFile,
-		CAFile:    d.opts.etcdCAFile,
-		Username:  d.opts.etcdUsername,
-		Password:  d.opts.etcdPassword,
-		API:       d.opts.etcdAPI,
-	}, d.log)
+	reg, err := etcd.NewRegistry(d.cfg.Etcd, d.log)
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
 	return etcd.NewManager(reg, etcd.ManagerOptions{
-		SubnetFile:  d.opts.subnetFile,
-		StateFile:   d.opts.leaseStateFile,
-		RenewMargin: time.Duration(d.opts.renewMargin) * time.Minute,
+		SubnetFile:  d.cfg.SubnetFile,
+		StateFile:   d.cfg.LeaseStateFile,
+		RenewMargin: d.cfg.RenewMargin,
 	}, d.log), nil
 }
 

@@ -1,0 +1,147 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/firewall"
+	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/lease/etcd"
+)
+
+// Cleanup removes what weftd made on this host (`weftd cleanup`); it goes on past
+// errors and returns them all.
+func Cleanup(ctx context.Context, co CleanupConfig, log *zap.Logger) error {
+	if co.FirewallOnly {
+		return removeFirewall(ctx, log)
+	}
+	env, envErr := lease.ReadSubnetEnv(co.SubnetFile)
+	if envErr != nil && !errors.Is(envErr, os.ErrNotExist) {
+		log.Warn("subnet.env unreadable: overlay routes outside weft's devices are left alone", zap.Error(envErr))
+	}
+	var errs []error
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE) // routes and links only: no XFRM or netfilter socket
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	defer nl.Close()
+	if envErr == nil {
+		for _, n := range []netip.Prefix{env.Network, env.IPv6Network} {
+			if n.IsValid() {
+				errs = append(errs, removeOverlayRoutes(nl, n, log))
+			}
+		}
+		errs = append(errs, removeBlackholes(nl, env, log))
+	}
+	errs = append(errs, removeDevices(nl, log))
+	errs = append(errs, removeFirewall(ctx, log))
+	if co.ReleaseLease {
+		errs = append(errs, releaseLease(ctx, co, env, envErr, log))
+	}
+	if err := os.Remove(co.SubnetFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	} else if err == nil {
+		log.Info("removed", zap.String("file", co.SubnetFile))
+	}
+	return errors.Join(errs...)
+}
+
+// removeDevices deletes flannel0 (udp), every vxlan device flannel.<VNI> and
+// flannel-v6.<VNI> (flanneld's name for the IPv6 one), and the wireguard backend's
+// flannel-wg and flannel-wg-v6 (kernel devices, or a TUN a running weftd holds); the kernel takes their
+// addresses, routes, neighbours and fdb entries with them.
+func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
+	links, err := nl.LinkList()
+	if err != nil {
+		return fmt.Errorf("list links: %w", err)
+	}
+	var errs []error
+	for _, l := range links {
+		name := l.Attrs().Name
+		ours := name == "flannel0" && l.Type() == "tuntap" ||
+			(strings.HasPrefix(name, "flannel.") || strings.HasPrefix(name, "flannel-v6.")) && l.Type() == "vxlan" ||
+			(name == encap.WireGuardDevice || name == encap.WireGuardDeviceV6) && (l.Type() == "wireguard" || l.Type() == "tuntap")
+		if !ours {
+			continue
+		}
+		if err := nl.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s: %w", name, err))
+			continue
+		}
+		log.Info("removed device", zap.String("dev", name), zap.String("type", l.Type()))
+	}
+	return errors.Join(errs...)
+}
+
+// removeOverlayRoutes deletes the routes weft adds outside its own devices: a subnet
+// of network (IPv4 or IPv6) via a peer's address (host-gw, vxlan DirectRouting).
+// Routes without a gateway (the CNI bridge's, the kernel's) are not weft's.
+func removeOverlayRoutes(nl *netlink.Handle, network netip.Prefix, log *zap.Logger) error {
+	fam := netlink.FAMILY_V4
+	if network.Addr().Is6() {
+		fam = netlink.FAMILY_V6
+	}
+	routes, err := nl.RouteList(nil, fam)
+	if err != nil {
+		return fmt.Errorf("list routes: %w", err)
+	}
+	var errs []error
+	for _, r := range routes {
+		dst := routeKey(r)
+		if !dst.IsValid() || r.Gw == nil || !network.Contains(dst.Addr()) || dst.Bits() < network.Bits() {
+			continue
+		}
+		if err := nl.RouteDel(&r); err != nil {
+			errs = append(errs, fmt.Errorf("delete route %v: %w", dst, err))
+			continue
+		}
+		log.Info("removed route", zap.Stringer("dst", dst), zap.Stringer("via", r.Gw))
+	}
+	return errors.Join(errs...)
+}
+
+func routeKey(r netlink.Route) netip.Prefix {
+	if r.Dst == nil {
+		return netip.Prefix{}
+	}
+	ip, ok := netip.AddrFromSlice(r.Dst.IP)
+	if !ok {
+		return netip.Prefix{}
+	}
+	ones, _ := r.Dst.Mask.Size()
+	return netip.PrefixFrom(ip.Unmap(), ones)
+}
+
+// releaseLease deletes our lease (named by the subnets in subnet.env: IPv4, IPv6 or
+// both) from etcd.
+func releaseLease(ctx context.Context, co CleanupConfig, env lease.SubnetEnv, envErr error, log *zap.Logger) error {
+	if envErr != nil {
+		return fmt.Errorf("--release-lease: which lease is ours comes from %s: %w", co.SubnetFile, envErr)
+	}
+	reg, err := etcd.NewRegistry(co.Etcd, log)
+	if err != nil {
+		return fmt.Errorf("--release-lease: etcd: %w", err)
+	}
+	defer reg.Close()
+	k := lease.Key{Subnet: env.Subnet.Masked(), IPv6Subnet: env.IPv6Subnet.Masked()}
+	if err := reg.Delete(ctx, k); err != nil && !errors.Is(err, etcd.ErrNotFound) {
+		return fmt.Errorf("--release-lease: delete %v: %w", k, err)
+	}
+	log.Info("released the lease", zap.Stringer("lease", k))
+	return nil
+}
+
+// removeFirewall deletes weft's rules of both kinds (iptables chains with their jumps,
+// the nftables table), whichever tools this host has.
+func removeFirewall(ctx context.Context, log *zap.Logger) error {
+	return firewall.RemoveAll(ctx, firewall.Options{Log: log})
+}

@@ -1,0 +1,66 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/lease/etcd"
+	"github.com/weftnet/weft/lease/kube"
+)
+
+// Config is how a node runs: what weftd's flags and environment say, parsed and
+// checked by cmd/weftd. Nothing in this package reads flags or the environment; error
+// messages name the flag a field comes from.
+type Config struct {
+	// Etcd is where leases live (--etcd-*), unless Kube is set.
+	Etcd etcd.Options
+	// Kube, when set, takes leases from the nodes' podCIDRs (--kube-subnet-mgr).
+	Kube *kube.Options
+	// KubeEventQueueDepth is EVENT_QUEUE_DEPTH, flanneld's buffer of node events:
+	// logged only, weftd's node watch has no such queue.
+	KubeEventQueueDepth int
+	// ContWhenCacheNotReady keeps waiting for the node cache instead of failing after
+	// ten minutes, as flanneld (CONT_WHEN_CACHE_NOT_READY=true).
+	ContWhenCacheNotReady bool
+
+	SubnetFile     string        // --subnet-file
+	LeaseStateFile string        // --lease-state-file
+	RenewMargin    time.Duration // --subnet-lease-renew-margin
+
+	// The external interface: --iface names or addresses tried in order, then the
+	// --iface-regex expressions, then the interface of the route to --iface-can-reach.
+	Ifaces        []string
+	IfaceRegexes  []string
+	IfaceCanReach string
+	PublicIP      string // --public-ip ("": the interface's)
+	PublicIPv6    string // --public-ipv6 ("": the interface's)
+
+	IPMasq            bool          // --ip-masq
+	IPMasqFullyRandom bool          // MASQUERADE --random-fully (not --ip-masq-fully-random-disable)
+	ForwardRules      bool          // --iptables-forward-rules
+	IPTablesMode      string        // --iptables-mode: auto, legacy, nft or plain
+	Resync            time.Duration // --iptables-resync: checks of the rules and blackhole routes
+	BlackholeRoute    bool          // --ip-blackhole-route
+
+	HealthzIP   string // --healthz-ip
+	HealthzPort int    // --healthz-port (0: no health server)
+
+	Tuning encap.Tuning // the WEFT_* variables
+	Build  BuildInfo    // for weft_build_info
+}
+
+// BuildInfo names the weftd that runs (weft_build_info's labels).
+type BuildInfo struct {
+	Version, Revision, GoVersion string
+}
+
+// CleanupConfig is what Cleanup needs: `weftd cleanup`'s flags.
+type CleanupConfig struct {
+	SubnetFile string // names our subnets and the network
+	// ReleaseLease also deletes our lease, named by SubnetFile, from Etcd.
+	ReleaseLease bool
+	Etcd         etcd.Options
+	// FirewallOnly removes weft's firewall rules and nothing else (a node going back
+	// to flanneld).
+	FirewallOnly bool
+}
