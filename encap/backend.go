@@ -52,26 +52,3 @@ type Backend interface {
 	// restart does not interrupt traffic.
 	Close() error
 }
-
-// V6Backend is implemented by backends that publish data for the IPv6 overlay: the
-// daemon puts BackendV6Data into the lease's BackendV6Data (flanneld's vxlan publishes
-// the VtepMAC of flannel-v6.<VNI> there). Call it after BackendData.
-type V6Backend interface {
-	BackendV6Data(ctx context.Context) (json.RawMessage, error)
-}
-
-// ExternalUpdater is implemented by backends that follow the external interface when
-// it changes under them: deleted and made again (a bond, VLAN or bridge re-created: a
-// new index), or given another address. The daemon finds the interface again by name
-// and calls SetExternal with what it finds; the backend moves its data path onto it
-// (devices, routes, neighbour and fdb entries, sockets) at once, without waiting for
-// its next period.
-type ExternalUpdater interface {
-	SetExternal(ext ExternalInterface)
-}
-
-// StatsReporter is implemented by backends that keep counters; weftd serves them as
-// JSON on its health endpoint (/stats).
-type StatsReporter interface {
-	Stats() any
-}

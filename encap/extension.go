@@ -99,12 +99,6 @@ func (e *Extension) LeaseAddrs() (v4, v6 netip.Addr) {
 	return v4, v6
 }
 
-// LeaseAddrser is implemented by backends whose lease publishes other addresses than
-// the external interface's PublicIP and PublicIPv6 (extension).
-type LeaseAddrser interface {
-	LeaseAddrs() (v4, v6 netip.Addr)
-}
-
 // BackendData runs PreStartupCommand, once, and returns its output as a JSON string;
 // nil without the command.
 func (e *Extension) BackendData(ctx context.Context) (json.RawMessage, error) {

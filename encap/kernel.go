@@ -203,17 +203,6 @@ func (k *kernelPeers) count(name string) {
 	k.mu.Unlock()
 }
 
-// Stats returns the backend's counters.
-func (k *kernelPeers) Stats() any {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	out := map[string]uint64{"peers": uint64(len(k.peers))}
-	for n, v := range k.counters {
-		out[n] = v
-	}
-	return out
-}
-
 // repair asks for a full reconcile pass soon.
 func (k *kernelPeers) repair() {
 	k.mu.Lock()

@@ -94,7 +94,7 @@ func newV6Pair(t *testing.T, cfg *lease.Config, v4on bool) *v6Pair {
 			if p.leases[i].Attrs.BackendData, err = be.BackendData(ctx); err != nil {
 				return err
 			}
-			if v6b, ok := be.(V6Backend); ok {
+			if v6b, ok := be.(IPv6DataPublisher); ok {
 				if p.leases[i].Attrs.BackendV6Data, err = v6b.BackendV6Data(ctx); err != nil {
 					return err
 				}
@@ -251,7 +251,7 @@ func TestVXLANDualStack(t *testing.T) {
 		{"bridge", "fdb", "del", d.VtepMAC, "dev", "flannel-v6.1", "dst", "2001:db8::11"},
 	})
 	testenv.Eventually(t, 15*time.Second, func() error {
-		if r := p.bes[0].(RepairReporter).Repairs(); r["route"] < 1 || r["neigh"] < 1 || r["fdb"] < 1 {
+		if r := p.bes[0].(Reporter).Report().Repairs; r["route"] < 1 || r["neigh"] < 1 || r["fdb"] < 1 {
 			return fmt.Errorf("repairs %v, want route, neigh and fdb", r)
 		}
 		return p.ping(0, true)

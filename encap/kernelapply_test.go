@@ -257,7 +257,7 @@ func (l *kernelLab) wantEntries(t testing.TB, peers map[netip.Prefix]lease.Lease
 }
 
 func (l *kernelLab) stat(name string) uint64 {
-	return l.k.Stats().(map[string]uint64)[name]
+	return l.k.Report().Counters[name]
 }
 
 func (l *kernelLab) waitKernel(t testing.TB, peers map[netip.Prefix]lease.Lease) {
@@ -309,7 +309,7 @@ func (l *kernelLab) checkBatch(ctx context.Context, t testing.TB, events []lease
 		return nil
 	})
 	l.waitKernel(t, peers)
-	if r := l.k.Repairs(); r["route"]+r["neigh"]+r["fdb"] != 0 {
+	if r := l.k.Report().Repairs; r["route"]+r["neigh"]+r["fdb"] != 0 {
 		t.Fatalf("the full pass after the batch repaired %v; the batch left the kernel as wanted", r)
 	}
 }

@@ -104,7 +104,7 @@ func TestKernelWatchRepairs(t *testing.T) {
 	}
 	l.waitKernel(t, peers)
 	testenv.Eventually(t, 10*time.Second, func() error {
-		if r := l.k.Repairs(); r["route"] < 1 || r["neigh"] < 1 || r["fdb"] < 1 {
+		if r := l.k.Report().Repairs; r["route"] < 1 || r["neigh"] < 1 || r["fdb"] < 1 {
 			return fmt.Errorf("repairs %v, want route, neigh and fdb", r)
 		}
 		return nil

@@ -377,13 +377,15 @@ func (b *udpBackend) Close() error {
 	return err
 }
 
-// Stats returns the data path's counters as a proxy.Stats (zero before Register).
-func (b *udpBackend) Stats() any {
+// Report returns the number of subnets in the data path's table and its counters
+// (zero before Register).
+func (b *udpBackend) Report() Report {
 	b.mu.Lock()
 	px := b.px
 	b.mu.Unlock()
-	if px == nil {
-		return proxy.Stats{}
+	st := proxy.Stats{}
+	if px != nil {
+		st = px.Stats()
 	}
-	return px.Stats()
+	return Report{Peers: b.table.Load().Len(), UDP: &st}
 }

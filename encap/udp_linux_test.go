@@ -50,11 +50,11 @@ func TestUDPBackendTwoHosts(t *testing.T) {
 			t.Fatalf("ping from host %d: %v\n%s", i, err, out)
 		}
 	}
-	st, ok := bes[0].(StatsReporter)
+	st, ok := bes[0].(Reporter)
 	if !ok {
-		t.Fatal("udp backend is not a StatsReporter")
+		t.Fatal("udp backend is not a Reporter")
 	}
-	s := st.Stats().(proxy.Stats)
+	s := *st.Report().UDP
 	if s.TxPackets < 2 || s.RxPackets < 2 {
 		t.Fatalf("stats: %+v", s)
 	}
@@ -138,7 +138,7 @@ func TestUDPBackendIPv6(t *testing.T) {
 			}
 		}
 	}
-	s := bes[0].(StatsReporter).Stats().(proxy.Stats)
+	s := *bes[0].(Reporter).Report().UDP
 	if s.TxPackets < 4 || s.RxPackets < 4 || s.Dropped(proxy.DropSendError) != 0 || s.Dropped(proxy.DropUnknownSource) != 0 {
 		t.Fatalf("stats: %+v", s)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -647,43 +648,17 @@ func (w *wireGuard) Close() error {
 	return errors.Join(errs...)
 }
 
-// Peers is the number of other hosts' leases the devices have a peer for.
-func (w *wireGuard) Peers() int {
+// Report returns the number of other hosts' leases the devices have a peer for,
+// what Run put back, each device's implementation and the userspace devices' drops.
+func (w *wireGuard) Report() Report {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.applied)
-}
-
-// WireGuardDevices is implemented by the wireguard backend: it names each of its
-// devices and the implementation running it (WireGuardKernel or WireGuardUserspace).
-type WireGuardDevices interface {
-	WireGuardDevices() map[string]string
-}
-
-// WireGuardDevices returns each device's implementation by name.
-func (w *wireGuard) WireGuardDevices() map[string]string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := map[string]string{}
+	devs := map[string]string{}
 	for _, d := range w.devs {
 		if d != nil {
-			out[d.Name()] = d.Kind()
+			devs[d.Name()] = d.Kind()
 		}
 	}
-	return out
-}
-
-// WireGuardDropCounter is implemented by the wireguard backend: the packets each of
-// its userspace devices dropped, by device and reason (a kernel device has none).
-type WireGuardDropCounter interface {
-	WireGuardDrops() map[string]map[string]uint64
-}
-
-// WireGuardDrops returns the userspace devices' drop counts.
-func (w *wireGuard) WireGuardDrops() map[string]map[string]uint64 { return w.drops.snapshot() }
-
-// Stats returns the peers, the devices' implementations and the userspace devices'
-// drops (weftd's /stats).
-func (w *wireGuard) Stats() any {
-	return map[string]any{"peers": w.Peers(), "devices": w.WireGuardDevices(), "drops": w.WireGuardDrops()}
+	return Report{Peers: len(w.applied), Repairs: maps.Clone(w.repairs),
+		WireGuard: &WireGuardReport{Devices: devs, Drops: w.drops.snapshot()}}
 }

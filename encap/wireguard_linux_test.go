@@ -100,7 +100,7 @@ func TestWireGuardUserspacePair(t *testing.T) {
 			t.Fatalf("ping through the tunnel: %v: %s", err, out)
 		}
 	}
-	if got := a.be.(*wireGuard).WireGuardDevices(); got[WireGuardDevice] != WireGuardUserspace {
+	if got := a.be.(*wireGuard).Report().WireGuard.Devices; got[WireGuardDevice] != WireGuardUserspace {
 		t.Fatalf("devices %v", got)
 	}
 	// The UAPI socket answers `get` as wireguard-go's does.
@@ -133,7 +133,7 @@ func TestWireGuardUserspacePair(t *testing.T) {
 	if out, err := a.ns.Run(ctx, "ping", "-c", "2", "-W", "2", "198.18.2.0"); err != nil {
 		t.Fatalf("ping through the device made again: %v: %s", err, out)
 	}
-	if got := a.be.(*wireGuard).Repairs(); got["device"] != 1 || got["route"] != 0 {
+	if got := a.be.(*wireGuard).Report().Repairs; got["device"] != 1 || got["route"] != 0 {
 		t.Fatalf("repairs %v, want one device", got)
 	}
 	if err := a.ns.Do(func() error {
@@ -150,7 +150,7 @@ func TestWireGuardUserspacePair(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if a.be.(*wireGuard).Peers() != 0 {
+	if a.be.(*wireGuard).Report().Peers != 0 {
 		t.Fatal("the peer stayed after its lease went")
 	}
 	if err := a.be.Close(); err != nil {

@@ -202,10 +202,3 @@ func (w *wireGuard) routeAgain(i int) {
 		w.repairs["route"]++
 	}
 }
-
-// Repairs returns what Run put back, by object ("device", "route").
-func (w *wireGuard) Repairs() map[string]uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return maps.Clone(w.repairs)
-}

@@ -49,7 +49,7 @@ func TestCleanupDualStack(t *testing.T) {
 			return err
 		}
 		defer be.Close()
-		if _, err := be.(encap.V6Backend).BackendV6Data(ctx); err != nil {
+		if _, err := be.(encap.IPv6DataPublisher).BackendV6Data(ctx); err != nil {
 			return err
 		}
 		if err := be.Register(ctx, own); err != nil {

@@ -194,7 +194,7 @@ type republisher interface {
 func (d *daemon) externalMoved(mgr lease.Manager, be encap.Backend, old, ext encap.ExternalInterface) {
 	d.log.Warn("the external interface changed; following it", append(extFields(ext),
 		zap.Int("old-index", old.Index), zap.Int("index", ext.Index))...)
-	if u, ok := be.(encap.ExternalUpdater); ok {
+	if u, ok := be.(encap.ExternalFollower); ok {
 		u.SetExternal(ext)
 	}
 	for _, a := range []struct{ old, new netip.Addr }{{old.IfaceIP, ext.IfaceIP}, {old.IfaceIPv6, ext.IfaceIPv6}} {
