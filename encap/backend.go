@@ -1,6 +1,14 @@
-// Package encap holds the Backend interface and the backends that carry traffic to
-// the other hosts' subnets: udp (a userspace data path, see proxy/), vxlan and host-gw
-// (kernel data paths programmed via netlink).
+// Package encap holds what every backend shares and nothing of any one backend: the
+// Backend interface, the external interface and the shared errors (backend.go), the
+// capabilities a backend may have beside Backend (capabilities.go), the Report a
+// Reporter gives and its /stats JSON (report.go), the address families of the overlay
+// and the peer key (family.go), and the strict reading of the Backend options
+// (options.go).
+//
+// The backends carry traffic to the other hosts' subnets, one package each: udp (a
+// userspace data path, see proxy/), vxlan and host-gw (kernel data paths programmed
+// via netlink, sharing encap/kernel), wireguard, extension (commands) and alloc (no
+// data path). encap/factory builds the one a network config names.
 package encap
 
 import (
@@ -34,7 +42,8 @@ type ExternalInterface struct {
 // Attrs (before acquiring a lease), Register (once the lease is held), then Run in a
 // goroutine while it passes lease events to HandleEvents, and Close at the end.
 type Backend interface {
-	// Type is the BackendType published in leases ("udp", "vxlan", "host-gw", "alloc").
+	// Type is the BackendType published in leases ("udp", "vxlan", "host-gw",
+	// "wireguard", "extension", "alloc").
 	Type() string
 	// BackendData is the BackendData published in our lease (may be nil).
 	BackendData(ctx context.Context) (json.RawMessage, error)

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/encap/factory"
 	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
 	"github.com/weftnet/weft/lease/etcd"
@@ -103,7 +104,7 @@ func (d *daemon) run(ctx context.Context) error {
 		return err
 	}
 	d.log.Info("using external interface", extFields(ext)...)
-	be, err := encap.New(cfg, ext, d.opts.tuning, d.log)
+	be, err := factory.New(cfg, ext, d.opts.tuning, d.log)
 	if err != nil {
 		return err
 	}
