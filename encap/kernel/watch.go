@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/internal/nlwatch"
 )
 
 // watchKernel asks for a full reconcile pass as soon as the kernel loses something
@@ -56,70 +57,32 @@ func (k *Peers) watchKernel(ctx context.Context) {
 // watchKernel) until ctx ends or a subscription ends; watched is false when a
 // subscription could not be made.
 func (k *Peers) watchOnce(ctx context.Context) (watched bool) {
-	done := make(chan struct{})
-	onErr := func(err error) { k.log.Debug("netlink watch", zap.Error(err)) }
-	routes := make(chan netlink.RouteUpdate, 64)
-	neighs := make(chan netlink.NeighUpdate, 64)
-	links := make(chan netlink.LinkUpdate, 16)
-	defer func() {
-		// Closing done closes the sockets; each receiver then closes its channel.
-		// Draining them lets a receiver blocked on a send get there too.
-		close(done)
-		for routes != nil || neighs != nil || links != nil {
-			select {
-			case _, ok := <-routes:
-				if !ok {
-					routes = nil
-				}
-			case _, ok := <-neighs:
-				if !ok {
-					neighs = nil
-				}
-			case _, ok := <-links:
-				if !ok {
-					links = nil
-				}
-			}
-		}
-	}()
-	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: k.watchNS, ErrorCallback: onErr}); err != nil {
-		onErr(err)
-		routes, neighs, links = nil, nil, nil
-		return false
-	}
-	if err := netlink.NeighSubscribeWithOptions(neighs, done, netlink.NeighSubscribeOptions{Namespace: k.watchNS, ErrorCallback: onErr}); err != nil {
-		onErr(err)
-		neighs, links = nil, nil
-		return false
-	}
-	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: k.watchNS, ErrorCallback: onErr}); err != nil {
-		onErr(err)
-		links = nil
+	w, err := nlwatch.Subscribe(nlwatch.Options{Routes: true, Neighs: true, Links: true, Namespace: k.watchNS,
+		OnError: func(err error) { k.log.Debug("netlink watch", zap.Error(err)) }, AllOrNothing: true})
+	defer w.Close()
+	if err != nil {
 		return false
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return true
-		case u, ok := <-routes:
+		case u, ok := <-w.Routes:
 			if !ok {
-				routes = nil
 				return true
 			}
 			if u.Type == unix.RTM_DELROUTE && u.Dst != nil && k.wantsRoute(u.Dst) {
 				k.repair()
 			}
-		case u, ok := <-neighs:
+		case u, ok := <-w.Neighs:
 			if !ok {
-				neighs = nil
 				return true
 			}
 			if u.Type == unix.RTM_DELNEIGH && k.wantsNeigh(u.Neigh) {
 				k.repair()
 			}
-		case u, ok := <-links:
+		case u, ok := <-w.Links:
 			if !ok {
-				links = nil
 				return true
 			}
 			if k.linkNeedsPass(u) {

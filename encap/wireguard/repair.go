@@ -16,6 +16,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/internal/nlwatch"
 )
 
 // wgRepairPeriod is how often Run checks the devices and routes when no netlink event
@@ -28,34 +29,11 @@ const wgRepairPeriod = 10 * time.Second
 // routed again. A link or route deletion seen on netlink asks for a pass at once; a
 // pass every wgRepairPeriod is the fallback (a subscription that failed or overflowed).
 func (w *backend) Run(ctx context.Context) error {
-	done := make(chan struct{})
-	onErr := func(err error) { w.log.Debug("netlink watch", zap.Error(err)) }
-	links := make(chan netlink.LinkUpdate, 16)
-	routes := make(chan netlink.RouteUpdate, 64)
-	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{ErrorCallback: onErr}); err != nil {
-		onErr(err)
-		links = nil
-	}
-	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{ErrorCallback: onErr}); err != nil {
-		onErr(err)
-		routes = nil
-	}
-	defer func() {
-		// Closing done closes the sockets; each receiver then closes its channel.
-		close(done)
-		for links != nil || routes != nil {
-			select {
-			case _, ok := <-links:
-				if !ok {
-					links = nil
-				}
-			case _, ok := <-routes:
-				if !ok {
-					routes = nil
-				}
-			}
-		}
-	}()
+	// A subscription that fails is left out: the period still repairs.
+	nw, _ := nlwatch.Subscribe(nlwatch.Options{Links: true, Routes: true,
+		OnError: func(err error) { w.log.Debug("netlink watch", zap.Error(err)) }})
+	defer nw.Close()
+	links, routes := nw.Links, nw.Routes
 	t := time.NewTicker(wgRepairPeriod)
 	defer t.Stop()
 	for {
