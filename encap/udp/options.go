@@ -33,13 +33,8 @@ type udpOptions struct {
 // it from its WEFT_UDP_* and WEFT_TUN_OFFLOAD environment variables. The zero value
 // is the default data path.
 type Tuning struct {
-	// Batch, SocketBuffer, NoReusePort, NoMmsg, NoGSO and NoGRO go to proxy.Config.
-	Batch        int
-	SocketBuffer int
-	NoReusePort  bool
-	NoMmsg       bool
-	NoGSO        bool
-	NoGRO        bool
+	// Tuning goes to proxy.Config as it is.
+	proxy.Tuning
 	// BusyPoll, when set, replaces the network config's Backend.BusyPoll (0 turns it off).
 	BusyPoll *time.Duration
 	// NoTUNOffload opens flannel0 without the virtio-net header offloads.
@@ -59,9 +54,7 @@ func parseUDPOptions(raw json.RawMessage, extMTU int, tuning Tuning) (udpOptions
 	if tuning.BusyPoll != nil {
 		o.BusyPoll = *tuning.BusyPoll
 	}
-	pc := proxy.Config{Port: o.Port, MTU: o.MTU, BusyPoll: o.BusyPoll, Batch: tuning.Batch,
-		SocketBuffer: tuning.SocketBuffer, NoReusePort: tuning.NoReusePort, NoMmsg: tuning.NoMmsg,
-		NoGSO: tuning.NoGSO, NoGRO: tuning.NoGRO}
+	pc := proxy.Config{Port: o.Port, MTU: o.MTU, BusyPoll: o.BusyPoll, Tuning: tuning.Tuning}
 	// The data path's bounds are proxy's: one check for the config's and the
 	// environment's values alike. (An explicit Port 0 is no default here: flanneld
 	// would listen on a random port.)

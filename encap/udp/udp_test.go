@@ -47,7 +47,7 @@ func TestParseUDPOptions(t *testing.T) {
 		// The environment's tuning meets the same bounds as the config file.
 		{raw: `{"BusyPoll":"200us"}`, tuning: Tuning{BusyPoll: &off}, want: udpOptions{Port: 8285, MTU: 1472, Workers: def}},
 		{raw: `{}`, tuning: Tuning{BusyPoll: &long}, errName: "BusyPoll"},
-		{raw: `{}`, tuning: Tuning{Batch: proxy.MaxBatch + 1}, errName: "Batch"},
+		{raw: `{}`, tuning: Tuning{Tuning: proxy.Tuning{Batch: proxy.MaxBatch + 1}}, errName: "Batch"},
 	} {
 		got, pc, err := parseUDPOptions(json.RawMessage(c.raw), 1500, c.tuning)
 		if c.errName == "" {
