@@ -16,11 +16,11 @@ func leaseAttrs(ctx context.Context, be encap.Backend, ext encap.ExternalInterfa
 		return lease.Attrs{}, fmt.Errorf("%s backend: %w", be.Type(), err)
 	}
 	a := lease.Attrs{PublicIP: ext.PublicIP, PublicIPv6: ext.PublicIPv6, BackendType: be.Type(), BackendData: data}
-	if la, ok := be.(encap.LeaseAddrser); ok {
+	if la, ok := be.(encap.LeaseAddressChooser); ok {
 		// flanneld's extension backend publishes the interface's addresses.
 		a.PublicIP, a.PublicIPv6 = la.LeaseAddrs()
 	}
-	if v6, ok := be.(encap.V6Backend); ok {
+	if v6, ok := be.(encap.IPv6DataPublisher); ok {
 		if a.BackendV6Data, err = v6.BackendV6Data(ctx); err != nil {
 			return lease.Attrs{}, fmt.Errorf("%s backend (IPv6): %w", be.Type(), err)
 		}

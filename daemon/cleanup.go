@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/encap/factory"
 	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
 	"github.com/weftnet/weft/lease/etcd"
@@ -69,7 +69,7 @@ func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
 		name := l.Attrs().Name
 		ours := name == "flannel0" && l.Type() == "tuntap" ||
 			(strings.HasPrefix(name, "flannel.") || strings.HasPrefix(name, "flannel-v6.")) && l.Type() == "vxlan" ||
-			(name == encap.WireGuardDevice || name == encap.WireGuardDeviceV6) && (l.Type() == "wireguard" || l.Type() == "tuntap")
+			(name == factory.WireGuardDevice || name == factory.WireGuardDeviceV6) && (l.Type() == "wireguard" || l.Type() == "tuntap")
 		if !ours {
 			continue
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/weftnet/weft/bench/netnstest"
 	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/encap/factory"
 	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
 )
@@ -44,12 +45,12 @@ func TestCleanupDualStack(t *testing.T) {
 		ext := encap.ExternalInterface{Name: "eth0", Index: link.Attrs().Index, MTU: 1500,
 			IfaceIP: netip.MustParseAddr("192.0.2.10"), PublicIP: netip.MustParseAddr("192.0.2.10"),
 			IfaceIPv6: netip.MustParseAddr("2001:db8::10"), PublicIPv6: netip.MustParseAddr("2001:db8::10")}
-		be, err := encap.New(cfg, ext, encap.Tuning{}, zaptest.NewLogger(t))
+		be, err := factory.New(cfg, ext, factory.Tuning{}, zaptest.NewLogger(t))
 		if err != nil {
 			return err
 		}
 		defer be.Close()
-		if _, err := be.(encap.V6Backend).BackendV6Data(ctx); err != nil {
+		if _, err := be.(encap.IPv6DataPublisher).BackendV6Data(ctx); err != nil {
 			return err
 		}
 		if err := be.Register(ctx, own); err != nil {

@@ -3,7 +3,7 @@ package daemon
 import (
 	"time"
 
-	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/encap/factory"
 	"github.com/weftnet/weft/lease/etcd"
 	"github.com/weftnet/weft/lease/kube"
 )
@@ -45,8 +45,8 @@ type Config struct {
 	HealthzIP   string // --healthz-ip
 	HealthzPort int    // --healthz-port (0: no health server)
 
-	Tuning encap.Tuning // the WEFT_* variables
-	Build  BuildInfo    // for weft_build_info
+	Tuning factory.Tuning // the WEFT_* variables
+	Build  BuildInfo      // for weft_build_info
 }
 
 // BuildInfo names the weftd that runs (weft_build_info's labels).

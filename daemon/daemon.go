@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/encap/factory"
 	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
 	"github.com/weftnet/weft/lease/etcd"
@@ -101,7 +102,7 @@ func (d *daemon) run(ctx context.Context) error {
 	if err != nil || cfg == nil {
 		return err // cfg nil: stopped by ctx
 	}
-	be, err := encap.New(cfg, ext, d.cfg.Tuning, d.log)
+	be, err := factory.New(cfg, ext, d.cfg.Tuning, d.log)
 	if err != nil {
 		return err
 	}

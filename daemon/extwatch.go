@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/internal/nlwatch"
 	"github.com/weftnet/weft/lease"
 )
 
@@ -27,34 +28,11 @@ const extRecheck = 10 * time.Second
 // the old and the new. It returns once ctx ends and netlink's goroutines are done.
 func followExternal(ctx context.Context, c ifaceChoice, ext encap.ExternalInterface, log *zap.Logger,
 	moved func(old, ext encap.ExternalInterface)) {
-	done := make(chan struct{})
-	onErr := func(err error) { log.Debug("netlink watch of the external interface", zap.Error(err)) }
-	links := make(chan netlink.LinkUpdate, 16)
-	addrs := make(chan netlink.AddrUpdate, 16)
-	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{ErrorCallback: onErr}); err != nil {
-		onErr(err)
-		links = nil
-	}
-	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{ErrorCallback: onErr}); err != nil {
-		onErr(err)
-		addrs = nil
-	}
-	defer func() {
-		// Closing done closes the sockets; each receiver then closes its channel.
-		close(done)
-		for links != nil || addrs != nil {
-			select {
-			case _, ok := <-links:
-				if !ok {
-					links = nil
-				}
-			case _, ok := <-addrs:
-				if !ok {
-					addrs = nil
-				}
-			}
-		}
-	}()
+	// A subscription that fails is left out: the recheck period still finds it.
+	nw, _ := nlwatch.Subscribe(nlwatch.Options{Links: true, Addrs: true,
+		OnError: func(err error) { log.Debug("netlink watch of the external interface", zap.Error(err)) }})
+	defer nw.Close()
+	links, addrs := nw.Links, nw.Addrs
 	t := time.NewTicker(extRecheck)
 	defer t.Stop()
 	index := ext.Index // the newest index of the name seen
@@ -187,7 +165,7 @@ func sameExternal(a, b encap.ExternalInterface) bool {
 func (d *daemon) externalMoved(mgr lease.Manager, be encap.Backend, old, ext encap.ExternalInterface) {
 	d.log.Warn("the external interface changed; following it", append(extFields(ext),
 		zap.Int("old-index", old.Index), zap.Int("index", ext.Index))...)
-	if u, ok := be.(encap.ExternalUpdater); ok {
+	if u, ok := be.(encap.ExternalFollower); ok {
 		u.SetExternal(ext)
 	}
 	for _, a := range []struct{ old, new netip.Addr }{{old.IfaceIP, ext.IfaceIP}, {old.IfaceIPv6, ext.IfaceIPv6}} {

@@ -64,13 +64,13 @@ func (d *daemon) healthzMux() *http.ServeMux {
 			http.Error(w, "no backend yet", http.StatusServiceUnavailable)
 			return
 		}
-		sr, ok := (*p).(encap.StatsReporter)
+		rp, ok := (*p).(encap.Reporter)
 		if !ok {
 			http.Error(w, "this backend keeps no statistics", http.StatusNotFound)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(sr.Stats())
+		_ = json.NewEncoder(w).Encode(rp.Report())
 	})
 	return mux
 }

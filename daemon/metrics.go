@@ -112,27 +112,28 @@ func (c *weftCollector) Collect(ch chan<- prometheus.Metric) {
 	if h := c.d.held.Load(); h != nil {
 		gauge(c.subnetD, 1, prefixLabel(h.Subnet), prefixLabel(h.IPv6Subnet), be.Type())
 	}
-	if pc, ok := be.(encap.PeerCounter); ok {
-		gauge(c.peers, float64(pc.Peers()))
+	rp, ok := be.(encap.Reporter)
+	if !ok {
+		return
 	}
-	if rr, ok := be.(encap.RepairReporter); ok {
+	rep := rp.Report()
+	gauge(c.peers, float64(rep.Peers))
+	if rep.Repairs != nil {
 		for _, object := range []string{"device", "route", "neigh", "fdb"} {
 			if be.Type() == "host-gw" && object != "route" || be.Type() == "wireguard" && (object == "neigh" || object == "fdb") {
 				continue
 			}
-			counter(c.reconcileRepairs, rr.Repairs()[object], be.Type(), object)
+			counter(c.reconcileRepairs, rep.Repairs[object], be.Type(), object)
 		}
 	}
-	if sr, ok := be.(encap.StatsReporter); ok {
-		if st, ok := sr.Stats().(proxy.Stats); ok {
-			counter(c.udpPackets, st.TxPackets, "tx")
-			counter(c.udpPackets, st.RxPackets, "rx")
-			counter(c.udpBytes, st.TxBytes, "tx")
-			counter(c.udpBytes, st.RxBytes, "rx")
-			counter(c.udpICMP, st.ICMPSent)
-			for _, r := range proxy.DropReasons() {
-				counter(c.udpDropped, st.Dropped(r), r.String())
-			}
+	if st := rep.UDP; st != nil {
+		counter(c.udpPackets, st.TxPackets, "tx")
+		counter(c.udpPackets, st.RxPackets, "rx")
+		counter(c.udpBytes, st.TxBytes, "tx")
+		counter(c.udpBytes, st.RxBytes, "rx")
+		counter(c.udpICMP, st.ICMPSent)
+		for _, r := range proxy.DropReasons() {
+			counter(c.udpDropped, st.Dropped(r), r.String())
 		}
 	}
 }

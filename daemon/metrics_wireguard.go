@@ -36,18 +36,20 @@ func (c *wireguardCollector) Collect(ch chan<- prometheus.Metric) {
 	if bp == nil {
 		return
 	}
-	wd, ok := (*bp).(encap.WireGuardDevices)
+	rp, ok := (*bp).(encap.Reporter)
 	if !ok {
 		return
 	}
-	for name, impl := range wd.WireGuardDevices() {
+	wg := rp.Report().WireGuard
+	if wg == nil {
+		return
+	}
+	for name, impl := range wg.Devices {
 		ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, name, impl)
 	}
-	if dc, ok := (*bp).(encap.WireGuardDropCounter); ok {
-		for dev, reasons := range dc.WireGuardDrops() {
-			for reason, n := range reasons {
-				ch <- prometheus.MustNewConstMetric(c.drops, prometheus.CounterValue, float64(n), dev, reason)
-			}
+	for dev, reasons := range wg.Drops {
+		for reason, n := range reasons {
+			ch <- prometheus.MustNewConstMetric(c.drops, prometheus.CounterValue, float64(n), dev, reason)
 		}
 	}
 }

@@ -1,6 +1,14 @@
-// Package encap holds the Backend interface and the backends that carry traffic to
-// the other hosts' subnets: udp (a userspace data path, see proxy/), vxlan and host-gw
-// (kernel data paths programmed via netlink).
+// Package encap holds what every backend shares and nothing of any one backend: the
+// Backend interface, the external interface and the shared errors (backend.go), the
+// capabilities a backend may have beside Backend (capabilities.go), the Report a
+// Reporter gives and its /stats JSON (report.go), the address families of the overlay
+// and the peer key (family.go), and the strict reading of the Backend options
+// (options.go).
+//
+// The backends carry traffic to the other hosts' subnets, one package each: udp (a
+// userspace data path, see proxy/), vxlan and host-gw (kernel data paths programmed
+// via netlink, sharing encap/kernel), wireguard, extension (commands) and alloc (no
+// data path). encap/factory builds the one a network config names.
 package encap
 
 import (
@@ -34,7 +42,8 @@ type ExternalInterface struct {
 // Attrs (before acquiring a lease), Register (once the lease is held), then Run in a
 // goroutine while it passes lease events to HandleEvents, and Close at the end.
 type Backend interface {
-	// Type is the BackendType published in leases ("udp", "vxlan", "host-gw", "alloc").
+	// Type is the BackendType published in leases ("udp", "vxlan", "host-gw",
+	// "wireguard", "extension", "alloc").
 	Type() string
 	// BackendData is the BackendData published in our lease (may be nil).
 	BackendData(ctx context.Context) (json.RawMessage, error)
@@ -51,27 +60,4 @@ type Backend interface {
 	// Close releases what the backend holds. Kernel data paths are left in place so a
 	// restart does not interrupt traffic.
 	Close() error
-}
-
-// V6Backend is implemented by backends that publish data for the IPv6 overlay: the
-// daemon puts BackendV6Data into the lease's BackendV6Data (flanneld's vxlan publishes
-// the VtepMAC of flannel-v6.<VNI> there). Call it after BackendData.
-type V6Backend interface {
-	BackendV6Data(ctx context.Context) (json.RawMessage, error)
-}
-
-// ExternalUpdater is implemented by backends that follow the external interface when
-// it changes under them: deleted and made again (a bond, VLAN or bridge re-created: a
-// new index), or given another address. The daemon finds the interface again by name
-// and calls SetExternal with what it finds; the backend moves its data path onto it
-// (devices, routes, neighbour and fdb entries, sockets) at once, without waiting for
-// its next period.
-type ExternalUpdater interface {
-	SetExternal(ext ExternalInterface)
-}
-
-// StatsReporter is implemented by backends that keep counters; weftd serves them as
-// JSON on its health endpoint (/stats).
-type StatsReporter interface {
-	Stats() any
 }

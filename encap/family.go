@@ -8,109 +8,113 @@ import (
 	"github.com/weftnet/weft/lease"
 )
 
-// family is one address family of the overlay as the kernel backends see it: its
-// netlink family, the network and the length of every lease's subnet in it.
-type family struct {
-	nl      int // netlink.FAMILY_V4 or FAMILY_V6
-	network netip.Prefix
-	bits    int
+// Family is one address family of the overlay as the backends see it: its netlink
+// family, the network and the length of every lease's subnet in it.
+type Family struct {
+	NL      int // netlink.FAMILY_V4 or FAMILY_V6
+	Network netip.Prefix
+	Bits    int
 }
 
-// v4 and v6 return the families of cfg; a family the config does not enable has an
-// invalid network (see on).
-func v4(cfg *lease.Config) family {
-	return family{nl: netlink.FAMILY_V4, network: cfg.Network, bits: cfg.SubnetLen}
+// V4 and V6 return the families of cfg; a family the config does not enable has an
+// invalid network (see On).
+func V4(cfg *lease.Config) Family {
+	return Family{NL: netlink.FAMILY_V4, Network: cfg.Network, Bits: cfg.SubnetLen}
 }
 
-func v6(cfg *lease.Config) family {
+// V6 is the IPv6 family of cfg (see V4).
+func V6(cfg *lease.Config) Family {
 	if !cfg.EnableIPv6 {
-		return family{nl: netlink.FAMILY_V6}
+		return Family{NL: netlink.FAMILY_V6}
 	}
-	return family{nl: netlink.FAMILY_V6, network: cfg.IPv6Network, bits: cfg.IPv6SubnetLen}
+	return Family{NL: netlink.FAMILY_V6, Network: cfg.IPv6Network, Bits: cfg.IPv6SubnetLen}
 }
 
-// on reports whether the config enables the family. IPv4 is on when the config has a
-// Network (flannel's EnableIPv4 leaves it zero when false).
-func (f family) on() bool { return f.network.IsValid() }
+// Families returns the families cfg enables, IPv4 first.
+func Families(cfg *lease.Config) []Family {
+	var out []Family
+	for _, f := range []Family{V4(cfg), V6(cfg)} {
+		if f.On() {
+			out = append(out, f)
+		}
+	}
+	return out
+}
 
-// idx is the family's index in per-family arrays: 0 IPv4, 1 IPv6.
-func (f family) idx() int {
-	if f.is6() {
+// On reports whether the config enables the family. IPv4 is on when the config has a
+// Network (flannel's EnableIPv4 leaves it zero when false).
+func (f Family) On() bool { return f.Network.IsValid() }
+
+// Index is the family's index in per-family arrays: 0 IPv4, 1 IPv6.
+func (f Family) Index() int {
+	if f.Is6() {
 		return 1
 	}
 	return 0
 }
 
-// is6 reports whether f is IPv6.
-func (f family) is6() bool { return f.nl == netlink.FAMILY_V6 }
+// Is6 reports whether f is IPv6.
+func (f Family) Is6() bool { return f.NL == netlink.FAMILY_V6 }
 
-// subnet is l's subnet of family f (zero when it has none).
-func (f family) subnet(l lease.Lease) netip.Prefix {
-	if f.is6() {
+// Subnet is l's subnet of family f (zero when it has none).
+func (f Family) Subnet(l lease.Lease) netip.Prefix {
+	if f.Is6() {
 		return l.IPv6Subnet
 	}
 	return l.Subnet
 }
 
-// publicIP is l's public address of family f (zero when it has none).
-func (f family) publicIP(l lease.Lease) netip.Addr {
-	if f.is6() {
+// PublicIP is l's public address of family f (zero when it has none).
+func (f Family) PublicIP(l lease.Lease) netip.Addr {
+	if f.Is6() {
 		return l.Attrs.PublicIPv6
 	}
 	return l.Attrs.PublicIP
 }
 
-// backendData is l's BackendData of family f.
-func (f family) backendData(l lease.Lease) []byte {
-	if f.is6() {
+// BackendData is l's BackendData of family f.
+func (f Family) BackendData(l lease.Lease) []byte {
+	if f.Is6() {
 		return l.Attrs.BackendV6Data
 	}
 	return l.Attrs.BackendData
 }
 
-// fits reports whether s is a subnet of the family's network of the leased length.
-func (f family) fits(s netip.Prefix) bool {
-	return f.on() && s.IsValid() && s.Bits() == f.bits && f.network.Contains(s.Addr())
+// Fits reports whether s is a subnet of the family's network of the leased length.
+func (f Family) Fits(s netip.Prefix) bool {
+	return f.On() && s.IsValid() && s.Bits() == f.Bits && f.Network.Contains(s.Addr())
 }
 
-// hostBits is the prefix length of a single address of the family.
-func (f family) hostBits() int {
-	if f.is6() {
+// HostBits is the prefix length of a single address of the family.
+func (f Family) HostBits() int {
+	if f.Is6() {
 		return 128
 	}
 	return 32
 }
 
-// peerKey is the key of a lease among the peers: its IPv4 subnet, or its IPv6 subnet
+// ExtPublicIP is our public address of the family.
+func (f Family) ExtPublicIP(ext ExternalInterface) netip.Addr {
+	if f.Is6() {
+		return ext.PublicIPv6
+	}
+	return ext.PublicIP
+}
+
+// PeerKey is the key of a lease among the peers: its IPv4 subnet, or its IPv6 subnet
 // on an IPv6-only network (flannel's key names no IPv4 subnet as 0.0.0.0/0).
-func peerKey(l lease.Lease) netip.Prefix {
-	if hasV4(l) {
+func PeerKey(l lease.Lease) netip.Prefix {
+	if HasV4(l) {
 		return l.Subnet
 	}
 	return l.IPv6Subnet
 }
 
-// hasV4 reports whether l has an IPv4 subnet.
-func hasV4(l lease.Lease) bool { return l.Subnet.IsValid() && l.Subnet.Bits() > 0 }
+// HasV4 reports whether l has an IPv4 subnet.
+func HasV4(l lease.Lease) bool { return l.Subnet.IsValid() && l.Subnet.Bits() > 0 }
 
-// inScope reports whether a peer's lease belongs to the network in a family the
+// InScope reports whether a peer's lease belongs to the network in a family the
 // config enables.
-func inScope(cfg *lease.Config, l lease.Lease) bool {
-	return v4(cfg).fits(l.Subnet) || v6(cfg).fits(l.IPv6Subnet)
-}
-
-// slot names the family's part of a kind of kernel entries (see settleIn).
-func (f family) slot(kind string) string {
-	if f.is6() {
-		return kind + "6"
-	}
-	return kind
-}
-
-// extPublicIP is our public address of the family.
-func (f family) extPublicIP(ext ExternalInterface) netip.Addr {
-	if f.is6() {
-		return ext.PublicIPv6
-	}
-	return ext.PublicIP
+func InScope(cfg *lease.Config, l lease.Lease) bool {
+	return V4(cfg).Fits(l.Subnet) || V6(cfg).Fits(l.IPv6Subnet)
 }

@@ -1,12 +1,8 @@
 package encap
 
 import (
-	"errors"
 	"net/netip"
-	"strings"
 	"testing"
-
-	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/lease"
 )
@@ -41,19 +37,8 @@ func TestPeerScope(t *testing.T) {
 		{"outside both networks", dual, outside, false, p("198.19.3.0/24")},
 		{"wrong lengths", dual, wrongLen, false, p("198.18.3.0/25")},
 	} {
-		if in, key := inScope(c.cfg, c.l), peerKey(c.l); in != c.in || key != c.key {
+		if in, key := InScope(c.cfg, c.l), PeerKey(c.l); in != c.in || key != c.key {
 			t.Errorf("%s: in scope %v key %v, want %v %v", c.name, in, key, c.in, c.key)
 		}
-	}
-}
-
-// TestVXLANNeedsIPv6Address: vxlan on a network with EnableIPv6 refuses an external
-// interface without an IPv6 address, with a clear error.
-func TestVXLANNeedsIPv6Address(t *testing.T) {
-	cfg := &lease.Config{EnableIPv4: true, Network: netip.MustParsePrefix("198.18.0.0/16"), SubnetLen: 24,
-		EnableIPv6: true, IPv6Network: netip.MustParsePrefix("fd00::/48"), IPv6SubnetLen: 64, BackendType: "vxlan"}
-	_, err := NewVXLAN(cfg, ExternalInterface{Name: "eth0", MTU: 1500, IfaceIP: netip.MustParseAddr("192.0.2.10")}, zap.NewNop())
-	if !errors.Is(err, ErrNoIPv6Address) || !strings.Contains(err.Error(), "eth0") {
-		t.Fatalf("error %v, want ErrNoIPv6Address naming eth0", err)
 	}
 }

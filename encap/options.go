@@ -12,7 +12,7 @@ import (
 
 var durationType = reflect.TypeFor[time.Duration]()
 
-// decodeOptions decodes the network config's Backend object into dst, a pointer to a
+// DecodeOptions decodes the network config's Backend object into dst, a pointer to a
 // struct whose exported fields are the options of backend typ; the values already in
 // dst are the defaults. It is strict where encoding/json is lenient and lenient where
 // flanneld (which uses encoding/json) is:
@@ -26,7 +26,7 @@ var durationType = reflect.TypeFor[time.Duration]()
 //   - null leaves an option at its default, as encoding/json does.
 //
 // Every error wraps ErrBadOption. An empty or null Backend leaves dst as it is.
-func decodeOptions(typ string, raw json.RawMessage, dst any) error {
+func DecodeOptions(typ string, raw json.RawMessage, dst any) error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil

@@ -3,14 +3,9 @@ package encap
 import (
 	"encoding/json"
 	"errors"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
-
-	"go.uber.org/zap"
-
-	"github.com/weftnet/weft/lease"
 )
 
 type testOptions struct {
@@ -58,7 +53,7 @@ func TestDecodeOptions(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := def
-			err := decodeOptions("vxlan", json.RawMessage(c.raw), &got)
+			err := DecodeOptions("vxlan", json.RawMessage(c.raw), &got)
 			if c.errName == "" {
 				if err != nil || got != c.want {
 					t.Fatalf("got %+v, %v; want %+v", got, err, c.want)
@@ -72,21 +67,6 @@ func TestDecodeOptions(t *testing.T) {
 	}
 }
 
-// TestBackendOptionsAgree runs one config through every backend's constructor that
-// needs no kernel: all use the same decoder, so case and strictness agree.
-func TestBackendOptionsAgree(t *testing.T) {
-	for _, raw := range []string{`{"type":"alloc"}`, `{"TYPE":"Alloc"}`} {
-		if _, err := NewAlloc(testConfig(raw), ExternalInterface{MTU: 1500}); err != nil {
-			t.Errorf("%s: %v", raw, err)
-		}
-	}
-	for _, raw := range []string{`{"Type":"alloc","Port":1}`, `{"type":"alloc","mtu":1400}`} {
-		if _, err := NewAlloc(testConfig(raw), ExternalInterface{MTU: 1500}); !errors.Is(err, ErrBadOption) {
-			t.Errorf("%s: error %v, want ErrBadOption", raw, err)
-		}
-	}
-}
-
 // FuzzDecodeOptions: any Backend object gives options or an ErrBadOption, never a
 // panic; what decodes, decodes again to the same options from its canonical form.
 func FuzzDecodeOptions(f *testing.F) {
@@ -96,7 +76,7 @@ func FuzzDecodeOptions(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var got testOptions
-		err := decodeOptions("vxlan", raw, &got)
+		err := DecodeOptions("vxlan", raw, &got)
 		if err != nil {
 			if !errors.Is(err, ErrBadOption) {
 				t.Fatalf("error %v does not wrap ErrBadOption", err)
@@ -109,26 +89,8 @@ func FuzzDecodeOptions(f *testing.F) {
 			t.Fatal(err)
 		}
 		var again testOptions
-		if err := decodeOptions("vxlan", canon, &again); err != nil || again != got {
+		if err := DecodeOptions("vxlan", canon, &again); err != nil || again != got {
 			t.Fatalf("%s decoded to %+v; its canonical form %s to %+v, %v", raw, got, canon, again, err)
 		}
 	})
-}
-
-func testConfig(backend string) *lease.Config {
-	return &lease.Config{Network: netip.MustParsePrefix("198.18.0.0/16"), SubnetLen: 24,
-		BackendType: "alloc", Backend: json.RawMessage(backend)}
-}
-
-func TestNewMatchesTypeInAnyCase(t *testing.T) {
-	cfg := testConfig(`{"Type":"ALLOC"}`)
-	cfg.BackendType = "ALLOC"
-	be, err := New(cfg, ExternalInterface{MTU: 1500}, Tuning{}, zap.NewNop())
-	if err != nil || be.Type() != "alloc" {
-		t.Fatalf("New with type ALLOC: %v, %v", be, err)
-	}
-	cfg.BackendType = "vxlan-gbp"
-	if _, err := New(cfg, ExternalInterface{MTU: 1500}, Tuning{}, zap.NewNop()); !errors.Is(err, ErrUnknownBackend) {
-		t.Fatalf("unknown type: error %v, want ErrUnknownBackend", err)
-	}
 }

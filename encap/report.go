@@ -1,59 +1,56 @@
 package encap
 
-// PeerCounter is implemented by backends that can say how many other hosts' leases
-// they currently carry traffic for (weftd's weft_peers gauge).
-type PeerCounter interface {
-	Peers() int
+import (
+	"encoding/json"
+
+	"github.com/weftnet/weft/proxy"
+)
+
+// Report is what a backend carries and counts at one moment (Reporter). Which parts
+// are set says which kind of backend made it; its JSON (MarshalJSON) is weftd's /stats.
+type Report struct {
+	// Peers is the number of other hosts' leases the backend carries traffic for
+	// (weftd's weft_peers gauge).
+	Peers int
+	// Repairs counts, by kind of object ("device", "route", "neigh", "fdb"), how often
+	// the backend found something it had put in place missing or changed and wrote it
+	// again (vxlan, host-gw and wireguard; nil for the others).
+	Repairs map[string]uint64
+	// Counters are the kernel backends' (vxlan, host-gw) other counters by name:
+	// full_reconciles, applies, netlink_lists, watch_restarts, bad_peers,
+	// unreachable_peers (a counter appears once it counted something).
+	Counters map[string]uint64
+	// UDP is the udp data path's counters (udp only; zero before Register).
+	UDP *proxy.Stats
+	// WireGuard is the wireguard backend's devices and drops (wireguard only).
+	WireGuard *WireGuardReport
 }
 
-// RepairReporter is implemented by the kernel backends: Repairs counts, by kind of
-// kernel object ("device", "route", "neigh", "fdb"), how often the reconcile loop found
-// an entry it had put in place missing or changed and wrote it again.
-type RepairReporter interface {
-	Repairs() map[string]uint64
+// WireGuardReport is what the wireguard backend reports of its devices.
+type WireGuardReport struct {
+	// Devices names each device's implementation ("kernel" or "userspace").
+	Devices map[string]string
+	// Drops counts what each userspace device dropped, by device and reason (a kernel
+	// device has none).
+	Drops map[string]map[string]uint64
 }
 
-// Peers returns the number of subnets in the udp data path's table.
-func (b *udpBackend) Peers() int { return b.table.Load().Len() }
-
-// Peers returns the number of peers the kernel backend programs.
-func (k *kernelPeers) Peers() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return len(k.peers)
-}
-
-// Repairs returns the repairs by kind of kernel object.
-func (k *kernelPeers) Repairs() map[string]uint64 {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	out := make(map[string]uint64, len(k.repairs))
-	for n, v := range k.repairs {
+// MarshalJSON writes the report as weftd's /stats serves it, in the shape of the
+// backend that made it:
+//
+//   - udp: the data path's counters (proxy.Stats);
+//   - wireguard: {"devices":{…},"drops":{…},"peers":N};
+//   - otherwise (vxlan, host-gw): {"peers":N} and each of Counters beside it.
+func (r Report) MarshalJSON() ([]byte, error) {
+	switch {
+	case r.UDP != nil:
+		return json.Marshal(*r.UDP)
+	case r.WireGuard != nil:
+		return json.Marshal(map[string]any{"peers": r.Peers, "devices": r.WireGuard.Devices, "drops": r.WireGuard.Drops})
+	}
+	out := map[string]uint64{"peers": uint64(r.Peers)}
+	for n, v := range r.Counters {
 		out[n] = v
 	}
-	return out
-}
-
-// settleIn records one reconcile pass over the entries of kind in slot (kind, or one
-// address family's part of it: "route6"): inPlace holds the keys that are now as
-// wanted, written those the pass had to write. A key written again that was in place
-// after the previous pass of the slot was removed or changed behind our back: a repair,
-// counted under kind. A first write (a new peer) is not one.
-func (k *kernelPeers) settleIn(slot, kind string, inPlace, written map[string]bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	prev := k.inPlace[slot]
-	for key := range written {
-		if prev[key] {
-			k.repairs[kind]++
-		}
-	}
-	k.inPlace[slot] = inPlace
-}
-
-// deviceRepaired counts a device recreated after someone deleted it.
-func (k *kernelPeers) deviceRepaired() {
-	k.mu.Lock()
-	k.repairs["device"]++
-	k.mu.Unlock()
+	return json.Marshal(out)
 }

@@ -16,15 +16,15 @@ func TestConfigBounds(t *testing.T) {
 		errName string // field the error must name; "" for a valid config
 	}{
 		{name: "defaults", cfg: Config{MTU: 1472}},
-		{name: "every bound reached", cfg: Config{Port: 65535, MTU: MaxMTU, Batch: MaxBatch, BusyPoll: MaxBusyPoll}},
-		{name: "lowest", cfg: Config{Port: 1, MTU: MinMTU, Batch: 1}},
+		{name: "every bound reached", cfg: Config{Port: 65535, MTU: MaxMTU, Tuning: Tuning{Batch: MaxBatch}, BusyPoll: MaxBusyPoll}},
+		{name: "lowest", cfg: Config{Port: 1, MTU: MinMTU, Tuning: Tuning{Batch: 1}}},
 		{name: "no MTU", cfg: Config{}, errName: "MTU"},
 		{name: "MTU too small", cfg: Config{MTU: MinMTU - 1}, errName: "MTU"},
 		{name: "MTU too large", cfg: Config{MTU: MaxMTU + 1}, errName: "MTU"},
 		{name: "negative port", cfg: Config{Port: -1, MTU: 1472}, errName: "Port"},
 		{name: "port too large", cfg: Config{Port: 65536, MTU: 1472}, errName: "Port"},
-		{name: "batch too large", cfg: Config{MTU: 1472, Batch: MaxBatch + 1}, errName: "Batch"},
-		{name: "negative batch", cfg: Config{MTU: 1472, Batch: -1}, errName: "Batch"},
+		{name: "batch too large", cfg: Config{MTU: 1472, Tuning: Tuning{Batch: MaxBatch + 1}}, errName: "Batch"},
+		{name: "negative batch", cfg: Config{MTU: 1472, Tuning: Tuning{Batch: -1}}, errName: "Batch"},
 		{name: "busy poll too long", cfg: Config{MTU: 1472, BusyPoll: MaxBusyPoll + time.Nanosecond}, errName: "BusyPoll"},
 		{name: "negative busy poll", cfg: Config{MTU: 1472, BusyPoll: -time.Microsecond}, errName: "BusyPoll"},
 	} {

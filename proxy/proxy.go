@@ -55,6 +55,19 @@ type Config struct {
 	Addr6 netip.Addr
 	// MTU is the TUN device's MTU: the largest packet read from it. Required.
 	MTU int
+	// Tuning is how the data path moves packets (weftd's WEFT_UDP_* variables).
+	Tuning
+	// BusyPoll, if positive, runs each worker as one loop over both directions that
+	// keeps polling without sleeping for this long after the last packet it moved.
+	// It trades CPU (up to a core per worker while traffic flows) for latency: no
+	// packet waits for a sleeping thread to wake. 0 (the default) sleeps at once.
+	BusyPoll time.Duration
+}
+
+// Tuning is how the data path moves packets beyond what the network config says:
+// weftd fills it from its environment and the udp backend passes it on. The zero
+// value is the default.
+type Tuning struct {
 	// Batch is the most packets moved per system call (default 64).
 	Batch int
 	// SocketBuffer is the size asked for each socket's send and receive buffers
@@ -68,11 +81,6 @@ type Config struct {
 	NoGSO bool
 	// NoGRO gives up UDP GRO on the sockets (used only with TUN offloads).
 	NoGRO bool
-	// BusyPoll, if positive, runs each worker as one loop over both directions that
-	// keeps polling without sleeping for this long after the last packet it moved.
-	// It trades CPU (up to a core per worker while traffic flows) for latency: no
-	// packet waits for a sleeping thread to wake. 0 (the default) sleeps at once.
-	BusyPoll time.Duration
 }
 
 // CheckPort reports a UDP port outside 1-65535.

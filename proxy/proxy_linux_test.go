@@ -24,7 +24,7 @@ func TestTwoHosts(t *testing.T) {
 		labOpts
 	}{
 		{"plain", labOpts{queues: 2}},
-		{"one queue, no mmsg", labOpts{queues: 1, cfg: Config{NoMmsg: true, NoReusePort: true}}},
+		{"one queue, no mmsg", labOpts{queues: 1, cfg: Config{Tuning: Tuning{NoMmsg: true, NoReusePort: true}}}},
 		{"offload", labOpts{queues: 2, offload: true}},
 		{"busy poll", labOpts{queues: 2, offload: true, cfg: Config{BusyPoll: time.Millisecond}}},
 		{"busy poll, plain", labOpts{queues: 1, cfg: Config{BusyPoll: 100 * time.Microsecond}}},

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/encap/factory"
 	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
 )
@@ -78,7 +78,7 @@ type options struct {
 
 	leaseStateFile string // weft
 
-	tuning encap.Tuning // weft: the WEFT_* variables (knobs.go)
+	tuning factory.Tuning // weft: the WEFT_* variables (knobs.go)
 }
 
 // listFlag is a repeatable flag; each use adds its whole value, commas included, as

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/encap/factory"
 	"github.com/weftnet/weft/lease"
 )
 
@@ -145,13 +146,13 @@ func TestBackendsDocumented(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", bt, err)
 		}
-		be, err := encap.New(cfg, encap.ExternalInterface{MTU: 1500}, encap.Tuning{}, zap.NewNop())
+		be, err := factory.New(cfg, encap.ExternalInterface{MTU: 1500}, factory.Tuning{}, zap.NewNop())
 		if err != nil {
 			t.Errorf("encap.New refuses backend %q, which docBackends lists: %v", bt, err)
 			continue
 		}
 		if be.Type() != bt {
-			t.Errorf("encap.New(%q) built a backend of type %q", bt, be.Type())
+			t.Errorf("factory.New(%q) built a backend of type %q", bt, be.Type())
 		}
 	}
 
@@ -159,7 +160,7 @@ func TestBackendsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = encap.New(cfg, encap.ExternalInterface{MTU: 1500}, encap.Tuning{}, zap.NewNop())
+	_, err = factory.New(cfg, encap.ExternalInterface{MTU: 1500}, factory.Tuning{}, zap.NewNop())
 	if !errors.Is(err, encap.ErrUnknownBackend) {
 		t.Fatalf("encap.New of an unknown type: %v, want encap.ErrUnknownBackend", err)
 	}

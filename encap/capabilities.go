@@ -1,0 +1,49 @@
+package encap
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+)
+
+// What a backend may do beyond Backend. The daemon asks for each with a type
+// assertion; a backend without one simply does not do that. Keep this list short: a
+// capability every backend has belongs in Backend.
+
+// IPv6DataPublisher publishes data for the IPv6 overlay: the daemon puts
+// BackendV6Data into the lease's BackendV6Data (flanneld's vxlan publishes the VtepMAC
+// of flannel-v6.<VNI> there). Call it after BackendData.
+//
+// Implemented by vxlan and wireguard.
+type IPv6DataPublisher interface {
+	BackendV6Data(ctx context.Context) (json.RawMessage, error)
+}
+
+// ExternalFollower follows the external interface when it changes under the backend:
+// deleted and made again (a bond, VLAN or bridge re-created: a new index), or given
+// another address. The daemon finds the interface again by name and calls SetExternal
+// with what it finds; the backend moves its data path onto it (devices, routes,
+// neighbour and fdb entries, sockets) at once, without waiting for its next period.
+//
+// Implemented by udp, vxlan and host-gw.
+type ExternalFollower interface {
+	SetExternal(ext ExternalInterface)
+}
+
+// LeaseAddressChooser chooses the addresses our lease publishes instead of the
+// external interface's PublicIP and PublicIPv6: v4 and v6 replace both.
+//
+// Implemented by extension (flanneld's extension backend publishes the interface's
+// own addresses, not --public-ip's).
+type LeaseAddressChooser interface {
+	LeaseAddrs() (v4, v6 netip.Addr)
+}
+
+// Reporter reports what the backend carries and counts: weftd's /stats and /metrics
+// are made from its Report.
+//
+// Implemented by udp, vxlan, host-gw and wireguard (alloc and extension carry no
+// traffic of their own and keep no counters).
+type Reporter interface {
+	Report() Report
+}

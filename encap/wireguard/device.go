@@ -1,0 +1,112 @@
+package wireguard
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/internal/ipconv"
+)
+
+// wgDevice is a WireGuard device: the kernel's, configured over generic netlink, or
+// wireguard-go's in weftd.
+type wgDevice interface {
+	Name() string
+	// Kind is Kernel or Userspace.
+	Kind() string
+	// Link is the device's network interface.
+	Link() (netlink.Link, error)
+	Configure(cfg wgtypes.Config) error
+	// Close removes the device (and its UAPI socket).
+	Close() error
+}
+
+// open makes the devices the config needs, once.
+func (w *backend) open() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	type want struct {
+		i    int
+		name string
+		port int
+	}
+	var ws []want
+	switch {
+	case w.single():
+		ws = append(ws, want{0, Device, w.opts.ListenPort})
+	default:
+		if encap.V4(w.cfg).On() {
+			ws = append(ws, want{0, Device, w.opts.ListenPort})
+		}
+		if encap.V6(w.cfg).On() {
+			ws = append(ws, want{1, DeviceV6, w.opts.ListenPortV6})
+		}
+	}
+	for _, x := range ws {
+		if w.devs[x.i] != nil {
+			continue
+		}
+		d, err := openWGDevice(x.name, w.MTU(), w.device, w.socketDir, w.drops.device(x.name), w.log)
+		if err != nil {
+			return fmt.Errorf("device %s: %w", x.name, err)
+		}
+		port := x.port
+		if err := d.Configure(wgtypes.Config{PrivateKey: &w.priv, ListenPort: &port, ReplacePeers: true}); err != nil {
+			_ = d.Close()
+			return fmt.Errorf("device %s: %w", x.name, err)
+		}
+		w.devs[x.i] = d
+		w.log.Info("WireGuard device ready", zap.String("device", x.name), zap.String("implementation", d.Kind()),
+			zap.Int("listen-port", port), zap.Int("mtu", w.MTU()))
+	}
+	return nil
+}
+
+// setWGAddr puts addr on link and removes the other addresses of family f that are
+// in its network (IPv6: every other one but link-local), as flanneld does.
+func setWGAddr(link netlink.Link, f encap.Family, addr netip.Prefix) error {
+	have, err := netlink.AddrList(link, f.NL)
+	if err != nil {
+		return fmt.Errorf("list addresses: %w", err)
+	}
+	found := false
+	for _, a := range have {
+		p, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		p = p.Unmap()
+		switch {
+		case netip.PrefixFrom(p, ones) == addr:
+			found = true
+		case f.Is6() && p.IsLinkLocalUnicast():
+		case f.Is6() || f.Network.Contains(p):
+			if err := netlink.AddrDel(link, &a); err != nil {
+				return fmt.Errorf("remove address %v: %w", a.IPNet, err)
+			}
+		}
+	}
+	if found {
+		return nil
+	}
+	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: ipconv.IPNet(addr)}); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("add address %v: %w", addr, err)
+	}
+	return nil
+}
+
+// wgRoute routes network to link (scope link), as flanneld does.
+func wgRoute(link netlink.Link, network netip.Prefix) error {
+	r := netlink.Route{LinkIndex: link.Attrs().Index, Scope: netlink.SCOPE_LINK, Dst: ipconv.IPNet(network)}
+	if err := netlink.RouteReplace(&r); err != nil {
+		return fmt.Errorf("route %v dev %s: %w", network, link.Attrs().Name, err)
+	}
+	return nil
+}

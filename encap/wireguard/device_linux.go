@@ -1,0 +1,198 @@
+package wireguard
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/conn"
+	"golang.zx2c4.com/wireguard/device"
+	"golang.zx2c4.com/wireguard/ipc"
+	"golang.zx2c4.com/wireguard/tun"
+	"golang.zx2c4.com/wireguard/wgctrl"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// openWGDevice makes the WireGuard device name with mtu, after deleting a link of
+// that name left behind (flanneld recreates its device too): the kernel's when
+// impl allows it and the kernel can (netlink LinkAdd of type wireguard), else
+// wireguard-go's, with its UAPI socket in socketDir, counting its drops in drops.
+func openWGDevice(name string, mtu int, impl, socketDir string, drops *wgDeviceDrops, log *zap.Logger) (wgDevice, error) {
+	if old, err := netlink.LinkByName(name); err == nil {
+		log.Warn("the device already exists; making it again", zap.String("device", name), zap.String("type", old.Type()))
+		if err := netlink.LinkDel(old); err != nil {
+			return nil, fmt.Errorf("delete the old %s: %w", name, err)
+		}
+	}
+	if impl != Userspace {
+		d, err := newKernelWG(name, mtu)
+		if err == nil {
+			return d, nil
+		}
+		if impl == Kernel {
+			return nil, err
+		}
+		log.Info("the kernel has no WireGuard; running the device in userspace (wireguard-go)",
+			zap.String("device", name), zap.Error(err))
+	}
+	return newUserWG(name, mtu, socketDir, drops, log)
+}
+
+// kernelWG is a device of the kernel's WireGuard, configured over generic netlink.
+type kernelWG struct {
+	name   string
+	link   netlink.Link
+	client *wgctrl.Client
+}
+
+func newKernelWG(name string, mtu int) (*kernelWG, error) {
+	link := &netlink.GenericLink{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu}, LinkType: "wireguard"}
+	if err := netlink.LinkAdd(link); err != nil {
+		return nil, fmt.Errorf("add a kernel wireguard link: %w", err)
+	}
+	client, err := wgctrl.New()
+	if err != nil {
+		_ = netlink.LinkDel(link)
+		return nil, fmt.Errorf("wgctrl: %w", err)
+	}
+	return &kernelWG{name: name, link: link, client: client}, nil
+}
+
+func (k *kernelWG) Name() string                     { return k.name }
+func (k *kernelWG) Kind() string                     { return Kernel }
+func (k *kernelWG) Link() (netlink.Link, error)      { return netlink.LinkByName(k.name) }
+func (k *kernelWG) Configure(c wgtypes.Config) error { return k.client.ConfigureDevice(k.name, c) }
+
+func (k *kernelWG) Close() error {
+	err := netlink.LinkDel(k.link)
+	if errors.Is(err, unix.ENODEV) {
+		err = nil
+	}
+	return errors.Join(err, k.client.Close())
+}
+
+// userWG is a wireguard-go device in weftd: a TUN with the virtio-net header
+// offloads, batched UDP sockets (GSO, GRO), and a UAPI socket so that `wg` sees it.
+type userWG struct {
+	name string
+	dev  *device.Device
+	uapi net.Listener
+	path string // the UAPI socket
+	wg   sync.WaitGroup
+	kick *kicker
+}
+
+func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log *zap.Logger) (*userWG, error) {
+	t, err := tun.CreateTUN(name, mtu)
+	if err != nil {
+		return nil, fmt.Errorf("create the TUN device: %w", err)
+	}
+	dlog := log.Named("wireguard-go").With(zap.String("device", name))
+	// The device's verbose lines are counted when they tell of a drop, and formatted
+	// only when debug is on: a flood of junk makes one for each datagram.
+	dev := device.NewDevice(t, conn.NewDefaultBind(), &device.Logger{
+		Verbosef: func(format string, args ...any) {
+			drops.count(format)
+			if dlog.Core().Enabled(zapcore.DebugLevel) {
+				dlog.Debug(fmt.Sprintf(format, args...))
+			}
+		},
+		Errorf: func(format string, args ...any) { dlog.Warn(fmt.Sprintf(format, args...)) },
+	})
+	u := &userWG{name: name, dev: dev, path: filepath.Join(socketDir, name+".sock"), kick: &kicker{dev: dev}}
+	if u.uapi, err = listenUAPI(name, socketDir); err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("UAPI socket: %w", err)
+	}
+	u.wg.Go(func() {
+		for {
+			c, err := u.uapi.Accept()
+			if err != nil {
+				return
+			}
+			go dev.IpcHandle(c)
+		}
+	})
+	return u, nil
+}
+
+// listenUAPI listens on socketDir/name.sock: through wireguard-go's ipc package in
+// its own directory, else the same way in socketDir (a stale socket is replaced,
+// one in use is an error; only root may connect).
+func listenUAPI(name, socketDir string) (net.Listener, error) {
+	if filepath.Clean(socketDir) == DefaultSocketDir {
+		f, err := ipc.UAPIOpen(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		return ipc.UAPIListen(name, f)
+	}
+	if err := os.MkdirAll(socketDir, 0o755); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(socketDir, name+".sock")
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("%s is in use", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	l.SetUnlinkOnClose(true)
+	return l, nil
+}
+
+func (u *userWG) Name() string                { return u.name }
+func (u *userWG) Kind() string                { return Userspace }
+func (u *userWG) Link() (netlink.Link, error) { return netlink.LinkByName(u.name) }
+
+// Configure applies c through the device's UAPI, then brings it up (a no-op when up)
+// and has the kicker start a handshake with each peer c added.
+func (u *userWG) Configure(c wgtypes.Config) error {
+	if c.PrivateKey != nil {
+		u.kick.setOwn(c.PrivateKey.PublicKey())
+	}
+	var added []device.NoisePublicKey
+	for _, p := range c.Peers {
+		if !p.Remove && (c.ReplacePeers || u.dev.LookupPeer(device.NoisePublicKey(p.PublicKey)) == nil) {
+			added = append(added, device.NoisePublicKey(p.PublicKey))
+		}
+	}
+	if err := u.dev.IpcSet(uapiConfig(c)); err != nil {
+		return err
+	}
+	if err := u.dev.Up(); err != nil {
+		return err
+	}
+	u.kick.added(added)
+	return nil
+}
+
+// Close stops the device (the kernel removes its TUN with the last file) and removes
+// the UAPI socket.
+func (u *userWG) Close() error {
+	u.kick.close()
+	err := u.uapi.Close()
+	u.wg.Wait()
+	u.dev.Close()
+	if rerr := os.Remove(u.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	return err
+}

@@ -1,0 +1,277 @@
+// Package wireguard holds flannel's wireguard backend: its options, devices and
+// lease data (wireguard.go), the private key (key.go), the devices of the kernel or of
+// wireguard-go in weftd (device.go, device_linux.go, kick_linux.go, uapi.go), the peers
+// from the leases (peers.go), what Run puts back (repair.go), the userspace devices'
+// drops (drops.go) and what it reports (report.go).
+package wireguard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/lease"
+)
+
+// wireguardType is the BackendType of the wireguard backend's leases.
+const wireguardType = "wireguard"
+
+// The wireguard backend's devices, as flanneld names them: flannel-wg carries IPv4
+// (or both families in the single-device modes), flannel-wg-v6 IPv6 in Mode
+// "separate".
+const (
+	Device   = "flannel-wg"
+	DeviceV6 = "flannel-wg-v6"
+)
+
+// wgOverhead is what flanneld takes from the MTU for WireGuard: a 40-byte IPv6 header
+// (the longer of the two), 8 bytes of UDP, 4 of type, 4 of key index, 8 of nonce and
+// 16 of authentication tag.
+const wgOverhead = 80
+
+// DefaultKeyFile is where flanneld keeps the private key (WIREGUARD_KEY_FILE
+// replaces it).
+const DefaultKeyFile = "/run/flannel/wgkey"
+
+// DefaultSocketDir is where wireguard-go and `wg` put and look for the UAPI
+// sockets of userspace devices.
+const DefaultSocketDir = "/var/run/wireguard"
+
+// The implementations of a WireGuard device (Tuning.Device, Backend.Device).
+const (
+	Auto      = "auto"      // the kernel's when it has WireGuard, else userspace
+	Kernel    = "kernel"    // the kernel's only
+	Userspace = "userspace" // wireguard-go's, in weftd
+)
+
+// The Modes of flanneld's wireguard backend.
+const (
+	wgSeparate = "separate" // flannel-wg for IPv4, flannel-wg-v6 for IPv6
+	wgModeAuto = "auto"     // one device; each peer reached over the family selectMode picks
+	wgModeIPv4 = "ipv4"     // one device; peers reached over IPv4
+	wgModeIPv6 = "ipv6"     // one device; peers reached over IPv6
+)
+
+// wireguardOptions are the options of the Backend object, as flanneld v0.28.10 reads
+// them, and Device (weft only; flanneld ignores it).
+type wireguardOptions struct {
+	ListenPort   int
+	ListenPortV6 int
+	MTU          int
+	PSK          string
+	// PersistentKeepaliveInterval is in seconds (a JSON number); 0 is off.
+	PersistentKeepaliveInterval int
+	Mode                        string
+	Device                      string
+}
+
+// Tuning is how weftd's environment tunes the wireguard backend.
+type Tuning struct {
+	// Device, when set, replaces Backend.Device: auto, kernel or userspace.
+	Device string
+	// SocketDir is where the UAPI sockets of userspace devices go
+	// (DefaultSocketDir when empty).
+	SocketDir string
+	// KeyFile is the private key's file (DefaultKeyFile when empty).
+	KeyFile string
+}
+
+// backend is flannel's "wireguard" backend: a WireGuard device per address family
+// (Mode "separate") or one for both, whose peers are the other hosts' leases: each
+// peer's AllowedIPs are its subnets and its endpoint PublicIP:Port from its lease.
+// The device has our subnet's first address as a host address, and the route to the
+// whole network, as flanneld's has; WireGuard picks the peer by AllowedIPs.
+type backend struct {
+	cfg       *lease.Config
+	opts      wireguardOptions
+	ext       encap.ExternalInterface
+	log       *zap.Logger
+	device    string // Auto, Kernel or Userspace
+	socketDir string
+	keyFile   string
+	priv      wgtypes.Key
+	psk       *wgtypes.Key
+	keepalive time.Duration
+
+	mu sync.Mutex
+	// devs[0] is flannel-wg, devs[1] flannel-wg-v6 (Mode "separate" with IPv6 only).
+	devs [2]wgDevice
+	// drops counts what the userspace devices dropped (wireguard_drops.go).
+	drops wgDropCounts
+	own   lease.Lease
+	// applied is what each device has per peer lease (by peerKey); owner says which
+	// lease a public key is configured for on each device, so that a key that moved
+	// to another lease is not removed with the old one.
+	applied map[netip.Prefix][2]*wgPeerConf
+	owner   [2]map[wgtypes.Key]netip.Prefix
+	// repairs counts what Run put back, by object ("device", "route").
+	repairs map[string]uint64
+}
+
+// New returns the wireguard backend. It reads (or makes, once) the private
+// key; the devices are made by BackendData, before the lease is acquired, as
+// flanneld makes them.
+func New(cfg *lease.Config, ext encap.ExternalInterface, tuning Tuning, log *zap.Logger) (encap.Backend, error) {
+	o := wireguardOptions{ListenPort: 51820, ListenPortV6: 51821, MTU: ext.MTU, Mode: wgSeparate, Device: Auto}
+	if err := encap.DecodeOptions(wireguardType, cfg.Backend, &o); err != nil {
+		return nil, err
+	}
+	if tuning.Device != "" {
+		o.Device = tuning.Device
+	}
+	switch o.Mode {
+	case wgSeparate, wgModeAuto, wgModeIPv4, wgModeIPv6:
+	default:
+		return nil, fmt.Errorf("%w: wireguard backend: Mode %q is not separate, auto, ipv4 or ipv6", encap.ErrBadOption, o.Mode)
+	}
+	switch o.Device {
+	case Auto, Kernel, Userspace:
+	default:
+		return nil, fmt.Errorf("%w: wireguard backend: Device %q is not auto, kernel or userspace", encap.ErrBadOption, o.Device)
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"ListenPort", o.ListenPort}, {"ListenPortV6", o.ListenPortV6}} {
+		if p.v < 1 || p.v > 65535 {
+			return nil, fmt.Errorf("%w: wireguard backend: %s %d is not in 1-65535", encap.ErrBadOption, p.name, p.v)
+		}
+	}
+	if o.MTU-wgOverhead < 576 {
+		return nil, fmt.Errorf("%w: wireguard backend: MTU %d leaves %d for the device, less than 576", encap.ErrBadOption, o.MTU, o.MTU-wgOverhead)
+	}
+	if o.PersistentKeepaliveInterval < 0 || o.PersistentKeepaliveInterval > 65535 {
+		return nil, fmt.Errorf("%w: wireguard backend: PersistentKeepaliveInterval %d is not in 0-65535 (seconds)", encap.ErrBadOption, o.PersistentKeepaliveInterval)
+	}
+	w := &backend{
+		cfg: cfg, opts: o, ext: ext, log: log, device: o.Device,
+		socketDir: tuning.SocketDir, keyFile: tuning.KeyFile,
+		keepalive: time.Duration(o.PersistentKeepaliveInterval) * time.Second,
+		applied:   map[netip.Prefix][2]*wgPeerConf{},
+		owner:     [2]map[wgtypes.Key]netip.Prefix{{}, {}},
+		repairs:   map[string]uint64{},
+	}
+	if w.socketDir == "" {
+		w.socketDir = DefaultSocketDir
+	}
+	if w.keyFile == "" {
+		w.keyFile = DefaultKeyFile
+	}
+	if o.PSK != "" {
+		psk, err := wgtypes.ParseKey(o.PSK)
+		if err != nil {
+			return nil, fmt.Errorf("%w: wireguard backend: PSK: %w", encap.ErrBadOption, err)
+		}
+		w.psk = &psk
+	}
+	priv, made, err := loadOrMakeKey(w.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("wireguard backend: private key: %w", err)
+	}
+	w.priv = priv
+	log.Info("WireGuard private key", zap.String("file", w.keyFile), zap.Bool("made", made),
+		zap.Stringer("public-key", priv.PublicKey()))
+	return w, nil
+}
+
+// Type is "wireguard".
+func (w *backend) Type() string { return wireguardType }
+
+// MTU is the Backend's MTU (the external interface's by default) less the WireGuard
+// overhead, as flanneld gives it; the devices have the same.
+func (w *backend) MTU() int { return w.opts.MTU - wgOverhead }
+
+// single reports whether one device carries both families (every Mode but separate).
+func (w *backend) single() bool { return w.opts.Mode != wgSeparate }
+
+// devFor is the index in devs of the device carrying family f.
+func (w *backend) devFor(f encap.Family) int {
+	if f.Is6() && !w.single() {
+		return 1
+	}
+	return 0
+}
+
+// BackendData makes the devices (once) and returns {"PublicKey","Port"} of the IPv4
+// side; nil on a network without IPv4.
+func (w *backend) BackendData(context.Context) (json.RawMessage, error) {
+	if err := w.open(); err != nil {
+		return nil, err
+	}
+	if !encap.V4(w.cfg).On() {
+		return nil, nil
+	}
+	return json.Marshal(wgLeaseData{PublicKey: w.priv.PublicKey().String(), Port: uint16(w.opts.ListenPort)})
+}
+
+// BackendV6Data is the IPv6 side's data: ListenPortV6 in every Mode, as flanneld
+// publishes it.
+func (w *backend) BackendV6Data(context.Context) (json.RawMessage, error) {
+	if !encap.V6(w.cfg).On() {
+		return nil, nil
+	}
+	return json.Marshal(wgLeaseData{PublicKey: w.priv.PublicKey().String(), Port: uint16(w.opts.ListenPortV6)})
+}
+
+// Register gives each device our subnet's first address (/32, /128) and the route to
+// the network, and sets it up.
+func (w *backend) Register(ctx context.Context, own lease.Lease) error {
+	if err := w.open(); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.own = own
+	var errs []error
+	for _, f := range []encap.Family{encap.V4(w.cfg), encap.V6(w.cfg)} {
+		if f.On() {
+			errs = append(errs, w.setUp(f))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// setUp gives the device of family f our subnet's first address and the route to the
+// network, and sets it up. w.mu is held.
+func (w *backend) setUp(f encap.Family) error {
+	sn := f.Subnet(w.own)
+	if !sn.IsValid() {
+		return fmt.Errorf("the lease has no subnet of the network %v", f.Network)
+	}
+	d := w.devs[w.devFor(f)]
+	link, err := d.Link()
+	if err != nil {
+		return fmt.Errorf("device %s: %w", d.Name(), err)
+	}
+	if err := setWGAddr(link, f, netip.PrefixFrom(sn.Addr(), f.HostBits())); err != nil {
+		return fmt.Errorf("device %s: %w", d.Name(), err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("device %s: set up: %w", d.Name(), err)
+	}
+	return wgRoute(link, f.Network)
+}
+
+// Close removes the devices (and the userspace devices' UAPI sockets), as flanneld
+// removes its devices when it stops.
+func (w *backend) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var errs []error
+	for i, d := range w.devs {
+		if d != nil {
+			errs = append(errs, d.Close())
+			w.devs[i] = nil
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,200 @@
+package wireguard
+
+import (
+	"context"
+	"encoding/hex"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/weftnet/weft/bench/netns"
+	"github.com/weftnet/weft/bench/netnstest"
+	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/lease"
+)
+
+// TestWireGuardUserspacePair: two namespaces joined by a veth, each with the
+// wireguard backend on a userspace device: the devices as flanneld's (address,
+// route, MTU), a ping between their addresses through the tunnel, the UAPI socket
+// answering, and nothing left once closed.
+func TestWireGuardUserspacePair(t *testing.T) {
+	ctx := context.Background()
+	nsA, nsB := netnstest.New(t, "weft-wga"), netnstest.New(t, "weft-wgb")
+	if out, err := nsA.Run(ctx, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", nsB.Name); err != nil {
+		t.Fatalf("veth: %v: %s", err, out)
+	}
+	type side struct {
+		ns   *netns.NS
+		ip   string
+		sn   string
+		be   encap.Backend
+		dir  string
+		data []byte
+	}
+	sides := []*side{{ns: nsA, ip: "192.0.2.10", sn: "198.18.1.0/24"}, {ns: nsB, ip: "192.0.2.20", sn: "198.18.2.0/24"}}
+	cfg := wgTestConfig(t, `{"Type":"wireguard","Device":"userspace"}`, false)
+	for _, s := range sides {
+		for _, cmd := range [][]string{{"addr", "add", s.ip + "/24", "dev", "eth0"}, {"link", "set", "eth0", "up"}} {
+			if out, err := s.ns.Run(ctx, "ip", cmd...); err != nil {
+				t.Fatalf("%v: %v: %s", cmd, err, out)
+			}
+		}
+		s.dir = t.TempDir()
+		ext := encap.ExternalInterface{Name: "eth0", MTU: 1500, IfaceIP: netip.MustParseAddr(s.ip), PublicIP: netip.MustParseAddr(s.ip)}
+		be, err := New(cfg, ext, Tuning{KeyFile: filepath.Join(s.dir, "wgkey"),
+			SocketDir: filepath.Join(s.dir, "sock")}, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.be = be
+		t.Cleanup(func() { _ = be.Close() })
+		if err := s.ns.Do(func() error {
+			s.data, err = be.BackendData(ctx)
+			if err != nil {
+				return err
+			}
+			return be.Register(ctx, lease.Lease{Subnet: netip.MustParsePrefix(s.sn), Attrs: lease.Attrs{PublicIP: ext.PublicIP}})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, s := range sides {
+		o := sides[1-i]
+		peer := lease.Lease{Subnet: netip.MustParsePrefix(o.sn),
+			Attrs: lease.Attrs{PublicIP: netip.MustParseAddr(o.ip), BackendType: "wireguard", BackendData: o.data}}
+		if err := s.ns.Do(func() error {
+			s.be.HandleEvents(ctx, []lease.Event{{Type: lease.Added, Lease: peer}})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := sides[0]
+	for _, c := range []struct{ args, want []string }{
+		{[]string{"-o", "link", "show", "dev", "flannel-wg"}, []string{"mtu 1420", "UP"}},
+		{[]string{"-4", "-o", "addr", "show", "dev", "flannel-wg"}, []string{"198.18.1.0/32"}},
+		{[]string{"-4", "route", "show", "198.18.0.0/16"}, []string{"dev flannel-wg", "scope link"}},
+	} {
+		out, err := a.ns.Run(ctx, "ip", c.args...)
+		for _, w := range c.want {
+			if err != nil || !strings.Contains(out, w) {
+				t.Fatalf("ip %v: %q (%v), want %q", c.args, out, err, w)
+			}
+		}
+	}
+	// The first packets wait for the handshake. Two initiations that cross leave both
+	// sides without a session until WireGuard's retry 5 s later: allow for two rounds.
+	deadline := time.Now().Add(12 * time.Second)
+	for {
+		out, err := a.ns.Run(ctx, "ping", "-c", "1", "-W", "1", "198.18.2.0")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ping through the tunnel: %v: %s", err, out)
+		}
+	}
+	if got := a.be.(*backend).Report().WireGuard.Devices; got[Device] != Userspace {
+		t.Fatalf("devices %v", got)
+	}
+	// The UAPI socket answers `get` as wireguard-go's does.
+	sock := filepath.Join(a.dir, "sock", "flannel-wg.sock")
+	if got := uapiGet(t, sock); !strings.Contains(got, "listen_port=51820") || !strings.Contains(got, "allowed_ip=198.18.2.0/24") {
+		t.Fatalf("UAPI get: %q", got)
+	}
+
+	// The device deleted from under the backend, and a peer added meanwhile: a repair
+	// pass makes the device again with both peers, its address and route, and the
+	// tunnel carries a ping again.
+	if out, err := a.ns.Run(ctx, "ip", "link", "del", "flannel-wg"); err != nil {
+		t.Fatalf("ip link del: %v: %s", err, out)
+	}
+	otherKey, _ := wgtypes.GeneratePrivateKey()
+	other := wgPeerLease(t, "198.18.3.0/24", "192.0.2.30", "", "", otherKey, 51820, 0)
+	if err := a.ns.Do(func() error {
+		a.be.HandleEvents(ctx, []lease.Event{{Type: lease.Added, Lease: other}})
+		a.be.(*backend).repair()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := uapiGet(t, sock); !strings.Contains(got, "allowed_ip=198.18.2.0/24") || !strings.Contains(got, "allowed_ip=198.18.3.0/24") {
+		t.Fatalf("UAPI get after the repair: %q", got)
+	}
+	if out, err := a.ns.Run(ctx, "ip", "-4", "-o", "addr", "show", "dev", "flannel-wg"); err != nil || !strings.Contains(out, "198.18.1.0/32") {
+		t.Fatalf("address after the repair: %q (%v)", out, err)
+	}
+	if out, err := a.ns.Run(ctx, "ping", "-c", "2", "-W", "2", "198.18.2.0"); err != nil {
+		t.Fatalf("ping through the device made again: %v: %s", err, out)
+	}
+	if got := a.be.(*backend).Report().Repairs; got["device"] != 1 || got["route"] != 0 {
+		t.Fatalf("repairs %v, want one device", got)
+	}
+	if err := a.ns.Do(func() error {
+		a.be.HandleEvents(ctx, []lease.Event{{Type: lease.Removed, Lease: other}})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A peer's lease gone: its peer goes.
+	if err := a.ns.Do(func() error {
+		a.be.HandleEvents(ctx, []lease.Event{{Type: lease.Removed, Lease: lease.Lease{Subnet: netip.MustParsePrefix("198.18.2.0/24"),
+			Attrs: lease.Attrs{PublicIP: netip.MustParseAddr("192.0.2.20"), BackendType: "wireguard", BackendData: sides[1].data}}}})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if a.be.(*backend).Report().Peers != 0 {
+		t.Fatal("the peer stayed after its lease went")
+	}
+	if err := a.be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := a.ns.Run(ctx, "ip", "link", "show", "flannel-wg"); !strings.Contains(out, "does not exist") {
+		t.Fatalf("flannel-wg left after Close: %s", out)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Fatalf("UAPI socket left after Close: %v", err)
+	}
+}
+
+// uapiGet asks the UAPI socket at sock for the device's configuration.
+func uapiGet(t *testing.T, sock string) string {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = c.Write([]byte("get=1\n\n"))
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for !strings.HasSuffix(b.String(), "\n\n") {
+		n, err := c.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return b.String()
+}
+
+// TestHandshaken: the peers of a UAPI get body that have had a handshake.
+func TestHandshaken(t *testing.T) {
+	a, b := [32]byte{1}, [32]byte{2}
+	body := "private_key=00\nlisten_port=51820\n" +
+		"public_key=" + hex.EncodeToString(a[:]) + "\nlast_handshake_time_sec=0\nlast_handshake_time_nsec=0\n" +
+		"public_key=" + hex.EncodeToString(b[:]) + "\nendpoint=192.0.2.1:51820\nlast_handshake_time_sec=1795677574\n" +
+		"errno=0\n\n"
+	got := handshaken(body)
+	if len(got) != 1 || !got[b] || got[a] {
+		t.Fatalf("handshaken: %v", got)
+	}
+}
