@@ -59,10 +59,11 @@ func (k *Peers) watchKernel(ctx context.Context) {
 func (k *Peers) watchOnce(ctx context.Context) (watched bool) {
 	w, err := nlwatch.Subscribe(nlwatch.Options{Routes: true, Neighs: true, Links: true, Namespace: k.watchNS,
 		OnError: func(err error) { k.log.Debug("netlink watch", zap.Error(err)) }, AllOrNothing: true})
-	defer w.Close()
 	if err != nil {
+		w.Close() // lets go of the subscriptions made before the one that failed
 		return false
 	}
+	defer w.Close()
 	for {
 		select {
 		case <-ctx.Done():

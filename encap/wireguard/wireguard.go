@@ -105,7 +105,7 @@ type backend struct {
 	mu sync.Mutex
 	// devs[0] is flannel-wg, devs[1] flannel-wg-v6 (Mode "separate" with IPv6 only).
 	devs [2]wgDevice
-	// drops counts what the userspace devices dropped (wireguard_drops.go).
+	// drops counts what the userspace devices dropped (drops.go).
 	drops wgDropCounts
 	own   lease.Lease
 	// applied is what each device has per peer lease (by peerKey); owner says which
