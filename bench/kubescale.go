@@ -150,8 +150,8 @@ func (r *kubeRun) want() map[netip.Prefix]bool {
 }
 
 func (r *kubeRun) measure(ctx context.Context, s ScaleSubject, n int) ScalePoint {
-	pt := ScalePoint{Subject: s.Name, Binary: s.Binary, Hosts: n, PeersSeen: true,
-		ResyncsChurn: -1, ResyncsRestart: -1, SettleS: -1, ResyncsOvertake: -1, OvertakeSettleS: -1, OvertakeCatchUpS: -1}
+	pt := newScalePoint(s, n)
+	pt.PeersSeen = true
 	if err := r.measureInto(ctx, s, n, &pt); err != nil {
 		pt.Errors = append(pt.Errors, err.Error())
 	}
@@ -203,50 +203,14 @@ func (r *kubeRun) measureInto(ctx context.Context, s ScaleSubject, n int, pt *Sc
 	}
 	defer routes.close()
 	v := &daemonView{weft: s.Weft, routes: routes, hc: weftClient(h)}
-	if err := poll(ctx, 10*time.Minute, 20*time.Millisecond, func() (bool, error) {
-		if ok, err := d.Exited(); ok {
-			return false, fmt.Errorf("%w: %v\n%s", lab.ErrDaemonExited, err, d.LogTail(20))
-		}
-		return routes.count() >= len(r.nodes), nil
-	}); err != nil {
-		return fmt.Errorf("%d of %d peer routes: %w", routes.count(), len(r.nodes), err)
-	}
-	pt.ReadyS = time.Since(kd.Started).Seconds()
-	pt.Load1 = loadavg()
-	pid := d.Pid()
-	pt.RSSMiB, _ = rssMiB(pid)
-	if c, err := lab.ProcCPU(pid); err == nil {
-		pt.CPUReadyS = c.Seconds()
-	}
-	pt.HeapMiB = v.heapMiB()
-	r.progress("  ready in %.2fs (load %.1f), RSS %.1f MiB, CPU %.2fs", pt.ReadyS, pt.Load1, pt.RSSMiB, pt.CPUReadyS)
-	if pt.IdleCPUPct, err = cpuOver(ctx, pid, r.o.Rest); err != nil {
+	if err := r.readyAndRest(ctx, d, v, kd.Started, pt); err != nil {
 		return err
 	}
-	pt.RSSRestMiB, _ = rssMiB(pid)
-	pt.HeapRestMiB = v.heapMiB()
-	r.progress("  after %s at rest: RSS %.1f MiB, CPU %.2f%%", r.o.Rest, pt.RSSRestMiB, pt.IdleCPUPct)
-
+	pid := d.Pid()
 	if r.o.Churn > 0 {
-		c0, _ := lab.ProcCPU(pid)
-		w0 := time.Now()
-		lat, ops, missed, err := r.churn(ctx, routes)
-		if err != nil {
+		if err := r.measureChurn(ctx, routes, pid, pt); err != nil {
 			return err
 		}
-		c1, _ := lab.ProcCPU(pid)
-		pt.ChurnCPUPct = 100 * (c1 - c0).Seconds() / time.Since(w0).Seconds()
-		pt.ChurnOps, pt.Missed = ops, missed
-		pt.ChurnRate = float64(ops) / r.o.Churn.Seconds()
-		if len(lat) > 0 {
-			pt.P50Ms, pt.P99Ms, pt.MaxMs = Percentile(lat, 50), Percentile(lat, 99), Percentile(lat, 100)
-		}
-		pt.StaleAfterChurn, pt.MissingAfterChurn, err = r.settled(ctx, routes)
-		if err != nil {
-			return err
-		}
-		r.progress("  churn: %d changes, p50 %.1f ms, p99 %.1f ms, missed %d, CPU %.1f%%, stale %d, missing %d",
-			ops, pt.P50Ms, pt.P99Ms, missed, pt.ChurnCPUPct, pt.StaleAfterChurn, pt.MissingAfterChurn)
 	}
 	if c, err := lab.ProcCPU(pid); err == nil {
 		pt.CPUS = c.Seconds()
@@ -255,6 +219,53 @@ func (r *kubeRun) measureInto(ctx context.Context, s ScaleSubject, n int, pt *Sc
 	if ok, err := d.Exited(); ok {
 		return fmt.Errorf("%w: %v", lab.ErrDaemonExited, err)
 	}
+	return nil
+}
+
+// readyAndRest waits for the daemon d, started at started, to route every peer Node,
+// reads its RSS, heap and CPU then, and again after Rest at rest.
+func (r *kubeRun) readyAndRest(ctx context.Context, d *lab.Daemon, v *daemonView, started time.Time, pt *ScalePoint) error {
+	routes := v.routes
+	if err := poll(ctx, 10*time.Minute, 20*time.Millisecond, func() (bool, error) {
+		if ok, err := d.Exited(); ok {
+			return false, fmt.Errorf("%w: %v\n%s", lab.ErrDaemonExited, err, d.LogTail(20))
+		}
+		return routes.count() >= len(r.nodes), nil
+	}); err != nil {
+		return fmt.Errorf("%d of %d peer routes: %w", routes.count(), len(r.nodes), err)
+	}
+	pt.ReadyS = time.Since(started).Seconds()
+	pt.Load1 = loadavg()
+	pid := d.Pid()
+	pt.RSSMiB, _ = rssMiB(pid)
+	if c, err := lab.ProcCPU(pid); err == nil {
+		pt.CPUReadyS = c.Seconds()
+	}
+	pt.HeapMiB = v.heapMiB()
+	r.progress("  ready in %.2fs (load %.1f), RSS %.1f MiB, CPU %.2fs", pt.ReadyS, pt.Load1, pt.RSSMiB, pt.CPUReadyS)
+	var err error
+	if pt.IdleCPUPct, err = cpuOver(ctx, pid, r.o.Rest); err != nil {
+		return err
+	}
+	pt.RSSRestMiB, _ = rssMiB(pid)
+	pt.HeapRestMiB = v.heapMiB()
+	r.progress("  after %s at rest: RSS %.1f MiB, CPU %.2f%%", r.o.Rest, pt.RSSRestMiB, pt.IdleCPUPct)
+	return nil
+}
+
+// measureChurn runs the churn and measures it: update latency, the daemon pid's CPU,
+// the routes against the peer Nodes afterwards.
+func (r *kubeRun) measureChurn(ctx context.Context, routes *routeWatch, pid int, pt *ScalePoint) error {
+	err := pt.ScaleChurn.record(pid, r.o.Churn, func() ([]float64, int, int, error) { return r.churn(ctx, routes) })
+	if err != nil {
+		return err
+	}
+	pt.StaleAfterChurn, pt.MissingAfterChurn, err = r.settled(ctx, routes)
+	if err != nil {
+		return err
+	}
+	r.progress("  churn: %d changes, p50 %.1f ms, p99 %.1f ms, missed %d, CPU %.1f%%, stale %d, missing %d",
+		pt.ChurnOps, pt.P50Ms, pt.P99Ms, pt.Missed, pt.ChurnCPUPct, pt.StaleAfterChurn, pt.MissingAfterChurn)
 	return nil
 }
 
@@ -283,17 +294,9 @@ func (r *kubeRun) settled(ctx context.Context, routes *routeWatch) (stale, missi
 // in the daemon's namespace; one whose event never came within 10 s is missed. Writes
 // run concurrently (at most 32 at once) so a slow one does not hold the rate back.
 func (r *kubeRun) churn(ctx context.Context, routes *routeWatch) (lat []float64, ops, missed int, err error) {
-	var free, live []int
-	for i := range KubeMaxNodes {
-		if r.nodes[i] {
-			live = append(live, i)
-		} else {
-			free = append(free, i)
-		}
-	}
-	r.rnd.Shuffle(len(live), func(a, b int) { live[a], live[b] = live[b], live[a] })
-	var mu sync.Mutex
-	pending := 0
+	free, live := r.freeAndLive()
+	var updates updateWait
+	var errMu sync.Mutex
 	var firstErr error
 	sem := make(chan struct{}, 32)
 	var wg sync.WaitGroup
@@ -329,29 +332,15 @@ func (r *kubeRun) churn(ctx context.Context, routes *routeWatch) (lat []float64,
 			return nil, 0, 0, ctx.Err()
 		}
 		t := time.Now()
-		mu.Lock()
-		pending++
-		mu.Unlock()
-		routes.expect(p, add, func(at time.Time) {
-			mu.Lock()
-			lat = append(lat, float64(at.Sub(t).Microseconds())/1000)
-			pending--
-			mu.Unlock()
-		})
+		routes.expect(p, add, updates.expect(t))
 		wg.Go(func() {
 			defer func() { <-sem }()
-			var err error
-			if add {
-				err = CreateKubeNode(ctx, r.env.Admin, i)
-			} else {
-				err = r.env.Admin.CoreV1().Nodes().Delete(ctx, KubeNodeName(i), metav1.DeleteOptions{})
-			}
-			if err != nil {
-				mu.Lock()
+			if err := r.change(ctx, add, i); err != nil {
+				errMu.Lock()
 				if firstErr == nil {
 					firstErr = fmt.Errorf("scale: churn write: %w", err)
 				}
-				mu.Unlock()
+				errMu.Unlock()
 			}
 		})
 		ops++
@@ -360,17 +349,30 @@ func (r *kubeRun) churn(ctx context.Context, routes *routeWatch) (lat []float64,
 	if firstErr != nil {
 		return nil, 0, 0, firstErr
 	}
-	_ = poll(ctx, 10*time.Second, 20*time.Millisecond, func() (bool, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return pending == 0, nil
-	})
-	mu.Lock()
-	missed = pending
-	out := append([]float64(nil), lat...)
-	mu.Unlock()
-	sort.Float64s(out)
-	return out, ops, missed, nil
+	lat, missed = updates.wait(ctx)
+	sort.Float64s(lat)
+	return lat, ops, missed, nil
+}
+
+// freeAndLive returns the peer Node indices free (in order) and live (shuffled).
+func (r *kubeRun) freeAndLive() (free, live []int) {
+	for i := range KubeMaxNodes {
+		if r.nodes[i] {
+			live = append(live, i)
+		} else {
+			free = append(free, i)
+		}
+	}
+	r.rnd.Shuffle(len(live), func(a, b int) { live[a], live[b] = live[b], live[a] })
+	return free, live
+}
+
+// change creates peer Node i (add) or deletes it.
+func (r *kubeRun) change(ctx context.Context, add bool, i int) error {
+	if add {
+		return CreateKubeNode(ctx, r.env.Admin, i)
+	}
+	return r.env.Admin.CoreV1().Nodes().Delete(ctx, KubeNodeName(i), metav1.DeleteOptions{})
 }
 
 // weftClient reaches weftd's /metrics in h's namespace.

@@ -38,8 +38,10 @@ not json
 // requests per minute by verb) and lists the requests.
 func TestKubeReport(t *testing.T) {
 	r := &ScaleReport{Mode: "kube", IdleS: 60, ChurnS: 60, Rate: 50, Points: []ScalePoint{{
-		Subject: "weftd", Hosts: 5000, ReadyS: 1.3, RSSMiB: 80, RSSRestMiB: 90, RunS: 120, ChurnOps: 10, P50Ms: 5, P99Ms: 50,
-		Requests: map[string]int{"list nodes": 1, "watch nodes": 4, "patch nodes/status": 2, "get pods": 1},
+		Subject: "weftd", Hosts: 5000, ScaleReady: ScaleReady{ReadyS: 1.3, RSSMiB: 80},
+		ScaleChurn: ScaleChurn{ChurnOps: 10, P50Ms: 5, P99Ms: 50},
+		ScaleKube: ScaleKube{RSSRestMiB: 90, RunS: 120,
+			Requests: map[string]int{"list nodes": 1, "watch nodes": 4, "patch nodes/status": 2, "get pods": 1}},
 	}}}
 	var b strings.Builder
 	if err := r.WriteMarkdown(&b); err != nil {

@@ -203,13 +203,22 @@ func (r *ScaleReport) WriteJSON(w io.Writer) error {
 
 var scaleColors = []string{"#1f77b4", "#e07b39", "#2ca02c", "#9467bd"}
 
+// Sizes of the SVG: its width, a panel's, its top and left margins.
+const (
+	svgWidth, svgPanelW, svgPanelH = 960, 280, 220
+	svgLeft, svgTop                = 50, 60
+)
+
+// svgPanel is one panel of the SVG: its title and the figure it plots (and whether
+// a point has it).
+type svgPanel struct {
+	title string
+	get   func(ScalePoint) (float64, bool)
+}
+
 // WriteSVG draws three panels against the number of hosts: ready time, RSS and p99
 // update time, one line per daemon.
 func (r *ScaleReport) WriteSVG(w io.Writer) error {
-	const (
-		width, panelW, panelH = 960, 280, 220
-		left, top             = 50, 60
-	)
 	var subjects []string
 	maxHosts := 0
 	for _, p := range r.Points {
@@ -218,76 +227,79 @@ func (r *ScaleReport) WriteSVG(w io.Writer) error {
 		}
 		maxHosts = max(maxHosts, p.Hosts)
 	}
-	panels := []struct {
-		title string
-		get   func(ScalePoint) (float64, bool)
-	}{
+	panels := []svgPanel{
 		{"ready (s)", func(p ScalePoint) (float64, bool) { return p.ReadyS, len(p.Errors) == 0 || p.ReadyS > 0 }},
 		{"RSS (MiB)", func(p ScalePoint) (float64, bool) { return p.RSSMiB, p.RSSMiB > 0 }},
 		{"update p99 (ms)", func(p ScalePoint) (float64, bool) { return p.P99Ms, p.P99Ms > 0 }},
 	}
-	height := top + panelH + 90
+	height := svgTop + svgPanelH + 90
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
-		width, height, width, height)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
+		svgWidth, height, svgWidth, height)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgWidth, height)
 	title := fmt.Sprintf("weft control plane: %s backend, %d changes/s churn", r.Backend, r.Rate)
 	if r.Mode == "kube" {
 		title = fmt.Sprintf("weft in Kubernetes mode: Nodes, %s backend, %d Node changes/s churn", r.Backend, r.Rate)
 	}
 	fmt.Fprintf(&b, `<text x="10" y="24" font-size="16" font-weight="bold">%s</text>`+"\n", esc(title))
 	for i, pn := range panels {
-		x0 := float64(left + i*(panelW+40))
-		y0 := float64(top)
-		maxV := 0.0
-		for _, p := range r.Points {
-			if v, ok := pn.get(p); ok {
-				maxV = max(maxV, v)
-			}
-		}
-		if maxV == 0 {
-			maxV = 1
-		}
-		maxV *= 1.1
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" font-weight="bold">%s</text>`+"\n", x0, y0-10, esc(pn.title))
-		fmt.Fprintf(&b, `<path d="M%.0f %.0f V%.0f H%.0f" stroke="black" fill="none"/>`+"\n", x0, y0, y0+panelH, x0+panelW)
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%s</text>`+"\n", x0-4, y0+8, esc(fmtF(maxV, 1)))
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">0</text>`+"\n", x0-4, y0+panelH)
-		var ticks []int
-		for _, p := range r.Points {
-			if !slices.Contains(ticks, p.Hosts) && maxHosts > 0 {
-				ticks = append(ticks, p.Hosts)
-				px := x0 + float64(p.Hosts)/float64(maxHosts)*panelW
-				fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle" font-size="10">%d</text>`+"\n", px, y0+panelH+14, p.Hosts)
-			}
-		}
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">hosts</text>`+"\n", x0+panelW, y0+panelH+28)
-		for si, s := range subjects {
-			var pts []string
-			for _, p := range r.Points {
-				v, ok := pn.get(p)
-				if p.Subject != s || !ok || maxHosts == 0 {
-					continue
-				}
-				px := x0 + float64(p.Hosts)/float64(maxHosts)*panelW
-				py := y0 + panelH - v/maxV*panelH
-				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px, py))
-				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", px, py, scaleColors[si%len(scaleColors)])
-			}
-			if len(pts) > 1 {
-				fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n",
-					strings.Join(pts, " "), scaleColors[si%len(scaleColors)])
-			}
-		}
+		r.writePanel(&b, float64(svgLeft+i*(svgPanelW+40)), pn, subjects, maxHosts)
 	}
 	for si, s := range subjects {
 		x := 10 + si*160
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
-			x, top+panelH+40, scaleColors[si%len(scaleColors)], x+16, top+panelH+51, esc(s))
+			x, svgTop+svgPanelH+40, scaleColors[si%len(scaleColors)], x+16, svgTop+svgPanelH+51, esc(s))
 	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writePanel draws panel pn at x0: its axes, the hosts ticks and one line per
+// subject.
+func (r *ScaleReport) writePanel(b *strings.Builder, x0 float64, pn svgPanel, subjects []string, maxHosts int) {
+	const panelW, panelH = svgPanelW, svgPanelH
+	y0 := float64(svgTop)
+	maxV := 0.0
+	for _, p := range r.Points {
+		if v, ok := pn.get(p); ok {
+			maxV = max(maxV, v)
+		}
+	}
+	if maxV == 0 {
+		maxV = 1
+	}
+	maxV *= 1.1
+	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" font-weight="bold">%s</text>`+"\n", x0, y0-10, esc(pn.title))
+	fmt.Fprintf(b, `<path d="M%.0f %.0f V%.0f H%.0f" stroke="black" fill="none"/>`+"\n", x0, y0, y0+panelH, x0+panelW)
+	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" text-anchor="end">%s</text>`+"\n", x0-4, y0+8, esc(fmtF(maxV, 1)))
+	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" text-anchor="end">0</text>`+"\n", x0-4, y0+panelH)
+	var ticks []int
+	for _, p := range r.Points {
+		if !slices.Contains(ticks, p.Hosts) && maxHosts > 0 {
+			ticks = append(ticks, p.Hosts)
+			px := x0 + float64(p.Hosts)/float64(maxHosts)*panelW
+			fmt.Fprintf(b, `<text x="%.1f" y="%.0f" text-anchor="middle" font-size="10">%d</text>`+"\n", px, y0+panelH+14, p.Hosts)
+		}
+	}
+	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" text-anchor="end">hosts</text>`+"\n", x0+panelW, y0+panelH+28)
+	for si, s := range subjects {
+		var pts []string
+		for _, p := range r.Points {
+			v, ok := pn.get(p)
+			if p.Subject != s || !ok || maxHosts == 0 {
+				continue
+			}
+			px := x0 + float64(p.Hosts)/float64(maxHosts)*panelW
+			py := y0 + panelH - v/maxV*panelH
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px, py))
+			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", px, py, scaleColors[si%len(scaleColors)])
+		}
+		if len(pts) > 1 {
+			fmt.Fprintf(b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n",
+				strings.Join(pts, " "), scaleColors[si%len(scaleColors)])
+		}
+	}
 }
 
 // WriteFiles writes scale.md, scale.json and scale.svg into dir.

@@ -64,9 +64,12 @@ func TestSimValue(t *testing.T) {
 func TestScaleReportFiles(t *testing.T) {
 	r := &ScaleReport{Backend: "vxlan", Network: "198.18.0.0/16", SubnetLen: 29, Rate: 50, ChurnS: 60, IdleS: 10,
 		Points: []ScalePoint{
-			{Subject: "weftd", Hosts: 100, ReadyS: 0.1, PeersSeen: true, RSSMiB: 40, ChurnOps: 10, P50Ms: 2, P99Ms: 9, ResyncsChurn: 0, ResyncsRestart: 1},
-			{Subject: "weftd", Hosts: 5000, ReadyS: 2, PeersSeen: true, RSSMiB: 60, ChurnOps: 10, P50Ms: 20, P99Ms: 90, ResyncsChurn: 0, ResyncsRestart: 1},
-			{Subject: "flanneld", Hosts: 5000, ReadyS: 3, PeersSeen: true, RSSMiB: 50, ChurnOps: 10, P50Ms: 3, P99Ms: 30, ResyncsChurn: -1, ResyncsRestart: -1,
+			{Subject: "weftd", Hosts: 100, ScaleReady: ScaleReady{ReadyS: 0.1, PeersSeen: true, RSSMiB: 40},
+				ScaleChurn: ScaleChurn{ChurnOps: 10, P50Ms: 2, P99Ms: 9}, ScaleRecovery: ScaleRecovery{ResyncsChurn: 0, ResyncsRestart: 1}},
+			{Subject: "weftd", Hosts: 5000, ScaleReady: ScaleReady{ReadyS: 2, PeersSeen: true, RSSMiB: 60},
+				ScaleChurn: ScaleChurn{ChurnOps: 10, P50Ms: 20, P99Ms: 90}, ScaleRecovery: ScaleRecovery{ResyncsChurn: 0, ResyncsRestart: 1}},
+			{Subject: "flanneld", Hosts: 5000, ScaleReady: ScaleReady{ReadyS: 3, PeersSeen: true, RSSMiB: 50},
+				ScaleChurn: ScaleChurn{ChurnOps: 10, P50Ms: 3, P99Ms: 30}, ScaleRecovery: ScaleRecovery{ResyncsChurn: -1, ResyncsRestart: -1},
 				Errors: []string{"boom\nmore"}},
 		}}
 	var md, svg, tbl bytes.Buffer
@@ -104,8 +107,10 @@ var machinePath = regexp.MustCompile(`(^|[\s"'(\[=>])/[A-Za-z_.][^\s"'<():,;\]]*
 func TestScaleReportNoMachinePaths(t *testing.T) {
 	r := &ScaleReport{Backend: "vxlan", Network: "198.18.0.0/16", SubnetLen: 29, Rate: 50, ChurnS: 60, IdleS: 10,
 		Points: []ScalePoint{
-			{Subject: "weftd", Binary: "/work/wt/scale/bin/weftd", Hosts: 100, ReadyS: 0.1, PeersSeen: true, ChurnOps: 10, P99Ms: 9},
-			{Subject: "flanneld", Binary: "bin/flanneld", Hosts: 100, ReadyS: 0.2, PeersSeen: true, ChurnOps: 10, P99Ms: 9},
+			{Subject: "weftd", Binary: "/work/wt/scale/bin/weftd", Hosts: 100,
+				ScaleReady: ScaleReady{ReadyS: 0.1, PeersSeen: true}, ScaleChurn: ScaleChurn{ChurnOps: 10, P99Ms: 9}},
+			{Subject: "flanneld", Binary: "bin/flanneld", Hosts: 100,
+				ScaleReady: ScaleReady{ReadyS: 0.2, PeersSeen: true}, ScaleChurn: ScaleChurn{ChurnOps: 10, P99Ms: 9}},
 			{Subject: "other", Binary: "/home/u/flanneld-0.27", Hosts: 100, Errors: []string{
 				"fork/exec /root/go/bin/other: permission denied",
 				`open "/tmp/weft-bench-123/h0/daemon.log": no such file`,

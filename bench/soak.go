@@ -202,19 +202,7 @@ func (s *soak) run(ctx context.Context) (*SoakReport, error) {
 		case <-time.After(s.o.Every):
 		}
 		if len(round) == 0 {
-			round = append([]string(nil), types...)
-			s.rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
-			// a lease is added before it is removed
-			for i, t := range round {
-				if t == EvLeaseRemove && len(s.fake) == 0 {
-					for j := i + 1; j < len(round); j++ {
-						if round[j] == EvLeaseAdd {
-							round[i], round[j] = round[j], round[i]
-							break
-						}
-					}
-				}
-			}
+			round = s.newRound(types)
 		}
 		ev := round[0]
 		round = round[1:]
@@ -237,15 +225,8 @@ func (s *soak) run(ctx context.Context) (*SoakReport, error) {
 		p.stop()
 	}
 	rep.Elapsed = time.Since(began)
-	for _, p := range streams {
-		maxSent := int(rep.Elapsed/p.interval) + 1000
-		o, err := parsePingStream(p.out.String(), p.interval, 2*time.Second, maxSent)
-		if err != nil {
-			return nil, fmt.Errorf("ping %s -> %s: %w", p.from, p.to, err)
-		}
-		rep.PingsSent += o.Sent
-		rep.PingsLost += o.Sent - o.Received
-		attribute(rep, occ, o.Lost, p.interval)
+	if err := scorePings(rep, streams, occ); err != nil {
+		return nil, err
 	}
 	for _, sh := range s.hosts {
 		u := procUsage(ctx, sh.d)
@@ -254,6 +235,40 @@ func (s *soak) run(ctx context.Context) (*SoakReport, error) {
 	}
 	s.checkEnd(ctx)
 	return rep, ctx.Err()
+}
+
+// newRound is every event type once, in a random order in which a lease is added
+// before it is removed.
+func (s *soak) newRound(types []string) []string {
+	round := append([]string(nil), types...)
+	s.rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
+	for i, t := range round {
+		if t == EvLeaseRemove && len(s.fake) == 0 {
+			for j := i + 1; j < len(round); j++ {
+				if round[j] == EvLeaseAdd {
+					round[i], round[j] = round[j], round[i]
+					break
+				}
+			}
+		}
+	}
+	return round
+}
+
+// scorePings counts the pings of the stopped streams, sent and lost, and puts each
+// loss on the event before it (see attribute).
+func scorePings(rep *SoakReport, streams []*pingStream, occ []occurrence) error {
+	for _, p := range streams {
+		maxSent := int(rep.Elapsed/p.interval) + 1000
+		o, err := parsePingStream(p.out.String(), p.interval, 2*time.Second, maxSent)
+		if err != nil {
+			return fmt.Errorf("ping %s -> %s: %w", p.from, p.to, err)
+		}
+		rep.PingsSent += o.Sent
+		rep.PingsLost += o.Sent - o.Received
+		attribute(rep, occ, o.Lost, p.interval)
+	}
+	return nil
 }
 
 // occurrence is one event as it happened.

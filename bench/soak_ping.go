@@ -80,12 +80,45 @@ type pingOutcome struct {
 // ping's icmp_seq is 16 bits and wraps after 65535 (22 minutes at 20 ms): the
 // replies, printed in order, are unwrapped.
 func parsePingStream(out string, interval, tail time.Duration, maxSent int) (pingOutcome, error) {
-	type reply struct {
-		seq int
-		at  time.Time
+	replies, sent, err := scanPingStream(out, maxSent)
+	if err != nil {
+		return pingOutcome{}, err
 	}
-	var replies []reply
-	sent := -1
+	sort.Slice(replies, func(i, j int) bool { return replies[i].seq < replies[j].seq })
+	last := sent - int(tail/interval)
+	o := pingOutcome{}
+	got := map[int]bool{}
+	for _, r := range replies {
+		if r.seq <= last {
+			got[r.seq] = true
+		}
+	}
+	if len(replies) == 0 { // nothing to time the losses by: they go before every event
+		o.Sent = max(last, 0)
+		o.Lost = make([]time.Time, o.Sent)
+		return o, nil
+	}
+	for k := 1; k <= last; k++ {
+		o.Sent++
+		if got[k] {
+			o.Received++
+			continue
+		}
+		o.Lost = append(o.Lost, sendTime(replies, k, interval))
+	}
+	return o, nil
+}
+
+// pingReply is a reply's sequence number (counting on over 65535) and its time.
+type pingReply struct {
+	seq int
+	at  time.Time
+}
+
+// scanPingStream reads ping's replies (DUP! left out) and its summary's transmitted
+// count, which must be within 0..maxSent.
+func scanPingStream(out string, maxSent int) (replies []pingReply, sent int, err error) {
+	sent = -1
 	wraps, prev := 0, -1
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
@@ -93,10 +126,10 @@ func parsePingStream(out string, interval, tail time.Duration, maxSent int) (pin
 		if n, _, ok := strings.Cut(line, " packets transmitted"); ok {
 			v, err := strconv.Atoi(strings.TrimSpace(n))
 			if err != nil {
-				return pingOutcome{}, fmt.Errorf("ping summary %q: %w", line, err)
+				return nil, 0, fmt.Errorf("ping summary %q: %w", line, err)
 			}
 			if v < 0 || v > maxSent {
-				return pingOutcome{}, fmt.Errorf("ping summary %q: %d transmitted, want 0..%d", line, v, maxSent)
+				return nil, 0, fmt.Errorf("ping summary %q: %d transmitted, want 0..%d", line, v, maxSent)
 			}
 			sent = v
 			continue
@@ -119,50 +152,30 @@ func parsePingStream(out string, interval, tail time.Duration, maxSent int) (pin
 			wraps++
 		}
 		prev = seq
-		replies = append(replies, reply{seq + wraps<<16, time.Unix(0, int64(f*1e9))})
+		replies = append(replies, pingReply{seq + wraps<<16, time.Unix(0, int64(f*1e9))})
 	}
 	if sent < 0 {
-		return pingOutcome{}, fmt.Errorf("no ping summary in %d bytes of output", len(out))
+		return nil, 0, fmt.Errorf("no ping summary in %d bytes of output", len(out))
 	}
-	sort.Slice(replies, func(i, j int) bool { return replies[i].seq < replies[j].seq })
-	last := sent - int(tail/interval)
-	o := pingOutcome{}
-	got := map[int]bool{}
-	for _, r := range replies {
-		if r.seq <= last {
-			got[r.seq] = true
-		}
+	return replies, sent, nil
+}
+
+// sendTime is the send time of seq k: between the replies (sorted, at least one)
+// around it, or extrapolated by interval.
+func sendTime(replies []pingReply, k int, interval time.Duration) time.Time {
+	hi := sort.Search(len(replies), func(i int) bool { return replies[i].seq > k })
+	lo := hi - 1
+	if hi == len(replies) {
+		hi = -1
 	}
-	if len(replies) == 0 { // nothing to time the losses by: they go before every event
-		o.Sent = max(last, 0)
-		o.Lost = make([]time.Time, o.Sent)
-		return o, nil
+	switch {
+	case lo >= 0 && hi >= 0:
+		a, b := replies[lo], replies[hi]
+		frac := float64(k-a.seq) / float64(b.seq-a.seq)
+		return a.at.Add(time.Duration(frac * float64(b.at.Sub(a.at))))
+	case lo >= 0:
+		return replies[lo].at.Add(time.Duration(k-replies[lo].seq) * interval)
+	default:
+		return replies[hi].at.Add(-time.Duration(replies[hi].seq-k) * interval)
 	}
-	// The send time of seq k: between the replies around it, or extrapolated.
-	at := func(k int) time.Time {
-		hi := sort.Search(len(replies), func(i int) bool { return replies[i].seq > k })
-		lo := hi - 1
-		if hi == len(replies) {
-			hi = -1
-		}
-		switch {
-		case lo >= 0 && hi >= 0:
-			a, b := replies[lo], replies[hi]
-			frac := float64(k-a.seq) / float64(b.seq-a.seq)
-			return a.at.Add(time.Duration(frac * float64(b.at.Sub(a.at))))
-		case lo >= 0:
-			return replies[lo].at.Add(time.Duration(k-replies[lo].seq) * interval)
-		default:
-			return replies[hi].at.Add(-time.Duration(replies[hi].seq-k) * interval)
-		}
-	}
-	for k := 1; k <= last; k++ {
-		o.Sent++
-		if got[k] {
-			o.Received++
-			continue
-		}
-		o.Lost = append(o.Lost, at(k))
-	}
-	return o, nil
 }

@@ -135,47 +135,7 @@ func (s Subject) Setup(ctx context.Context, l *lab.Lab, family int) (Path, error
 	case s.Name == WireGuardGo:
 		envs, daemons, err = l.WireGuardGo(ctx, hosts)
 	case s.Binary != "":
-		prefix := "/weft-bench/" + s.Name
-		bt := s.Backend
-		if s.Options != "" || v6 {
-			cfg := lab.NetworkConfigWith(s.Backend, s.Options)
-			if v6 {
-				cfg = lab.NetworkConfigV6With(s.Backend, s.Options)
-			}
-			if err := l.SetConfig(ctx, prefix, cfg); err != nil {
-				return Path{}, fmt.Errorf("subject %s: %w", s.Name, err)
-			}
-			bt = "" // set above, with the options and family
-		}
-		for _, h := range hosts {
-			spec := lab.DaemonSpec{Binary: s.Binary, Backend: bt, Weft: s.Kind == KindWeft, Args: []string{"--etcd-prefix=" + prefix}}
-			if s.Backend == "wireguard" {
-				// The hosts share one file system: a key and UAPI sockets of their own.
-				if spec.Env, err = l.WireGuardEnv(h); err != nil {
-					return Path{}, fmt.Errorf("subject %s: %w", s.Name, err)
-				}
-			}
-			d, derr := l.Start(ctx, h, spec)
-			if derr != nil {
-				return Path{}, fmt.Errorf("subject %s: %w", s.Name, derr)
-			}
-			daemons = append(daemons, d)
-			if s.Kind != KindWeft {
-				// One at a time: flanneld's etcd v3 registry does not retry when another
-				// daemon created the subnet it picked at random in the same instant; it
-				// exits with "failed to acquire lease: subnet already exists".
-				if _, werr := d.WaitSubnetEnv(ctx, 20*time.Second); werr != nil {
-					return Path{}, fmt.Errorf("subject %s: %w", s.Name, werr)
-				}
-			}
-		}
-		for _, d := range daemons {
-			env, werr := d.WaitSubnetEnv(ctx, 20*time.Second)
-			if werr != nil {
-				return Path{}, fmt.Errorf("subject %s: %w", s.Name, werr)
-			}
-			envs = append(envs, env)
-		}
+		envs, daemons, err = s.startDaemons(ctx, l, hosts, v6)
 	default:
 		return Path{}, fmt.Errorf("subject %s: unknown reference and no binary", s.Name)
 	}
@@ -202,4 +162,54 @@ func (s Subject) Setup(ctx context.Context, l *lab.Lab, family int) (Path, error
 		return Path{}, fmt.Errorf("subject %s: pod to pod: %w", s.Name, err)
 	}
 	return p, nil
+}
+
+// startDaemons starts the subject's daemon on each host with a network config of its
+// own (backend options, family) and returns their subnet.env.
+func (s Subject) startDaemons(ctx context.Context, l *lab.Lab, hosts []*lab.Host, v6 bool) ([]lease.SubnetEnv, []*lab.Daemon, error) {
+	prefix := "/weft-bench/" + s.Name
+	bt := s.Backend
+	if s.Options != "" || v6 {
+		cfg := lab.NetworkConfigWith(s.Backend, s.Options)
+		if v6 {
+			cfg = lab.NetworkConfigV6With(s.Backend, s.Options)
+		}
+		if err := l.SetConfig(ctx, prefix, cfg); err != nil {
+			return nil, nil, err
+		}
+		bt = "" // set above, with the options and family
+	}
+	var daemons []*lab.Daemon
+	for _, h := range hosts {
+		spec := lab.DaemonSpec{Binary: s.Binary, Backend: bt, Weft: s.Kind == KindWeft, Args: []string{"--etcd-prefix=" + prefix}}
+		if s.Backend == "wireguard" {
+			// The hosts share one file system: a key and UAPI sockets of their own.
+			var err error
+			if spec.Env, err = l.WireGuardEnv(h); err != nil {
+				return nil, nil, err
+			}
+		}
+		d, err := l.Start(ctx, h, spec)
+		if err != nil {
+			return nil, nil, err
+		}
+		daemons = append(daemons, d)
+		if s.Kind != KindWeft {
+			// One at a time: flanneld's etcd v3 registry does not retry when another
+			// daemon created the subnet it picked at random in the same instant; it
+			// exits with "failed to acquire lease: subnet already exists".
+			if _, err := d.WaitSubnetEnv(ctx, 20*time.Second); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	var envs []lease.SubnetEnv
+	for _, d := range daemons {
+		env, err := d.WaitSubnetEnv(ctx, 20*time.Second)
+		if err != nil {
+			return nil, nil, err
+		}
+		envs = append(envs, env)
+	}
+	return envs, daemons, nil
 }

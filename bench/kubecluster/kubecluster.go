@@ -123,12 +123,8 @@ func Start(t testing.TB, o Options) *Cluster {
 			t.Errorf("remove %s: %v", dir, err)
 		}
 	})
-	testpod := filepath.Join(dir, "testpod")
-	if err := buildTestpod(ctx, o.RepoRoot, testpod); err != nil {
-		t.Fatal(err)
-	}
-	pauseTar := filepath.Join(dir, "testpod.tar")
-	if err := WriteImage(pauseTar, PauseImage, testpod); err != nil {
+	pauseTar, err := pauseImage(ctx, o.RepoRoot, dir)
+	if err != nil {
 		t.Fatal(err)
 	}
 	var hosts []lab.HostSpec
@@ -158,6 +154,43 @@ func Start(t testing.TB, o Options) *Cluster {
 		nodeTokens[h.Name] = token()
 		users = append(users, kubeproc.User{Token: nodeTokens[h.Name], Name: "system:node:" + h.Name, Groups: []string{"system:nodes"}})
 	}
+	c.startAPI(ctx, t, bin, users)
+	if err := c.startControlPlane(bin, kcmToken, schedToken); err != nil {
+		t.Fatal(err)
+	}
+
+	for i, hs := range hosts {
+		n := &Node{Name: hs.Name, Host: l.Host(hs.Name), Dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+			cgroup: "weft-" + strings.ReplaceAll(filepath.Base(dir), "wkc-", "") + "-" + hs.Name}
+		n.Sock = filepath.Join(n.Dir, "c.sock")
+		n.LegacyIPTables = o.isLegacy(n.Name)
+		c.Nodes = append(c.Nodes, n)
+		if err := c.startNode(ctx, n, bin, nodeTokens[n.Name], append([]string{pauseTar}, o.Images...)); err != nil {
+			t.Fatalf("node %s: %v", n.Name, err)
+		}
+	}
+	return c
+}
+
+// pauseImage builds the test pod binary into dir and writes it as PauseImage, an
+// image tarball for the nodes to import; it returns the tarball's path.
+func pauseImage(ctx context.Context, repoRoot, dir string) (string, error) {
+	testpod := filepath.Join(dir, "testpod")
+	if err := buildTestpod(ctx, repoRoot, testpod); err != nil {
+		return "", err
+	}
+	pauseTar := filepath.Join(dir, "testpod.tar")
+	if err := WriteImage(pauseTar, PauseImage, testpod); err != nil {
+		return "", err
+	}
+	return pauseTar, nil
+}
+
+// startAPI starts the API server in the router namespace with users' tokens and makes
+// the admin client; t.Cleanup stops it, and the nodes and control plane before.
+func (c *Cluster) startAPI(ctx context.Context, t testing.TB, bin string, users []kubeproc.User) {
+	t.Helper()
+	l := c.Lab
 	api, err := kubeproc.Start(ctx, kubeproc.Options{
 		Binary: bin, Etcd: lab.EtcdEndpoint, Netns: l.Router().Name, Host: apiHost, Port: apiPort,
 		Dial: l.Router().DialContext, Authorization: "Node,RBAC", Users: users,
@@ -176,21 +209,25 @@ func Start(t testing.TB, o Options) *Cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.stop(t) })
+}
 
-	// The control plane in the router namespace.
+// startControlPlane starts the controller manager and the scheduler in the router
+// namespace.
+func (c *Cluster) startControlPlane(bin, kcmToken, schedToken string) error {
+	dir, l, api := c.dir, c.Lab, c.API
 	// The CA of the API server's certificate, which the controller manager publishes
 	// to every namespace as kube-root-ca.crt (in-cluster clients verify with it).
 	caFile := filepath.Join(dir, "ca.crt")
 	if err := caOnly(api.CertFile, caFile); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	kcmConfig, err := c.kubeconfig("kcm", kcmToken)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	schedConfig, err := c.kubeconfig("scheduler", schedToken)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	router := []string{"ip", "netns", "exec", l.Router().Name}
 	kcm := append(append([]string{}, router...), bin, "kube-controller-manager",
@@ -206,22 +243,11 @@ func Start(t testing.TB, o Options) *Cluster {
 	for name, args := range map[string][]string{"kube-controller-manager": kcm, "kube-scheduler": sched} {
 		p, err := startProc(name, filepath.Join(dir, name+".log"), args)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		c.procs = append(c.procs, p)
 	}
-
-	for i, hs := range hosts {
-		n := &Node{Name: hs.Name, Host: l.Host(hs.Name), Dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			cgroup: "weft-" + strings.ReplaceAll(filepath.Base(dir), "wkc-", "") + "-" + hs.Name}
-		n.Sock = filepath.Join(n.Dir, "c.sock")
-		n.LegacyIPTables = o.isLegacy(n.Name)
-		c.Nodes = append(c.Nodes, n)
-		if err := c.startNode(ctx, n, bin, nodeTokens[n.Name], append([]string{pauseTar}, o.Images...)); err != nil {
-			t.Fatalf("node %s: %v", n.Name, err)
-		}
-	}
-	return c
+	return nil
 }
 
 // stop ends the nodes and the control plane (the lab and the API server have their

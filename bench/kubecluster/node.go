@@ -24,39 +24,9 @@ const debianCNIDir = "/usr/lib/cni"
 // startNode makes the node's directories, cgroups and mount namespace, then starts
 // containerd, imports the images and starts the kubelet.
 func (c *Cluster) startNode(ctx context.Context, n *Node, bin, tok string, images []string) error {
-	d := n.Dir
-	for _, sub := range []string{"run", "varlib", "varlog", "opt/cni/bin", "etc-up", "etc-work", "sys", "ctrd/root", "ctrd/state"} {
-		if err := os.MkdirAll(filepath.Join(d, sub), 0o755); err != nil {
-			return err
-		}
-	}
-	for _, p := range cniPlugins {
-		data, err := os.ReadFile(filepath.Join(debianCNIDir, p))
-		if err != nil {
-			return fmt.Errorf("CNI plugin (make deps installs containernetworking-plugins): %w", err)
-		}
-		if err := os.WriteFile(filepath.Join(d, "opt/cni/bin", p), data, 0o755); err != nil {
-			return err
-		}
-	}
-	mounts := []string{
-		"mount --bind " + d + "/run /run",
-		"mount --bind " + d + "/varlib /var/lib",
-		"mount --bind " + d + "/varlog /var/log",
-		"mount --bind " + d + "/opt /opt",
-		"mount -t overlay overlay -o lowerdir=/etc,upperdir=" + d + "/etc-up,workdir=" + d + "/etc-work /etc",
-		"mkdir -p /etc/cni/net.d /var/lib/kubelet /var/log/pods /var/log/containers /run/flannel",
-	}
-	for _, s := range kubeletSysctls {
-		f := filepath.Join(d, "sys", strings.ReplaceAll(s, "/", "."))
-		v, err := os.ReadFile(filepath.Join("/proc/sys", s))
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(f, v, 0o644); err != nil {
-			return err
-		}
-		mounts = append(mounts, "mount --bind "+f+" /proc/sys/"+s)
+	mounts, err := prepareNodeDir(n.Dir)
+	if err != nil {
+		return err
 	}
 	// The kubelet's cgroup root, and one for the node's own processes.
 	for _, g := range []string{n.cgroup, n.cgroup + "-sys"} {
@@ -69,19 +39,83 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, bin, tok string, image
 		"--dport", "443", "-j", "DNAT", "--to-destination", fmt.Sprintf("%s:%d", apiHost, apiPort)); err != nil {
 		return err
 	}
+	enter, err := n.startHolder(mounts)
+	if err != nil {
+		return err
+	}
+	if err := n.startContainerd(ctx, enter, images); err != nil {
+		return err
+	}
+	// The kubelet.
+	kcfg := filepath.Join(n.Dir, "kubelet.yaml")
+	if err := os.WriteFile(kcfg, []byte(kubeletConfig(n)), 0o644); err != nil {
+		return err
+	}
+	kubeconfig, err := c.kubeconfig(n.Name, tok)
+	if err != nil {
+		return err
+	}
+	_, err = n.start("kubelet", append(enter, bin, "kubelet",
+		"--config="+kcfg, "--kubeconfig="+kubeconfig,
+		"--hostname-override="+n.Name, "--node-ip="+n.Host.Addr.String(),
+		"--cert-dir=/var/lib/kubelet/pki"))
+	return err
+}
 
-	// The holder keeps the node's private mount namespace.
+// prepareNodeDir makes the node's directories under d, copies the CNI plugins in and
+// the kubelet's sysctls, and returns the mounts of its mount namespace.
+func prepareNodeDir(d string) (mounts []string, err error) {
+	for _, sub := range []string{"run", "varlib", "varlog", "opt/cni/bin", "etc-up", "etc-work", "sys", "ctrd/root", "ctrd/state"} {
+		if err := os.MkdirAll(filepath.Join(d, sub), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range cniPlugins {
+		data, err := os.ReadFile(filepath.Join(debianCNIDir, p))
+		if err != nil {
+			return nil, fmt.Errorf("CNI plugin (make deps installs containernetworking-plugins): %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "opt/cni/bin", p), data, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	mounts = []string{
+		"mount --bind " + d + "/run /run",
+		"mount --bind " + d + "/varlib /var/lib",
+		"mount --bind " + d + "/varlog /var/log",
+		"mount --bind " + d + "/opt /opt",
+		"mount -t overlay overlay -o lowerdir=/etc,upperdir=" + d + "/etc-up,workdir=" + d + "/etc-work /etc",
+		"mkdir -p /etc/cni/net.d /var/lib/kubelet /var/log/pods /var/log/containers /run/flannel",
+	}
+	for _, s := range kubeletSysctls {
+		f := filepath.Join(d, "sys", strings.ReplaceAll(s, "/", "."))
+		v, err := os.ReadFile(filepath.Join("/proc/sys", s))
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(f, v, 0o644); err != nil {
+			return nil, err
+		}
+		mounts = append(mounts, "mount --bind "+f+" /proc/sys/"+s)
+	}
+	return mounts, nil
+}
+
+// startHolder starts the holder, the process that keeps the node's private mount
+// namespace (with mounts done), in the node's own cgroup, and returns the command
+// prefix that enters the node's mount and network namespaces.
+func (n *Node) startHolder(mounts []string) (enter []string, err error) {
 	script := "set -e\n" + strings.Join(mounts, "\n") + "\necho ready\nexec sleep infinity\n"
 	holder := exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script)
 	holder.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := holder.StdoutPipe()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var stderr strings.Builder
 	holder.Stderr = &stderr
 	if err := holder.Start(); err != nil {
-		return fmt.Errorf("mount namespace: %w", err)
+		return nil, fmt.Errorf("mount namespace: %w", err)
 	}
 	n.holder = &proc{name: "holder", cmd: holder, done: make(chan struct{})}
 	joinErr := joinCgroups(n.cgroup+"-sys", holder.Process.Pid)
@@ -90,23 +124,27 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, bin, tok string, image
 	go func() { n.holder.err = holder.Wait(); close(n.holder.done) }()
 	if err != nil || line != "ready" {
 		<-n.holder.done
-		return fmt.Errorf("mount namespace: %q %v: %s", line, err, stderr.String())
+		return nil, fmt.Errorf("mount namespace: %q %v: %s", line, err, stderr.String())
 	}
 	if joinErr != nil {
-		return joinErr
+		return nil, joinErr
 	}
-	enter := []string{"nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.Process.Pid), "--net=/run/netns/" + n.Host.NS.Name, "--"}
+	enter = []string{"nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.Process.Pid), "--net=/run/netns/" + n.Host.NS.Name, "--"}
 	if n.LegacyIPTables {
-		path, err := legacyPath(d)
+		path, err := legacyPath(n.Dir)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		enter = append(enter, "env", "PATH="+path)
 	}
+	return enter, nil
+}
 
-	// containerd.
-	cfg := filepath.Join(d, "containerd.toml")
-	if err := os.WriteFile(cfg, []byte(containerdConfig(d, n.Sock)), 0o644); err != nil {
+// startContainerd starts the node's containerd through enter, waits for it to answer
+// and imports images.
+func (n *Node) startContainerd(ctx context.Context, enter, images []string) error {
+	cfg := filepath.Join(n.Dir, "containerd.toml")
+	if err := os.WriteFile(cfg, []byte(containerdConfig(n.Dir, n.Sock)), 0o644); err != nil {
 		return err
 	}
 	ctrd, err := n.start("containerd", append(enter, "containerd", "--config", cfg))
@@ -127,21 +165,7 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, bin, tok string, image
 			return fmt.Errorf("import %s: %w: %s", img, err, out)
 		}
 	}
-
-	// The kubelet.
-	kcfg := filepath.Join(d, "kubelet.yaml")
-	if err := os.WriteFile(kcfg, []byte(kubeletConfig(n)), 0o644); err != nil {
-		return err
-	}
-	kubeconfig, err := c.kubeconfig(n.Name, tok)
-	if err != nil {
-		return err
-	}
-	_, err = n.start("kubelet", append(enter, bin, "kubelet",
-		"--config="+kcfg, "--kubeconfig="+kubeconfig,
-		"--hostname-override="+n.Name, "--node-ip="+n.Host.Addr.String(),
-		"--cert-dir=/var/lib/kubelet/pki"))
-	return err
+	return nil
 }
 
 // start runs one of the node's processes in the node's cgroup.

@@ -76,19 +76,29 @@ func (l *Lab) AttachCNIPod(ctx context.Context, h *Host, subnetFile, cniPath str
 	if err != nil {
 		return nil, err
 	}
+	if err := p.setCNIAddrs(out, env.IPv6Subnet.IsValid()); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// setCNIAddrs takes the pod's addresses from the flannel plugin's ADD result out:
+// one per family, which subnet.env has an IPv6 subnet (v6) or not.
+func (p *Pod) setCNIAddrs(out []byte, v6 bool) error {
+	h := p.Host
 	var result struct {
 		IPs []struct {
 			Address string `json:"address"`
 		} `json:"ips"`
 	}
 	if err := json.Unmarshal(out, &result); err != nil || len(result.IPs) == 0 {
-		return nil, fmt.Errorf("%w: ADD on %s: result %s: %w", ErrCNI, h.Name, out, err)
+		return fmt.Errorf("%w: ADD on %s: result %s: %w", ErrCNI, h.Name, out, err)
 	}
 	// One address per family subnet.env has: IPv4 first, as the plugin lists them.
 	for _, ip := range result.IPs {
 		pfx, err := netip.ParsePrefix(ip.Address)
 		if err != nil {
-			return nil, fmt.Errorf("%w: ADD on %s: address: %w", ErrCNI, h.Name, err)
+			return fmt.Errorf("%w: ADD on %s: address: %w", ErrCNI, h.Name, err)
 		}
 		switch {
 		case pfx.Addr().Is6() && !p.Addr6.IsValid():
@@ -100,8 +110,8 @@ func (l *Lab) AttachCNIPod(ctx context.Context, h *Host, subnetFile, cniPath str
 	if !p.Addr.IsValid() {
 		p.Addr = p.Addr6
 	}
-	if env.IPv6Subnet.IsValid() != p.Addr6.IsValid() {
-		return nil, fmt.Errorf("%w: ADD on %s: result %s: an IPv6 address without FLANNEL_IPV6_SUBNET, or none with it", ErrCNI, h.Name, out)
+	if v6 != p.Addr6.IsValid() {
+		return fmt.Errorf("%w: ADD on %s: result %s: an IPv6 address without FLANNEL_IPV6_SUBNET, or none with it", ErrCNI, h.Name, out)
 	}
-	return p, nil
+	return nil
 }
