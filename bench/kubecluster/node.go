@@ -30,7 +30,11 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, bin, tok string, image
 			return err
 		}
 	}
-	for _, p := range cniPlugins {
+	plugins := cniPlugins
+	if n.setup != "" {
+		plugins = nil // NodeSetup places them
+	}
+	for _, p := range plugins {
 		data, err := os.ReadFile(filepath.Join(debianCNIDir, p))
 		if err != nil {
 			return fmt.Errorf("CNI plugin (make deps installs containernetworking-plugins): %w", err)
@@ -46,6 +50,9 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, bin, tok string, image
 		"mount --bind " + d + "/opt /opt",
 		"mount -t overlay overlay -o lowerdir=/etc,upperdir=" + d + "/etc-up,workdir=" + d + "/etc-work /etc",
 		"mkdir -p /etc/cni/net.d /var/lib/kubelet /var/log/pods /var/log/containers /run/flannel",
+	}
+	if n.setup != "" {
+		mounts = append(mounts, n.setup)
 	}
 	for _, s := range kubeletSysctls {
 		f := filepath.Join(d, "sys", strings.ReplaceAll(s, "/", "."))
