@@ -72,6 +72,12 @@ type Options struct {
 	// default, iptables-nft. Legacy tables live in the node's network namespace and go
 	// with it when the cluster closes.
 	LegacyIPTables []string
+	// NodeSetup is shell run (sh -e) in each node's mount namespace before containerd
+	// starts, where /opt, /var/lib, /run and /etc are the node's own: it lays out a
+	// distribution's directories (e2e/k3s_test.go: k3s's). With NodeSetup set the
+	// delegate CNI plugins are not copied into /opt/cni/bin; NodeSetup puts there what
+	// containerd (bin_dir /opt/cni/bin) and the flannel plugin need.
+	NodeSetup string
 }
 
 // Cluster is a running cluster.
@@ -98,6 +104,7 @@ type Node struct {
 
 	// LegacyIPTables: the node's firewall is iptables-legacy (Options.LegacyIPTables).
 	LegacyIPTables bool
+	setup          string // Options.NodeSetup
 }
 
 // Start builds the binaries (cached), the lab and the cluster; t.Cleanup removes it
@@ -164,6 +171,7 @@ func Start(t testing.TB, o Options) *Cluster {
 			cgroup: "weft-" + strings.ReplaceAll(filepath.Base(dir), "wkc-", "") + "-" + hs.Name}
 		n.Sock = filepath.Join(n.Dir, "c.sock")
 		n.LegacyIPTables = o.isLegacy(n.Name)
+		n.setup = o.NodeSetup
 		c.Nodes = append(c.Nodes, n)
 		if err := c.startNode(ctx, n, bin, nodeTokens[n.Name], append([]string{pauseTar}, o.Images...)); err != nil {
 			t.Fatalf("node %s: %v", n.Name, err)

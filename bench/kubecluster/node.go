@@ -24,7 +24,7 @@ const debianCNIDir = "/usr/lib/cni"
 // startNode makes the node's directories, cgroups and mount namespace, then starts
 // containerd, imports the images and starts the kubelet.
 func (c *Cluster) startNode(ctx context.Context, n *Node, bin, tok string, images []string) error {
-	mounts, err := prepareNodeDir(n.Dir)
+	mounts, err := prepareNodeDir(n.Dir, n.setup)
 	if err != nil {
 		return err
 	}
@@ -64,13 +64,17 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, bin, tok string, image
 
 // prepareNodeDir makes the node's directories under d, copies the CNI plugins in and
 // the kubelet's sysctls, and returns the mounts of its mount namespace.
-func prepareNodeDir(d string) (mounts []string, err error) {
+func prepareNodeDir(d, setup string) (mounts []string, err error) {
 	for _, sub := range []string{"run", "varlib", "varlog", "opt/cni/bin", "etc-up", "etc-work", "sys", "ctrd/root", "ctrd/state"} {
 		if err := os.MkdirAll(filepath.Join(d, sub), 0o755); err != nil {
 			return nil, err
 		}
 	}
-	for _, p := range cniPlugins {
+	plugins := cniPlugins
+	if setup != "" {
+		plugins = nil // the node's setup places them
+	}
+	for _, p := range plugins {
 		data, err := os.ReadFile(filepath.Join(debianCNIDir, p))
 		if err != nil {
 			return nil, fmt.Errorf("CNI plugin (make deps installs containernetworking-plugins): %w", err)
@@ -86,6 +90,9 @@ func prepareNodeDir(d string) (mounts []string, err error) {
 		"mount --bind " + d + "/opt /opt",
 		"mount -t overlay overlay -o lowerdir=/etc,upperdir=" + d + "/etc-up,workdir=" + d + "/etc-work /etc",
 		"mkdir -p /etc/cni/net.d /var/lib/kubelet /var/log/pods /var/log/containers /run/flannel",
+	}
+	if setup != "" {
+		mounts = append(mounts, setup)
 	}
 	for _, s := range kubeletSysctls {
 		f := filepath.Join(d, "sys", strings.ReplaceAll(s, "/", "."))
