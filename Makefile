@@ -48,14 +48,17 @@ $(BIN)/flanneld: test/flannel/go.mod test/flannel/go.sum
 # holding static weftd and weft-install, weft's flannel CNI plugin (cmd/weft-cni, as
 # /flannel), and iptables (both backends) and nft from that architecture's Debian
 # .debs, exactly the versions and sha256 sums in cmd/weft-image/debs.lock (cached in
-# ~/.cache/weft/debs). Same source, Go version and lock, same digests: the binaries
-# carry no VCS stamp, build id or path. It prints each image's compressed size and the
-# index digest; `make pin` writes that digest into deploy/, `make image-lock` refreshes
+# ~/.cache/weft/debs), tagged $(IMAGE_REPO):$(VERSION) (`make image VERSION=x.y.z`).
+# Same source, Go version and lock, same digests: the binaries carry no VCS stamp,
+# build id or path. It prints each image's compressed size and the index digest;
+# `make pin` writes that tag and digest into deploy/, `make image-lock` refreshes
 # the lock. Load it with `ctr -n k8s.io images import bin/weftd-image.tar` or
 # `docker load -i bin/weftd-image.tar` (deploy/README.md).
 IMAGE_TAR   := $(BIN)/weftd-image.tar
 IMAGE_DEBS  := apt dpkg debian-archive-keyring
+# VERSION is weftd's version (-X main.version) and the image's tag; releases set it.
 VERSION     := 0.1.0
+IMAGE_REPO  := ghcr.io/weftnet/weftd
 IMAGE_BUILD := CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -buildvcs=false \
                -ldflags='-s -w -buildid= -X main.version=$(VERSION)'
 image-deps:
@@ -69,7 +72,7 @@ image: image-deps
 		echo "build weftd, weft-install, weft-cni for linux/$$a"; \
 		GOARCH=$$a GOARM=7 $(IMAGE_BUILD) -o $(BIN)/image/$$a/ ./cmd/weftd ./cmd/weft-install ./cmd/weft-cni; \
 	done
-	$(GO) run ./cmd/weft-image -o $(IMAGE_TAR) -bins $(BIN)/image
+	$(GO) run ./cmd/weft-image -o $(IMAGE_TAR) -tag $(IMAGE_REPO):$(VERSION) -bins $(BIN)/image
 
 # image-lock re-resolves the image's Debian packages for every architecture (private
 # apt state per architecture in ~/.cache/weft/apt, the machine's sources untouched) and
@@ -77,7 +80,7 @@ image: image-deps
 image-lock: image-deps
 	$(GO) run ./cmd/weft-image lock
 
-# pin writes the index digest of bin/weftd-image.tar into deploy/weft.yml,
+# pin writes the tag and index digest of bin/weftd-image.tar into deploy/weft.yml,
 # deploy/weft-cleanup.yml and deploy/chart/weft/values.yaml; TestPinned (in make test)
 # fails until it has been run after a change to the image.
 pin:
