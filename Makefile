@@ -13,7 +13,7 @@ export CGO_ENABLED ?= 0
 # containernetworking-plugins gives bridge and host-local, but no longer flannel).
 CNI_FLANNEL_PKG := github.com/containernetworking/plugins/plugins/meta/flannel@v0.9.1
 
-.PHONY: all deps build flanneld image image-deps image-lock pin test unit race cross cross-build fuzz lint vet fmt staticcheck demo bench clean
+.PHONY: all deps build flanneld image image-deps image-lock pin release test unit race cross cross-build fuzz lint vet fmt staticcheck demo bench clean
 
 all: build
 
@@ -85,6 +85,29 @@ image-lock: image-deps
 # fails until it has been run after a change to the image.
 pin:
 	$(GO) run ./cmd/weft-image pin -image $(IMAGE_TAR)
+
+# release writes a release into RELEASE_DIR, all or nothing: for each of RELEASE_ARCHS,
+# weftd, weft-install and weft-cni (built as for the image) with an SBOM each (the Go
+# modules the binary embeds, by cyclonedx-gomod); the image tar tagged VERSION; the
+# chart (helm package, version and appVersion VERSION); weft.yml and weft-cleanup.yml;
+# the chart and manifests naming the image by tag and digest; and SHA256SUMS. It
+# refuses a VERSION not given, not semantic, or without a `## [VERSION]` in CHANGELOG.
+RELEASE_DIR     ?= $(BIN)/release/$(VERSION)
+RELEASE_ARCHS   ?= $(ALL_ARCHS)
+CHANGELOG       ?= CHANGELOG.md
+CYCLONEDX_GOMOD := github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@v1.10.0
+RELEASE_TOOL     = $(GO) run ./cmd/weft-image release -version '$(VERSION)' -changelog '$(CHANGELOG)'
+release: image-deps
+	@if [ "$(origin VERSION)" != "command line" ]; then \
+		echo "make release: name the version: make release VERSION=x.y.z" >&2; exit 2; fi
+	$(RELEASE_TOOL) -check
+	@set -e; top=$$(dirname '$(RELEASE_DIR)'); mkdir -p "$$top"; bins=$$(mktemp -d "$$top/.bins.XXXXXX"); \
+	trap 'rm -rf "$$bins"' EXIT; \
+	for a in $(RELEASE_ARCHS); do \
+		echo "build weftd, weft-install, weft-cni $(VERSION) for linux/$$a"; \
+		GOARCH=$$a GOARM=7 $(IMAGE_BUILD) -o $$bins/$$a/ ./cmd/weftd ./cmd/weft-install ./cmd/weft-cni; \
+	done; \
+	$(RELEASE_TOOL) -bins "$$bins" -o '$(RELEASE_DIR)' -platforms '$(RELEASE_ARCHS)' -sbom '$(GO) run $(CYCLONEDX_GOMOD)'
 
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(BIN)/tools/staticcheck

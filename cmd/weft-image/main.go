@@ -10,6 +10,7 @@
 //	weft-image lock                                       # re-resolve the .debs, rewrite the lock
 //	weft-image pin [-check] -image bin/weftd-image.tar deploy/weft.yml …
 //	weft-image layout -image bin/weftd-image.tar -o DIR   # an OCI layout for crane push
+//	weft-image release -version 0.1.0 -bins DIR -o bin/release/0.1.0 -sbom 'go run …'  # make release
 package main
 
 import (
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return runPin(args[1:], stdout)
 		case "layout":
 			return runLayout(args[1:], stdout)
+		case "release":
+			return runRelease(ctx, args[1:], stdout)
 		}
 	}
 	return runBuild(ctx, args, stdout)
