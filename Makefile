@@ -102,7 +102,7 @@ release: image-deps
 		echo "make release: name the version: make release VERSION=x.y.z" >&2; exit 2; fi
 	$(RELEASE_TOOL) -check
 	@set -e; top=$$(dirname '$(RELEASE_DIR)'); mkdir -p "$$top"; bins=$$(mktemp -d "$$top/.bins.XXXXXX"); \
-	trap 'rm -rf "$$bins"' EXIT; \
+	trap 'rm -rf "$$bins"' EXIT; trap 'exit 130' INT TERM; \
 	for a in $(RELEASE_ARCHS); do \
 		echo "build weftd, weft-install, weft-cni $(VERSION) for linux/$$a"; \
 		GOARCH=$$a GOARM=7 $(IMAGE_BUILD) -o $$bins/$$a/ ./cmd/weftd ./cmd/weft-install ./cmd/weft-cni; \

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -90,6 +92,9 @@ func runRelease(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	o.manifests = strings.Split(manifests, ",")
 	o.sbom = strings.Fields(sbom)
+	// Stopped (make's ^C), the release stops its commands and removes what it wrote.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	return release(ctx, o, stdout)
 }
 
@@ -136,6 +141,9 @@ func release(ctx context.Context, o releaseOpts, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "%s\n", filepath.Base(pkg))
 	if err := writeSums(tmp); err != nil {
 		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("release %s: %w", o.version, err)
 	}
 	if err := os.RemoveAll(o.out); err != nil {
 		return err
