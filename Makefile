@@ -13,7 +13,7 @@ export CGO_ENABLED ?= 0
 # containernetworking-plugins gives bridge and host-local, but no longer flannel).
 CNI_FLANNEL_PKG := github.com/containernetworking/plugins/plugins/meta/flannel@v0.9.1
 
-.PHONY: all deps build flanneld image image-deps image-lock pin test unit race cross cross-build fuzz lint vet fmt staticcheck demo bench clean
+.PHONY: all deps build flanneld image image-deps image-lock pin release test unit race cross cross-build fuzz lint vet fmt staticcheck demo bench clean
 
 all: build
 
@@ -48,14 +48,17 @@ $(BIN)/flanneld: test/flannel/go.mod test/flannel/go.sum
 # holding static weftd and weft-install, weft's flannel CNI plugin (cmd/weft-cni, as
 # /flannel), and iptables (both backends) and nft from that architecture's Debian
 # .debs, exactly the versions and sha256 sums in cmd/weft-image/debs.lock (cached in
-# ~/.cache/weft/debs). Same source, Go version and lock, same digests: the binaries
-# carry no VCS stamp, build id or path. It prints each image's compressed size and the
-# index digest; `make pin` writes that digest into deploy/, `make image-lock` refreshes
+# ~/.cache/weft/debs), tagged $(IMAGE_REPO):$(VERSION) (`make image VERSION=x.y.z`).
+# Same source, Go version and lock, same digests: the binaries carry no VCS stamp,
+# build id or path. It prints each image's compressed size and the index digest;
+# `make pin` writes that tag and digest into deploy/, `make image-lock` refreshes
 # the lock. Load it with `ctr -n k8s.io images import bin/weftd-image.tar` or
 # `docker load -i bin/weftd-image.tar` (deploy/README.md).
 IMAGE_TAR   := $(BIN)/weftd-image.tar
 IMAGE_DEBS  := apt dpkg debian-archive-keyring
+# VERSION is weftd's version (-X main.version) and the image's tag; releases set it.
 VERSION     := 0.1.0
+IMAGE_REPO  := ghcr.io/weftnet/weftd
 IMAGE_BUILD := CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -buildvcs=false \
                -ldflags='-s -w -buildid= -X main.version=$(VERSION)'
 image-deps:
@@ -69,7 +72,7 @@ image: image-deps
 		echo "build weftd, weft-install, weft-cni for linux/$$a"; \
 		GOARCH=$$a GOARM=7 $(IMAGE_BUILD) -o $(BIN)/image/$$a/ ./cmd/weftd ./cmd/weft-install ./cmd/weft-cni; \
 	done
-	$(GO) run ./cmd/weft-image -o $(IMAGE_TAR) -bins $(BIN)/image
+	$(GO) run ./cmd/weft-image -o $(IMAGE_TAR) -tag $(IMAGE_REPO):$(VERSION) -bins $(BIN)/image
 
 # image-lock re-resolves the image's Debian packages for every architecture (private
 # apt state per architecture in ~/.cache/weft/apt, the machine's sources untouched) and
@@ -77,11 +80,34 @@ image: image-deps
 image-lock: image-deps
 	$(GO) run ./cmd/weft-image lock
 
-# pin writes the index digest of bin/weftd-image.tar into deploy/weft.yml,
+# pin writes the tag and index digest of bin/weftd-image.tar into deploy/weft.yml,
 # deploy/weft-cleanup.yml and deploy/chart/weft/values.yaml; TestPinned (in make test)
 # fails until it has been run after a change to the image.
 pin:
 	$(GO) run ./cmd/weft-image pin -image $(IMAGE_TAR)
+
+# release writes a release into RELEASE_DIR, all or nothing: for each of RELEASE_ARCHS,
+# weftd, weft-install and weft-cni (built as for the image) with an SBOM each (the Go
+# modules the binary embeds, by cyclonedx-gomod); the image tar tagged VERSION; the
+# chart (helm package, version and appVersion VERSION); weft.yml and weft-cleanup.yml;
+# the chart and manifests naming the image by tag and digest; and SHA256SUMS. It
+# refuses a VERSION not given, not semantic, or without a `## [VERSION]` in CHANGELOG.
+RELEASE_DIR     ?= $(BIN)/release/$(VERSION)
+RELEASE_ARCHS   ?= $(ALL_ARCHS)
+CHANGELOG       ?= CHANGELOG.md
+CYCLONEDX_GOMOD := github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@v1.10.0
+RELEASE_TOOL     = $(GO) run ./cmd/weft-image release -version '$(VERSION)' -changelog '$(CHANGELOG)'
+release: image-deps
+	@if [ "$(origin VERSION)" != "command line" ]; then \
+		echo "make release: name the version: make release VERSION=x.y.z" >&2; exit 2; fi
+	$(RELEASE_TOOL) -check
+	@set -e; top=$$(dirname '$(RELEASE_DIR)'); mkdir -p "$$top"; bins=$$(mktemp -d "$$top/.bins.XXXXXX"); \
+	trap 'rm -rf "$$bins"' EXIT; trap 'exit 130' INT TERM; \
+	for a in $(RELEASE_ARCHS); do \
+		echo "build weftd, weft-install, weft-cni $(VERSION) for linux/$$a"; \
+		GOARCH=$$a GOARM=7 $(IMAGE_BUILD) -o $$bins/$$a/ ./cmd/weftd ./cmd/weft-install ./cmd/weft-cni; \
+	done; \
+	$(RELEASE_TOOL) -bins "$$bins" -o '$(RELEASE_DIR)' -platforms '$(RELEASE_ARCHS)' -sbom '$(GO) run $(CYCLONEDX_GOMOD)'
 
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(BIN)/tools/staticcheck

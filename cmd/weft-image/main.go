@@ -6,10 +6,11 @@
 // written as one tar that `ctr images import` and `docker load` read. The build is
 // reproducible: the same inputs give the same digests and the same archive bytes.
 //
-//	weft-image -o bin/weftd-image.tar -bins bin/image    # bin/image/<GOARCH>/{weftd,weft-install,weft-cni}
+//	weft-image -o bin/weftd-image.tar -tag ghcr.io/weftnet/weftd:0.1.0 -bins bin/image    # bin/image/<GOARCH>/{weftd,weft-install,weft-cni}
 //	weft-image lock                                       # re-resolve the .debs, rewrite the lock
 //	weft-image pin [-check] -image bin/weftd-image.tar deploy/weft.yml …
 //	weft-image layout -image bin/weftd-image.tar -o DIR   # an OCI layout for crane push
+//	weft-image release -version 0.1.0 -bins DIR -o bin/release/0.1.0 -sbom 'go run …'  # make release
 package main
 
 import (
@@ -24,11 +25,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
-// defaultRef is the name the image is imported under; deploy/weft.yml names it with
-// the index digest (weft-image pin).
-const defaultRef = "ghcr.io/weftnet/weftd:0.1.0"
+// imageRepo is the repository weft's image is named in; the tag is the version
+// (make image and make release pass imageRepo:VERSION as -tag), and deploy/weft.yml
+// names it with the index digest (weft-image pin).
+const imageRepo = "ghcr.io/weftnet/weftd"
 
 // defaultPackages are the Debian packages the image carries: iptables (legacy and nft
 // backends) for weftd's iptables rules, nftables (nft) for EnableNFTables.
@@ -53,6 +57,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return runPin(args[1:], stdout)
 		case "layout":
 			return runLayout(args[1:], stdout)
+		case "release":
+			return runRelease(ctx, args[1:], stdout)
 		}
 	}
 	return runBuild(ctx, args, stdout)
@@ -70,11 +76,11 @@ func defaultCache() string {
 
 // selectPlatforms parses a comma-separated list of architectures; "" is all of them.
 func selectPlatforms(list string) ([]platform, error) {
-	if list == "" {
+	if strings.Trim(list, ", ") == "" {
 		return platforms, nil
 	}
 	var ps []platform
-	for _, a := range strings.Split(list, ",") {
+	for _, a := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == ' ' }) {
 		p, err := findPlatform(strings.TrimPrefix(a, "linux/"))
 		if err != nil {
 			return nil, err
@@ -84,51 +90,72 @@ func selectPlatforms(list string) ([]platform, error) {
 	return ps, nil
 }
 
+// imageOpts says what to build an image archive from: the binaries in
+// bins/<GOARCH>/, the .debs of the lock (fetched into cache), for the platforms given.
+type imageOpts struct {
+	out, ref, bins, lock, cache, iptables string
+	platforms                             []platform
+	epoch                                 int64
+}
+
+// addImageFlags defines the flags of an image build, but -o and -tag, on fs.
+func addImageFlags(fs *flag.FlagSet, o *imageOpts, archs *string) {
+	fs.StringVar(&o.lock, "lock", defaultLock, "lock file naming the .debs of each architecture")
+	fs.StringVar(&o.cache, "cache", defaultCache(), "cache of .debs (debs/) and of the private apt state (apt/)")
+	fs.StringVar(archs, "platforms", "", "architectures to build, separated by commas or spaces (default: all of "+archNames()+")")
+	fs.StringVar(&o.iptables, "iptables", "nft", "what plain iptables runs: nft or legacy (weftd itself runs iptables-legacy or iptables-nft, as the host's rules are; see --iptables-mode)")
+	fs.Int64Var(&o.epoch, "epoch", epochDefault(), "timestamp of every file and of the image, seconds since 1970 (default $SOURCE_DATE_EPOCH or 0)")
+}
+
 func runBuild(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("weft-image", flag.ContinueOnError)
-	out := fs.String("o", "", "write the image archive here (required)")
-	ref := fs.String("tag", defaultRef, "image reference stored in the archive")
-	bins := fs.String("bins", "", "directory with <GOARCH>/weftd, <GOARCH>/weft-install and <GOARCH>/weft-cni, static binaries (required)")
-	lockFile := fs.String("lock", defaultLock, "lock file naming the .debs of each architecture")
-	cache := fs.String("cache", defaultCache(), "cache of .debs (debs/) and of the private apt state (apt/)")
-	archs := fs.String("platforms", "", "comma-separated architectures to build (default: all of "+archNames()+")")
-	iptab := fs.String("iptables", "nft", "what plain iptables runs: nft or legacy (weftd itself runs iptables-legacy or iptables-nft, as the host's rules are; see --iptables-mode)")
-	epoch := fs.Int64("epoch", epochDefault(), "timestamp of every file and of the image, seconds since 1970 (default $SOURCE_DATE_EPOCH or 0)")
+	var o imageOpts
+	var archs string
+	fs.StringVar(&o.out, "o", "", "write the image archive here (required)")
+	fs.StringVar(&o.ref, "tag", "", "image reference stored in the archive, "+imageRepo+":VERSION (required; make image passes its VERSION)")
+	fs.StringVar(&o.bins, "bins", "", "directory with <GOARCH>/weftd, <GOARCH>/weft-install and <GOARCH>/weft-cni, static binaries (required)")
+	addImageFlags(fs, &o, &archs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *out == "" || *bins == "" {
-		return errors.New("-o and -bins are required")
+	if o.out == "" || o.bins == "" || o.ref == "" {
+		return errors.New("-o, -tag and -bins are required")
 	}
-	ps, err := selectPlatforms(*archs)
-	if err != nil {
+	var err error
+	if o.platforms, err = selectPlatforms(archs); err != nil {
 		return err
 	}
-	lock, err := readLock(*lockFile)
+	_, err = buildImage(ctx, o, stdout)
+	return err
+}
+
+// buildImage writes the image archive o describes and returns its index digest.
+func buildImage(ctx context.Context, o imageOpts, stdout io.Writer) (v1.Hash, error) {
+	lock, err := readLock(o.lock)
 	if err != nil {
-		return err
+		return v1.Hash{}, err
 	}
-	_, tag, err := fullRef(*ref)
+	full, tag, err := fullRef(o.ref)
 	if err != nil {
-		return err
+		return v1.Hash{}, err
 	}
-	created := time.Unix(*epoch, 0).UTC()
+	created := time.Unix(o.epoch, 0).UTC()
 	var specs []spec
-	for _, p := range ps {
-		debs, err := fetchLocked(ctx, *cache, p, lock, os.Stderr)
+	for _, p := range o.platforms {
+		debs, err := fetchLocked(ctx, o.cache, p, lock, os.Stderr)
 		if err != nil {
-			return err
+			return v1.Hash{}, err
 		}
-		dir := filepath.Join(*bins, p.GOARCH)
+		dir := filepath.Join(o.bins, p.GOARCH)
 		specs = append(specs, spec{
 			Weftd: filepath.Join(dir, "weftd"), Install: filepath.Join(dir, "weft-install"),
 			CNIPlugin: filepath.Join(dir, "weft-cni"), Debs: debs,
-			IptablesMode: *iptab, Platform: p, Created: created, Version: tag,
+			IptablesMode: o.iptables, Platform: p, Created: created, Version: tag,
 		})
 	}
 	idx, imgs, err := buildIndex(ctx, specs)
 	if err != nil {
-		return err
+		return v1.Hash{}, err
 	}
 	host := imgs[0]
 	for i, s := range specs {
@@ -136,30 +163,29 @@ func runBuild(ctx context.Context, args []string, stdout io.Writer) error {
 			host = imgs[i]
 		}
 	}
-	size, err := writeFile(*out, func(w io.Writer) error {
-		return writeArchive(w, idx, host, *ref, created)
+	size, err := writeFile(o.out, func(w io.Writer) error {
+		return writeArchive(w, idx, host, o.ref, created)
 	})
 	if err != nil {
-		return err
+		return v1.Hash{}, err
 	}
 	for i, img := range imgs {
 		d, err := img.Digest()
 		if err != nil {
-			return err
+			return v1.Hash{}, err
 		}
 		n, err := imageSize(img)
 		if err != nil {
-			return err
+			return v1.Hash{}, err
 		}
 		fmt.Fprintf(stdout, "%-14s %s  %5.1f MiB compressed\n", specs[i].Platform, d, float64(n)/(1<<20))
 	}
 	digest, err := idx.Digest()
 	if err != nil {
-		return err
+		return v1.Hash{}, err
 	}
-	full, _, _ := fullRef(*ref)
-	fmt.Fprintf(stdout, "%s: %d bytes (%.1f MiB)\nindex %s@%s\n", *out, size, float64(size)/(1<<20), full, digest)
-	return nil
+	fmt.Fprintf(stdout, "%s: %d bytes (%.1f MiB)\nindex %s@%s\n", o.out, size, float64(size)/(1<<20), full, digest)
+	return digest, nil
 }
 
 // runLock resolves the image's packages for every architecture as Debian has them

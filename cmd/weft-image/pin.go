@@ -58,28 +58,53 @@ func archiveIndex(path string) (string, v1.Hash, error) {
 // digestLine is a Helm values line holding the image's digest, or none yet ("").
 var digestLine = regexp.MustCompile(`(?m)^(\s*digest:\s*)(?:""|''|"?(sha256:[0-9a-f]{64})"?)[ \t]*$`)
 
-// refPattern matches ref, bare or with a digest, as a whole word.
-func refPattern(ref string) *regexp.Regexp {
-	return regexp.MustCompile(regexp.QuoteMeta(ref) + `(@sha256:[0-9a-f]{64})?([^\w.@-]|$)`)
+// tagLine is a Helm values line holding the image's tag: the `tag:` line right above
+// a digest line (flannel_cni's tag, with no digest below it, is not weft's image).
+var tagLine = regexp.MustCompile(`(?m)^([ \t]*tag:[ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s"'#]*)([ \t]*\n[ \t]*digest:)`)
+
+// splitRef splits a reference with a tag into repository and tag.
+func splitRef(ref string) (repo, tag string) {
+	i := strings.LastIndexByte(ref, ':')
+	if i <= strings.LastIndexByte(ref, '/') {
+		return ref, ""
+	}
+	return ref[:i], ref[i+1:]
 }
 
-// pin rewrites every mention of ref in data (bare or with any digest) to
-// ref@digest, and every `digest: "sha256:…"` line to digest.
+// refPattern matches the repository of ref with any tag, bare or with a digest, as a
+// whole word: group 1 is the tag, group 2 the @digest.
+func refPattern(ref string) *regexp.Regexp {
+	repo, _ := splitRef(ref)
+	return regexp.MustCompile(regexp.QuoteMeta(repo) + `:(\w[\w.-]{0,127})(@sha256:[0-9a-f]{64})?([^\w.@-]|$)`)
+}
+
+// pin rewrites every mention of ref's repository (with any tag, bare or with any
+// digest) to ref@digest, every `digest: "sha256:…"` line to digest and the `tag:`
+// line above it to ref's tag: the files follow the tag of the image built last.
 func pin(data []byte, ref string, digest v1.Hash) []byte {
-	data = refPattern(ref).ReplaceAll(data, []byte(ref+"@"+digest.String()+"${2}"))
+	_, tag := splitRef(ref)
+	data = refPattern(ref).ReplaceAll(data, []byte(ref+"@"+digest.String()+"${3}"))
+	data = tagLine.ReplaceAll(data, []byte(`${1}"`+tag+`"${3}`))
 	return digestLine.ReplaceAll(data, []byte(`${1}"`+digest.String()+`"`))
 }
 
-// checkPinned returns an errUnpinned error when data names ref without digest or
-// with another digest, holds a digest line with another digest, or names neither.
+// checkPinned returns an errUnpinned error when data names ref's repository with
+// another tag, without digest or with another digest, holds a digest line with
+// another digest or a tag line with another tag, or names neither.
 func checkPinned(data []byte, ref string, digest v1.Hash) error {
+	repo, tag := splitRef(ref)
 	var bad []string
 	pinned := 0
 	for _, m := range refPattern(ref).FindAllSubmatch(data, -1) {
-		if string(m[1]) == "@"+digest.String() {
+		if string(m[1]) == tag && string(m[2]) == "@"+digest.String() {
 			pinned++
 		} else {
-			bad = append(bad, ref+string(m[1]))
+			bad = append(bad, repo+":"+string(m[1])+string(m[2]))
+		}
+	}
+	for _, m := range tagLine.FindAllSubmatch(data, -1) {
+		if strings.Trim(string(m[2]), `"'`) != tag {
+			bad = append(bad, "tag: "+string(m[2]))
 		}
 	}
 	for _, m := range digestLine.FindAllSubmatch(data, -1) {

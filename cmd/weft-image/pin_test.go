@@ -14,28 +14,36 @@ import (
 
 func TestPin(t *testing.T) {
 	const ref = "ghcr.io/weftnet/weftd:0.1.0"
+	const next = "ghcr.io/weftnet/weftd:0.2.0-rc.1"
 	d := v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("ab", 32)}
 	old := "sha256:" + strings.Repeat("0", 64)
 	for _, tt := range []struct {
-		name, in, want string
-		okBefore       bool
+		name, ref, in, want string
+		okBefore            bool
 	}{
-		{"bare", "image: " + ref + "\n", "image: " + ref + "@" + d.String() + "\n", false},
-		{"old digest", "image: " + ref + "@" + old + "\n", "image: " + ref + "@" + d.String() + "\n", false},
-		{"pinned", "image: " + ref + "@" + d.String() + "\n", "image: " + ref + "@" + d.String() + "\n", true},
-		{"quoted", `image: "` + ref + `"`, `image: "` + ref + "@" + d.String() + `"`, false},
-		{"values digest", "  tag: 0.1.0\n  digest: \"" + old + "\"\n", "  tag: 0.1.0\n  digest: \"" + d.String() + "\"\n", false},
-		{"values no digest yet", "  digest: \"\"\n", "  digest: \"" + d.String() + "\"\n", false},
-		// Another tag of the repository is not this image.
-		{"other tag", "image: " + ref + "-next\n", "image: " + ref + "-next\n", false},
+		{"bare", ref, "image: " + ref + "\n", "image: " + ref + "@" + d.String() + "\n", false},
+		{"old digest", ref, "image: " + ref + "@" + old + "\n", "image: " + ref + "@" + d.String() + "\n", false},
+		{"pinned", ref, "image: " + ref + "@" + d.String() + "\n", "image: " + ref + "@" + d.String() + "\n", true},
+		{"quoted", ref, `image: "` + ref + `"`, `image: "` + ref + "@" + d.String() + `"`, false},
+		{"values digest", ref, "  tag: \"0.1.0\"\n  digest: \"" + old + "\"\n", "  tag: \"0.1.0\"\n  digest: \"" + d.String() + "\"\n", false},
+		{"values no digest yet", ref, "  digest: \"\"\n", "  digest: \"" + d.String() + "\"\n", false},
+		// The files follow the tag of the image built last, whatever they named.
+		{"new tag", next, "image: " + ref + "@" + d.String() + "\n", "image: " + next + "@" + d.String() + "\n", false},
+		{"other tag", ref, "image: " + ref + "-next\n", "image: " + ref + "@" + d.String() + "\n", false},
+		{"values new tag", next, "  tag: 0.1.0\n  digest: \"" + d.String() + "\"\n", "  tag: \"0.2.0-rc.1\"\n  digest: \"" + d.String() + "\"\n", false},
+		{"values tag pinned", next, "  tag: '0.2.0-rc.1'\n  digest: \"" + d.String() + "\"\n", "  tag: \"0.2.0-rc.1\"\n  digest: \"" + d.String() + "\"\n", true},
+		// A tag without a digest line below is another image's (flannel_cni's).
+		{"values other image", next, "  tag: \"\"\n  x: 1\n  digest: \"" + d.String() + "\"\n", "  tag: \"\"\n  x: 1\n  digest: \"" + d.String() + "\"\n", true},
+		// Another repository is not this image.
+		{"other repository", ref, "image: ghcr.io/weftnet/weftd-debug:0.1.0\n", "image: ghcr.io/weftnet/weftd-debug:0.1.0\n", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := checkPinned([]byte(tt.in), ref, d); (err == nil) != tt.okBefore {
+			if err := checkPinned([]byte(tt.in), tt.ref, d); (err == nil) != tt.okBefore {
 				t.Errorf("checkPinned before: %v, want ok %v", err, tt.okBefore)
 			} else if err != nil && !errors.Is(err, errUnpinned) {
 				t.Errorf("checkPinned: %v, want errUnpinned", err)
 			}
-			got := string(pin([]byte(tt.in), ref, d))
+			got := string(pin([]byte(tt.in), tt.ref, d))
 			if got != tt.want {
 				t.Errorf("pin:\n%s\nwant\n%s", got, tt.want)
 			}
