@@ -70,9 +70,7 @@ func (d *daemon) spawn(f func()) {
 	}()
 }
 
-// run runs weftd until ctx ends or something fails. Before it returns, every
-// goroutine it started has ended and the lease manager (etcd client, informer) is
-// closed; the lease itself is kept for the next start.
+// run is Run: start-up in order, then serve until ctx ends or something fails.
 func (d *daemon) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

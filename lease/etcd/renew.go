@@ -20,42 +20,13 @@ func (m *Manager) Hold(ctx context.Context, own lease.Lease, changed func(lease.
 		}
 	}
 	hostID := own.Attrs.HostID
-	// watchOwn follows our key and signals when it is deleted or taken over; the
-	// function it returns stops the watch and waits for it.
-	watchOwn := func(s lease.Key) func() {
-		wctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = m.follow(wctx, nil, func(k lease.Key) bool { return k == s }, func(evs []lease.Event, snapshot bool) {
-				for _, e := range evs {
-					if e.Type == lease.Removed || e.Lease.Attrs.HostID != hostID {
-						signal()
-						return
-					}
-				}
-				if snapshot && len(evs) == 0 {
-					signal()
-				}
-			})
-		}()
-		return func() { cancel(); <-done }
-	}
-	stopWatch := watchOwn(own.Key())
+	stopWatch := m.watchOwn(ctx, own.Key(), hostID, signal)
 	defer func() { stopWatch() }()
 
 	// republished: own.Attrs changed (Republish) and etcd does not have them yet.
 	republished := false
 	for {
-		// A reservation has no TTL to renew: only its loss or new attributes wake us.
-		var renew <-chan time.Time
-		if !own.Reserved || republished {
-			wait := time.Until(own.Expiration) - m.opts.RenewMargin
-			if own.Expiration.IsZero() || republished {
-				wait = 0
-			}
-			renew = time.After(max(wait, 0))
-		}
+		renew := m.renewTimer(own, republished)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -111,11 +82,48 @@ func (m *Manager) Hold(ctx context.Context, own lease.Lease, changed func(lease.
 		republished = false // Acquire wrote own.Attrs
 		if next.Key() != own.Key() {
 			stopWatch()
-			stopWatch = watchOwn(next.Key())
+			stopWatch = m.watchOwn(ctx, next.Key(), hostID, signal)
 			own = next
 			changed(next)
 			continue
 		}
 		own = next
 	}
+}
+
+// watchOwn follows our key s and calls signal when it is deleted or taken over (by
+// a host other than hostID); the function it returns stops the watch and waits for it.
+func (m *Manager) watchOwn(ctx context.Context, s lease.Key, hostID string, signal func()) (stop func()) {
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = m.follow(wctx, nil, func(k lease.Key) bool { return k == s }, func(evs []lease.Event, snapshot bool) {
+			for _, e := range evs {
+				if e.Type == lease.Removed || e.Lease.Attrs.HostID != hostID {
+					signal()
+					return
+				}
+			}
+			if snapshot && len(evs) == 0 {
+				signal()
+			}
+		})
+	}()
+	return func() { cancel(); <-done }
+}
+
+// renewTimer fires when own is due for renewal: RenewMargin before it expires, at
+// once when it has no expiry or carries attributes etcd does not have yet
+// (republished). A reservation has no TTL to renew: only its loss or new attributes
+// wake Hold, so its timer is nil unless republished.
+func (m *Manager) renewTimer(own lease.Lease, republished bool) <-chan time.Time {
+	if own.Reserved && !republished {
+		return nil
+	}
+	wait := time.Until(own.Expiration) - m.opts.RenewMargin
+	if own.Expiration.IsZero() || republished {
+		wait = 0
+	}
+	return time.After(max(wait, 0))
 }
