@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./...
 DEBS    := etcd-server iperf3 iputils-ping iptables nftables iproute2 containernetworking-plugins \
-           containerd runc socat wireguard-go wireguard-tools
+           containerd runc socat wireguard-go wireguard-tools systemd
 # qemu-user-static runs the arm64 and 32-bit arm unit tests of `make cross`.
 DEBS    += qemu-user-static
 # docker.io's dockerd (20.10) loads bin/weftd-image.tar in TestDockerLoad, as a private daemon.

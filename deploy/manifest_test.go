@@ -418,7 +418,16 @@ func TestManifestMatchesKubeFlannel(t *testing.T) {
 		}
 		return m
 	}
-	if a, b := hostPaths(upDS), hostPaths(ds); !reflect.DeepEqual(a, b) {
+	// weft's own: the TUN device and the UAPI sockets' directory of a userspace
+	// WireGuard device, on nodes without the kernel module (deploy/README.md).
+	b := hostPaths(ds)
+	for name, path := range map[string]string{"dev-net-tun": "/dev/net/tun", "wireguard": "/run/wireguard"} {
+		if b[name] != path {
+			t.Errorf("host path %s is %q, want %s", name, b[name], path)
+		}
+		delete(b, name)
+	}
+	if a := hostPaths(upDS); !reflect.DeepEqual(a, b) {
 		t.Errorf("host paths %v; kube-flannel's %v", b, a)
 	}
 	us, ws := upDS.Spec.Template.Spec, ds.Spec.Template.Spec

@@ -44,7 +44,8 @@ func unitSettings(t *testing.T, path string) map[string][]string {
 
 // TestSystemdUnit checks that weftd.service is a notify service with a watchdog that
 // restarts on failure, reads FLANNELD_* settings from an environment file and holds
-// only the capabilities weftd needs.
+// only the capabilities weftd needs. e2e's TestSystemdUnitWireGuard runs it under a
+// real systemd.
 func TestSystemdUnit(t *testing.T) {
 	u := unitSettings(t, "weftd.service")
 	want := map[string]string{
@@ -54,7 +55,12 @@ func TestSystemdUnit(t *testing.T) {
 		"Service.EnvironmentFile": "-/etc/default/weftd",
 		"Service.ExecStart":       "/usr/local/bin/weftd",
 		"Service.NotifyAccess":    "main",
-		"Install.WantedBy":        "multi-user.target",
+		// A userspace WireGuard device (no kernel module) puts its UAPI socket in
+		// /run/wireguard, read-only under ProtectSystem=strict unless the unit makes it.
+		"Service.RuntimeDirectory":         "flannel wireguard",
+		"Service.RuntimeDirectoryPreserve": "yes",
+		"Service.DeviceAllow":              "/dev/net/tun rw",
+		"Install.WantedBy":                 "multi-user.target",
 	}
 	for k, v := range want {
 		if got := strings.Join(u[k], " "); got != v {
