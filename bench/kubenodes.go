@@ -159,9 +159,10 @@ func NewKubeEnv(ctx context.Context, l *lab.Lab, repoRoot string) (e *KubeEnv, e
 		return nil, err
 	}
 	e = &KubeEnv{Lab: l, dir: dir, Conf: filepath.Join(dir, "net-conf.json"), AuditLog: filepath.Join(dir, "audit.log")}
+	made := e // the error paths return nil, which must not hide what to remove
 	defer func() {
 		if err != nil {
-			e.Close()
+			made.Close()
 		}
 	}()
 	policy := filepath.Join(dir, "audit-policy.yaml")
