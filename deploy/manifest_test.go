@@ -333,19 +333,29 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, account, configMap strin
 	}
 }
 
-// imageRef is the image make image builds (cmd/weft-image's defaultRef) pinned to the
-// index digest weft.yml names first; every container must name exactly it. That the
-// digest is the one make image built last is cmd/weft-image's TestPinned.
+// imageRef is the image make image builds (cmd/weft-image's imageRepo, tagged with the
+// Makefile's VERSION) pinned to the index digest weft.yml names first; every container
+// must name exactly it. That the digest is the one make image built last is
+// cmd/weft-image's TestPinned.
 func imageRef(t *testing.T) string {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join("..", "cmd", "weft-image", "main.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^const defaultRef = "([^"]+)"`).FindSubmatch(src)
-	if m == nil {
-		t.Fatal("cmd/weft-image/main.go: no defaultRef constant")
+	repo := regexp.MustCompile(`(?m)^const imageRepo = "([^"]+)"`).FindSubmatch(src)
+	if repo == nil {
+		t.Fatal("cmd/weft-image/main.go: no imageRepo constant")
 	}
+	mk, err := os.ReadFile(filepath.Join("..", "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := regexp.MustCompile(`(?m)^VERSION\s*\??:?=\s*(\S+)`).FindSubmatch(mk)
+	if version == nil {
+		t.Fatal("Makefile: no VERSION")
+	}
+	m := [][]byte{nil, []byte(string(repo[1]) + ":" + string(version[1]))}
 	manifest, err := os.ReadFile("weft.yml")
 	if err != nil {
 		t.Fatal(err)
