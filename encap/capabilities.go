@@ -47,3 +47,23 @@ type LeaseAddressChooser interface {
 type Reporter interface {
 	Report() Report
 }
+
+// PathLister lists the paths the backend programmed: one per peer subnet (each
+// family of a dual-stack peer), what the daemon's prober (package paths) probes.
+//
+// Implemented by udp, vxlan, host-gw and wireguard (alloc and extension program no
+// path of their own).
+type PathLister interface {
+	Paths() []Path
+}
+
+// RouteMTUSetter sets the MTU of the route to one peer's subnet, below the device's
+// when the path to that peer carries less (so pods get "fragmentation needed" and TCP
+// adapts); mtu 0 gives the route the device's MTU again. The backend keeps the value
+// as part of what it wants in the kernel: its repairs keep it, a new lease of the
+// peer keeps it.
+//
+// Implemented by udp, vxlan, host-gw and wireguard.
+type RouteMTUSetter interface {
+	SetRouteMTU(subnet netip.Prefix, mtu int) error
+}
