@@ -32,6 +32,7 @@ type Prober struct {
 	byID     map[uint32]*peer
 	nextID   uint32
 	inflight []*peer // rounds in flight, oldest first
+	due      dueQueue
 	sent     uint64
 	buf      []byte // the send buffer, allocated once
 }
@@ -118,6 +119,7 @@ func (pr *Prober) refresh(ctx context.Context, now time.Time, wg *sync.WaitGroup
 		pr.nextID++
 		p := newPeer(pr.nextID, path, now)
 		pr.peers[path.Subnet], pr.byID[p.id] = p, p
+		pr.due.push(p)
 		pr.openSocket(p.fam, wg)
 	}
 	for sn, p := range pr.peers {
@@ -181,20 +183,23 @@ func (pr *Prober) sendDue(now time.Time, tokens float64) float64 {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	period := pr.period()
-	for _, p := range pr.peers {
-		if tokens < 1 {
+	for tokens >= 1 {
+		p := pr.due.peek()
+		if p == nil || now.Before(p.next) {
 			break
 		}
-		if p.pending || now.Before(p.next) {
-			continue
+		pr.due.pop()
+		if pr.byID[p.id] != p {
+			continue // forgotten
 		}
+		// Spread: the first rounds of many new peers do not stay in step.
+		p.next = now.Add(period - time.Duration(rand.Int64N(int64(period/10)+1)))
+		pr.due.push(p)
 		s := pr.socks[p.fam]
-		if s == nil {
+		if s == nil || p.pending {
 			continue
 		}
 		tokens -= float64(pr.sendRound(s, p, now))
-		// Spread: the first rounds of many new peers do not stay in step.
-		p.next = now.Add(period - time.Duration(rand.Int64N(int64(period/10)+1)))
 		pr.inflight = append(pr.inflight, p)
 	}
 	return tokens
