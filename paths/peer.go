@@ -51,9 +51,11 @@ type peer struct {
 	history                uint32 // tunnel probes, newest in bit 0: 1 lost
 	samples                int
 	rtt                    time.Duration
-	underSeen              time.Time // last answer of the public address
-	search                 *mtuSearch
-	pathMTU, routeMTU      int
+	// underlay holds the answers to the last probes of the public address, newest in
+	// bit 0: 1 answered.
+	underlay          uint32
+	search            *mtuSearch
+	pathMTU, routeMTU int
 
 	state, reason, detail string
 	since                 time.Time
@@ -62,6 +64,7 @@ type peer struct {
 // answers are the answers a round got.
 type answers struct {
 	tunnel, full, underlay bool
+	underlaySent           bool
 	rtt                    time.Duration
 	sizes                  []int // sizes of an MTU search answered
 }
@@ -91,8 +94,11 @@ func (p *peer) loss() float64 {
 // returns the route MTU the peer's subnet should now have and whether that changed.
 func (p *peer) judge(now time.Time) (routeMTU int, changed bool) {
 	g := p.got
-	if g.underlay {
-		p.underSeen = now
+	if g.underlaySent {
+		p.underlay <<= 1
+		if g.underlay {
+			p.underlay |= 1
+		}
 	}
 	ok := g.tunnel
 	if !p.tunneled() {
@@ -105,7 +111,7 @@ func (p *peer) judge(now time.Time) (routeMTU int, changed bool) {
 		p.lost++
 		p.fullOK, p.fullLost = 0, 0
 		if p.lost >= downAfter {
-			p.set(now, StateDown, p.downReason(now))
+			p.set(now, StateDown, p.downReason())
 		}
 		return p.routeMTU, false
 	}
@@ -113,7 +119,7 @@ func (p *peer) judge(now time.Time) (routeMTU int, changed bool) {
 		// Back: the loss is measured from now, not over the rounds it was down.
 		p.history, p.samples = 0, 1
 	}
-	p.lost = 0
+	p.lost, p.underlay = 0, 0 // the host's answers count within a streak of losses
 	p.rtt = g.rtt
 	before := p.routeMTU
 	if p.tunneled() && p.path.MTU > 0 {
@@ -169,7 +175,7 @@ func (p *peer) set(now time.Time, state string, r [2]string) {
 }
 
 // downReason names why the tunnel is silent from what the rounds saw.
-func (p *peer) downReason(now time.Time) [2]string {
+func (p *peer) downReason() [2]string {
 	pub, rounds := p.path.PublicIP, p.lost
 	if p.sendErr != nil {
 		return [2]string{ReasonNoRoute, fmt.Sprintf(
@@ -180,7 +186,7 @@ func (p *peer) downReason(now time.Time) [2]string {
 			"%v has not answered ping for %d rounds: check that the host is up and on this host's L2 segment (host-gw routes to it directly)",
 			pub, rounds)}
 	}
-	if !p.underSeen.IsZero() && now.Sub(p.underSeen) < time.Duration(downAfter)*time.Minute {
+	if p.underlay&(1<<downAfter-1) != 0 { // one of the last probes of the host answered
 		return [2]string{ReasonEncap, fmt.Sprintf(
 			"%v answers ping, but nothing has come back through the tunnel (%s to %v) for %d rounds: check that %s is allowed both ways between the hosts (security groups, host firewalls, NSX) and that the peer has a route back to our subnet",
 			pub, p.path.Proto, p.path.Endpoint, rounds, p.path.Proto)}

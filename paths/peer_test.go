@@ -29,7 +29,7 @@ func play(path encap.Path, rounds []round) *peer {
 	for _, r := range rounds {
 		now = now.Add(2 * time.Second)
 		p.got = answers{tunnel: strings.Contains(r.got, "t"), full: strings.Contains(r.got, "f"),
-			underlay: strings.Contains(r.got, "u"), rtt: 300 * time.Microsecond}
+			underlay: strings.Contains(r.got, "u"), underlaySent: true, rtt: 300 * time.Microsecond}
 		if p.search != nil && p.got.tunnel {
 			for _, v := range p.search.sizes {
 				if v <= r.mtu {
@@ -68,6 +68,7 @@ func TestJudge(t *testing.T) {
 		{"never answered: unknown until 3 rounds", vxlanPath, []round{lost, lost}, StateUnknown, "", 0, 0, ""},
 		{"underlay silent too", vxlanPath, []round{ok, lost, lost, lost}, StateDown, ReasonUnderlay, 1450, 0, "does not answer ping"},
 		{"host answers, tunnel does not", vxlanPath, []round{ok, blocked, blocked, blocked}, StateDown, ReasonEncap, 1450, 0, "UDP 8472"},
+		{"the host stopped answering too", vxlanPath, append(rep(blocked, 4), lost, lost, lost), StateDown, ReasonUnderlay, 0, 0, "does not answer"},
 		{"back after down: up, loss not held against it", vxlanPath, append(rep(blocked, 6), ok), StateUp, "", 1450, 0, ""},
 		{"full-size lost: path MTU found and set", vxlanPath, rep(mtu, 6), StateDegraded, ReasonPathMTU, 1350, 1350, "1350"},
 		{"hole healed: MTU given back", vxlanPath, append(rep(mtu, 6), ok, ok), StateUp, "", 1450, 0, ""},

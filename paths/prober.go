@@ -231,6 +231,7 @@ func (pr *Prober) sendRound(s *rawSocket, p *peer, now time.Time) int {
 		}
 	}
 	if !p.tunneled() || p.lost > 0 || p.sendErr != nil {
+		p.got.underlaySent = true
 		if err := send(kindUnderlay, smallProbe, netip.Addr{}, p.path.PublicIP); err != nil && !p.tunneled() {
 			p.sendErr = err
 		}
