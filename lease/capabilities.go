@@ -88,3 +88,18 @@ type PublicAddressSource interface {
 type ReadyMarker interface {
 	MarkNetworkReady(ctx context.Context) error
 }
+
+// NodeConditionSetter sets one condition on our node's status (Kubernetes mode), for
+// `kubectl describe node` to show what weftd sees; other conditions are left as they
+// are. Implemented by kube.Manager.
+type NodeConditionSetter interface {
+	SetNodeCondition(ctx context.Context, c NodeCondition) error
+}
+
+// NodeCondition is a condition weftd reports on its node.
+type NodeCondition struct {
+	Type    string // e.g. "WeftPeersReachable"
+	OK      bool   // status True/False
+	Reason  string // CamelCase, e.g. "PeersReachable", "PeersDown"
+	Message string // short; e.g. "2 of 40 peers down: 198.18.3.0/24 encap-blocked UDP 8472"
+}

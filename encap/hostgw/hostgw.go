@@ -67,6 +67,22 @@ func (h *backend) Kernel() *kernel.Peers { return h.k }
 // Report returns the peers the backend routes, its repairs and its counters.
 func (h *backend) Report() encap.Report { return h.k.Report() }
 
+// Paths lists a path per peer and family: host-gw has no tunnel, so a prober pings the
+// peer's public address, the gateway of the route to its subnet.
+func (h *backend) Paths() []encap.Path {
+	mtu := h.k.External().MTU
+	return h.k.Paths(func(f encap.Family, l lease.Lease, _ netip.Prefix) (encap.Path, bool) {
+		sn, pub := f.Subnet(l), f.PublicIP(l)
+		if !f.Fits(sn) || !pub.IsValid() {
+			return encap.Path{}, false
+		}
+		return encap.Path{Backend: "host-gw", Subnet: sn, PublicIP: pub, MTU: mtu}, true
+	})
+}
+
+// SetRouteMTU sets the MTU of the route to a peer's subnet (kernel.Peers.SetRouteMTU).
+func (h *backend) SetRouteMTU(sn netip.Prefix, mtu int) error { return h.k.SetRouteMTU(sn, mtu) }
+
 // reconcile routes each family the config enables.
 func (h *backend) reconcile() error {
 	var errs []error
@@ -120,7 +136,8 @@ func (h *backend) want(f encap.Family, p lease.Lease) (netlink.Route, bool) {
 	}
 	h.k.Once(sn, false, "host-gw route to peer", zap.Stringer("peer", pub),
 		zap.Stringer("peer-subnet", sn), zap.String("why", why))
-	return netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(pub.AsSlice()), LinkIndex: h.k.External().Index}, true
+	return netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(pub.AsSlice()), LinkIndex: h.k.External().Index,
+		MTU: h.k.RouteMTU(sn)}, true
 }
 
 // apply writes or removes the changed peers' routes alone, in each family, without
@@ -152,3 +169,8 @@ func (h *backend) apply(changed []netip.Prefix) error {
 	}
 	return errors.Join(errs...)
 }
+
+var (
+	_ encap.PathLister     = (*backend)(nil)
+	_ encap.RouteMTUSetter = (*backend)(nil)
+)

@@ -60,6 +60,8 @@ type Peers struct {
 	applied map[netip.Prefix]Programmed
 	routed  map[netip.Prefix]netip.Prefix
 	macs    [2]map[string]int
+	// mtus are the route MTUs SetRouteMTU set, by subnet.
+	mtus map[netip.Prefix]int
 	// repairs and inPlace: see SettleIn.
 	repairs map[string]uint64
 	inPlace map[string]map[string]bool
@@ -106,6 +108,7 @@ func New(typ string, cfg *lease.Config, ext encap.ExternalInterface, passes Pass
 		applied: map[netip.Prefix]Programmed{}, routed: map[netip.Prefix]netip.Prefix{},
 		macs:    [2]map[string]int{{}, {}},
 		repairs: map[string]uint64{}, inPlace: map[string]map[string]bool{},
+		mtus: map[netip.Prefix]int{},
 	}, nil
 }
 

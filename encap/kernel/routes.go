@@ -60,7 +60,7 @@ func (k *Peers) SyncRoutes(f encap.Family, want map[netip.Prefix]netlink.Route, 
 	inPlace, written := map[string]bool{}, map[string]bool{}
 	for dst, w := range want {
 		h, ok := byDst[dst]
-		if ok && h.LinkIndex == w.LinkIndex && h.Gw.Equal(w.Gw) && h.Flags&int(netlink.FLAG_ONLINK) == w.Flags&int(netlink.FLAG_ONLINK) {
+		if ok && h.LinkIndex == w.LinkIndex && h.Gw.Equal(w.Gw) && h.Flags&int(netlink.FLAG_ONLINK) == w.Flags&int(netlink.FLAG_ONLINK) && h.MTU == w.MTU {
 			inPlace[dst.String()] = true
 			continue
 		}

@@ -40,6 +40,8 @@ type backend struct {
 	// ends the running proxy's Run (nil when none runs).
 	rebind bool
 	stop   context.CancelFunc
+	// mtus are the route MTUs SetRouteMTU set, by subnet (replaced, never changed).
+	mtus map[netip.Prefix]int
 }
 
 // New returns the udp backend. It opens nothing: Register opens flannel0 and the

@@ -96,7 +96,7 @@ func (v *backend) want(d *vtepDev, p lease.Lease, idx int) (netlink.Route, kerne
 			v.k.Once(sn, false, "DirectRouting: direct route to peer", zap.Stringer("peer", pub),
 				zap.Stringer("peer-subnet", sn), zap.String("why", why))
 			ext := v.k.External().Index
-			r := netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(pub.AsSlice()), LinkIndex: ext}
+			r := netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(pub.AsSlice()), LinkIndex: ext, MTU: v.k.RouteMTU(sn)}
 			return r, kernel.Entries{Dst: sn, Link: ext}, nil, true
 		}
 		v.k.Once(sn, false, "DirectRouting: vxlan to peer", zap.Stringer("peer", pub),
@@ -115,7 +115,8 @@ func (v *backend) want(d *vtepDev, p lease.Lease, idx int) (netlink.Route, kerne
 		return netlink.Route{}, kernel.Entries{}, nil, false
 	}
 	gw := sn.Masked().Addr()
-	r := netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(gw.AsSlice()), LinkIndex: idx, Flags: int(netlink.FLAG_ONLINK)}
+	r := netlink.Route{Dst: ipconv.IPNet(sn), Gw: net.IP(gw.AsSlice()), LinkIndex: idx, Flags: int(netlink.FLAG_ONLINK),
+		MTU: v.k.RouteMTU(sn)}
 	return r, kernel.Entries{Dst: sn, Link: idx, MAC: mac.String(), GW: gw, Pub: pub}, mac, true
 }
 

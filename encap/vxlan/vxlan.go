@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"sync"
 
@@ -132,6 +133,31 @@ func (v *backend) MTU() int {
 
 func (v *backend) Close() error { v.k.Close(); return nil }
 
+// Paths lists a path per peer and family: through flannel.<VNI> (or flannel-v6.<VNI>)
+// from our subnet's first address, which the device holds, to the peer's, which its
+// device holds (flanneld's as weftd's).
+func (v *backend) Paths() []encap.Path {
+	proto := "UDP " + strconv.Itoa(v.opts.Port)
+	mtu := [2]int{}
+	for _, d := range []*vtepDev{v.dev4, v.dev6} {
+		if d != nil {
+			mtu[d.fam.Index()] = v.devMTU(d)
+		}
+	}
+	return v.k.Paths(func(f encap.Family, l lease.Lease, own netip.Prefix) (encap.Path, bool) {
+		sn, pub := f.Subnet(l), f.PublicIP(l)
+		if !f.Fits(sn) || !pub.IsValid() || !own.IsValid() || mtu[f.Index()] == 0 {
+			return encap.Path{}, false
+		}
+		return encap.Path{Backend: "vxlan", Subnet: sn, PublicIP: pub, Overlay: sn.Masked().Addr(),
+			Local: own.Masked().Addr(), Endpoint: netip.AddrPortFrom(pub, uint16(v.opts.Port)),
+			Proto: proto, MTU: mtu[f.Index()]}, true
+	})
+}
+
+// SetRouteMTU sets the MTU of the route to a peer's subnet (kernel.Peers.SetRouteMTU).
+func (v *backend) SetRouteMTU(sn netip.Prefix, mtu int) error { return v.k.SetRouteMTU(sn, mtu) }
+
 // devMTU is d's MTU: the underlay's less the VXLAN overhead over IPv4. flanneld asks
 // the same for flannel-v6.<VNI>, and the kernel lowers it to what the external
 // interface's MTU leaves after VXLAN over IPv6 (20 more); so does weft.
@@ -216,3 +242,8 @@ func (v *backend) Kernel() *kernel.Peers { return v.k }
 
 // Report returns the peers the backend programs, its repairs and its counters.
 func (v *backend) Report() encap.Report { return v.k.Report() }
+
+var (
+	_ encap.PathLister     = (*backend)(nil)
+	_ encap.RouteMTUSetter = (*backend)(nil)
+)

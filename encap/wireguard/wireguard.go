@@ -115,6 +115,8 @@ type backend struct {
 	owner   [2]map[wgtypes.Key]netip.Prefix
 	// repairs counts what Run put back, by object ("device", "route").
 	repairs map[string]uint64
+	// mtus are the route MTUs SetRouteMTU set, by subnet.
+	mtus map[netip.Prefix]int
 }
 
 // New returns the wireguard backend. It reads (or makes, once) the private
@@ -158,7 +160,7 @@ func New(cfg *lease.Config, ext encap.ExternalInterface, tuning Tuning, log *zap
 		keepalive: time.Duration(o.PersistentKeepaliveInterval) * time.Second,
 		applied:   map[netip.Prefix][2]*wgPeerConf{},
 		owner:     [2]map[wgtypes.Key]netip.Prefix{{}, {}},
-		repairs:   map[string]uint64{},
+		repairs:   map[string]uint64{}, mtus: map[netip.Prefix]int{},
 	}
 	if w.socketDir == "" {
 		w.socketDir = DefaultSocketDir

@@ -5,7 +5,8 @@
 // It holds:
 //   - the Manager: Options, New, Config, Acquire, the node's public-IP annotations and
 //     its NetworkUnavailable condition (kube.go), Watch (watch.go), Hold and Republish
-//     (hold.go), Health (health.go) and WaitSynced (synced.go);
+//     (hold.go), Health (health.go), WaitSynced (synced.go) and SetNodeCondition
+//     (condition.go);
 //   - the annotation keys (annotations.go);
 //   - the node informer's talk with the API server, its counters for Stats and its
 //     readiness (contact.go), and what it keeps of a Node: only the fields weftd reads,
@@ -109,6 +110,7 @@ var (
 	_ lease.CacheSyncer         = (*Manager)(nil)
 	_ lease.PublicAddressSource = (*Manager)(nil)
 	_ lease.ReadyMarker         = (*Manager)(nil)
+	_ lease.NodeConditionSetter = (*Manager)(nil)
 )
 
 // New returns the manager; it talks to the API server only when used.

@@ -1,0 +1,390 @@
+package paths
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/weftnet/weft/encap"
+)
+
+// tick is how often the Prober looks for rounds to judge and rounds due.
+const tick = 20 * time.Millisecond
+
+// Prober probes the paths a backend lists. Run probes until its context ends; Report,
+// Summary and Counts may be called at any time.
+type Prober struct {
+	cfg    Config
+	log    *zap.Logger
+	lister encap.PathLister
+	setter encap.RouteMTUSetter // nil: the backend cannot set a route's MTU
+	id     uint16               // our ICMP echo identifier
+
+	mu       sync.Mutex
+	socks    [2]*rawSocket
+	sockErr  [2]error
+	peers    map[netip.Prefix]*peer
+	byID     map[uint32]*peer
+	nextID   uint32
+	inflight []*peer // rounds in flight, oldest first
+	sent     uint64
+	buf      []byte // the send buffer, allocated once
+}
+
+// New returns a Prober of the paths lister lists. When lister is also an
+// encap.RouteMTUSetter, a path MTU found below the device's is set on the route.
+func New(cfg Config, lister encap.PathLister, log *zap.Logger) *Prober {
+	pr := &Prober{
+		cfg: cfg.withDefaults(), log: log, lister: lister, id: uint16(rand.Uint32()),
+		peers: map[netip.Prefix]*peer{}, byID: map[uint32]*peer{}, buf: make([]byte, maxProbeLen),
+	}
+	pr.setter, _ = lister.(encap.RouteMTUSetter)
+	return pr
+}
+
+// Sent is how many probe packets have been sent.
+func (pr *Prober) Sent() uint64 {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.sent
+}
+
+// Run probes until ctx ends, then closes its sockets. Route MTUs it set stay: the
+// kernel data path outlives weftd, and the next weftd probes again.
+func (pr *Prober) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer func() {
+		pr.mu.Lock()
+		for _, s := range pr.socks {
+			if s != nil {
+				s.close()
+			}
+		}
+		pr.mu.Unlock()
+		wg.Wait()
+	}()
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var refreshed, last time.Time
+	tokens := 0.0
+	for {
+		now := time.Now()
+		if now.Sub(refreshed) >= pr.cfg.Interval {
+			refreshed = now
+			pr.refresh(ctx, now, &wg)
+		}
+		if !last.IsZero() {
+			tokens = min(tokens+now.Sub(last).Seconds()*float64(pr.cfg.Rate), float64(pr.cfg.Rate)/5+8)
+		}
+		last = now
+		pr.judgeDue(ctx, now)
+		tokens = pr.sendDue(now, tokens)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// refresh takes the backend's paths: new peers are probed, gone ones forgotten (and
+// their route MTU given back), changed ones probed afresh.
+func (pr *Prober) refresh(ctx context.Context, now time.Time, wg *sync.WaitGroup) {
+	paths := pr.lister.Paths()
+	var giveBack []netip.Prefix
+	pr.mu.Lock()
+	seen := make(map[netip.Prefix]bool, len(paths))
+	for _, path := range paths {
+		if !path.Subnet.IsValid() {
+			continue
+		}
+		seen[path.Subnet] = true
+		old := pr.peers[path.Subnet]
+		if old != nil && samePath(old.path, path) {
+			old.path.RouteMTU = path.RouteMTU
+			continue
+		}
+		if old != nil {
+			pr.forget(old)
+			if old.routeMTU > 0 {
+				giveBack = append(giveBack, path.Subnet)
+			}
+		}
+		pr.nextID++
+		p := newPeer(pr.nextID, path, now)
+		pr.peers[path.Subnet], pr.byID[p.id] = p, p
+		pr.openSocket(p.fam, wg)
+	}
+	for sn, p := range pr.peers {
+		if !seen[sn] {
+			pr.forget(p)
+			delete(pr.peers, sn)
+			if p.routeMTU > 0 {
+				giveBack = append(giveBack, sn)
+			}
+		}
+	}
+	pr.mu.Unlock()
+	for _, sn := range giveBack {
+		pr.setRouteMTU(ctx, sn, 0)
+	}
+}
+
+// samePath reports whether a and b are the same path to probe.
+func samePath(a, b encap.Path) bool {
+	return a.PublicIP == b.PublicIP && a.Overlay == b.Overlay && a.Local == b.Local &&
+		a.Endpoint == b.Endpoint && a.MTU == b.MTU && a.Backend == b.Backend
+}
+
+// forget drops p's id, so late answers to it are ignored.
+func (pr *Prober) forget(p *peer) {
+	delete(pr.byID, p.id)
+	p.pending = false
+}
+
+// openSocket opens the socket of family fam the first time a path needs it, and
+// starts reading its answers.
+func (pr *Prober) openSocket(fam int, wg *sync.WaitGroup) {
+	if pr.socks[fam] != nil || pr.sockErr[fam] != nil {
+		return
+	}
+	s, err := listen(fam)
+	if err != nil {
+		pr.sockErr[fam] = err
+		pr.log.Error("peers cannot be probed", zap.Error(err))
+		return
+	}
+	pr.socks[fam] = s
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pr.receive(s)
+	}()
+}
+
+// period is the time between two rounds to a peer: Interval, or longer when the
+// rate does not allow that many probes.
+func (pr *Prober) period() time.Duration {
+	const packetsPerRound = 2.1
+	need := time.Duration(float64(len(pr.peers)) * packetsPerRound / float64(pr.cfg.Rate) * float64(time.Second))
+	return max(pr.cfg.Interval, need)
+}
+
+// sendDue sends the rounds that are due, as far as tokens (packets) allow; it
+// returns the tokens left.
+func (pr *Prober) sendDue(now time.Time, tokens float64) float64 {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	period := pr.period()
+	for _, p := range pr.peers {
+		if tokens < 1 {
+			break
+		}
+		if p.pending || now.Before(p.next) {
+			continue
+		}
+		s := pr.socks[p.fam]
+		if s == nil {
+			continue
+		}
+		tokens -= float64(pr.sendRound(s, p, now))
+		// Spread: the first rounds of many new peers do not stay in step.
+		p.next = now.Add(period - time.Duration(rand.Int64N(int64(period/10)+1)))
+		pr.inflight = append(pr.inflight, p)
+	}
+	return tokens
+}
+
+// sendRound sends p's probes of a new round and returns how many it sent.
+func (pr *Prober) sendRound(s *rawSocket, p *peer, now time.Time) int {
+	p.round++
+	p.sent, p.pending, p.got, p.sendErr = now, true, answers{}, nil
+	n := 0
+	send := func(kind byte, size int, src, dst netip.Addr) error {
+		size = max(size, minProbe(p.fam))
+		m := putEcho(pr.buf, p.fam, pr.id, probe{peer: p.id, kind: kind, round: p.round, size: uint16(size), sent: now}, size)
+		n++
+		pr.sent++
+		return s.send(m, src, dst)
+	}
+	if p.tunneled() {
+		p.sendErr = send(kindTunnel, smallProbe, p.path.Local, p.path.Overlay)
+		switch {
+		case p.sendErr != nil:
+		case p.search != nil:
+			for _, v := range p.search.sizes {
+				_ = send(kindSearch, v, p.path.Local, p.path.Overlay)
+				_ = send(kindSearch, v, p.path.Local, p.path.Overlay)
+			}
+		case p.path.MTU > 0:
+			_ = send(kindFull, p.path.MTU, p.path.Local, p.path.Overlay)
+		}
+	}
+	if !p.tunneled() || p.lost > 0 || p.sendErr != nil {
+		if err := send(kindUnderlay, smallProbe, netip.Addr{}, p.path.PublicIP); err != nil && !p.tunneled() {
+			p.sendErr = err
+		}
+	}
+	return n
+}
+
+// receive records the answers s reads until it is closed.
+func (pr *Prober) receive(s *rawSocket) {
+	b := make([]byte, maxProbeLen)
+	for {
+		n, from, err := s.recv(b, time.Time{})
+		if err != nil {
+			if isClosed(err) {
+				return
+			}
+			continue
+		}
+		id, data, err := parseEchoReply(b[:n], s.fam)
+		if err != nil || id != pr.id {
+			continue
+		}
+		pb, err := parseProbe(data)
+		if err != nil {
+			continue
+		}
+		pr.answer(pb, from, time.Now())
+	}
+}
+
+// answer records one answer to a probe of the round in flight.
+func (pr *Prober) answer(pb probe, from netip.Addr, now time.Time) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	p := pr.byID[pb.peer]
+	if p == nil || !p.pending || p.round != pb.round {
+		return
+	}
+	want := p.path.Overlay
+	if pb.kind == kindUnderlay {
+		want = p.path.PublicIP
+	}
+	if from != want {
+		return
+	}
+	switch pb.kind {
+	case kindTunnel:
+		p.got.tunnel, p.got.rtt = true, now.Sub(p.sent)
+	case kindFull:
+		p.got.full = true
+	case kindSearch:
+		p.got.sizes = append(p.got.sizes, int(pb.size))
+	case kindUnderlay:
+		p.got.underlay = true
+		if !p.tunneled() {
+			p.got.rtt = now.Sub(p.sent)
+		}
+	}
+}
+
+// change is a peer's move from one state to another, logged after the lock.
+type change struct {
+	before, after Peer
+}
+
+// judgeDue judges the rounds whose answers had their time.
+func (pr *Prober) judgeDue(ctx context.Context, now time.Time) {
+	type routeSet struct {
+		sn  netip.Prefix
+		mtu int
+	}
+	var sets []routeSet
+	var changes []change
+	var rtts []time.Duration
+	pr.mu.Lock()
+	i := 0
+	for ; i < len(pr.inflight); i++ {
+		p := pr.inflight[i]
+		if now.Sub(p.sent) < pr.cfg.Timeout {
+			break
+		}
+		if !p.pending || pr.byID[p.id] != p {
+			continue
+		}
+		p.pending = false
+		before := p.view()
+		if p.got.tunnel {
+			rtts = append(rtts, p.got.rtt)
+		}
+		if mtu, changed := p.judge(now); changed {
+			sets = append(sets, routeSet{p.path.Subnet, mtu})
+		}
+		if after := p.view(); after.State != before.State || after.Reason != before.Reason {
+			changes = append(changes, change{before, after})
+		}
+	}
+	pr.inflight = append(pr.inflight[:0], pr.inflight[i:]...)
+	pr.mu.Unlock()
+	for _, s := range sets {
+		pr.setRouteMTU(ctx, s.sn, s.mtu)
+	}
+	for _, c := range changes {
+		pr.logChange(c)
+	}
+	if pr.cfg.ObserveRTT != nil {
+		for _, d := range rtts {
+			pr.cfg.ObserveRTT(d)
+		}
+	}
+}
+
+// setRouteMTU asks the backend to set the MTU of the route to sn (0: give it back).
+func (pr *Prober) setRouteMTU(_ context.Context, sn netip.Prefix, mtu int) {
+	if pr.setter == nil {
+		return
+	}
+	if err := pr.setter.SetRouteMTU(sn, mtu); err != nil {
+		pr.log.Error("cannot set the route MTU of a peer's subnet", zap.Stringer("peer-subnet", sn),
+			zap.Int("mtu", mtu), zap.Error(err))
+		return
+	}
+	if mtu > 0 {
+		pr.log.Info("lowered the route MTU to a peer's subnet to its path MTU", zap.Stringer("peer-subnet", sn), zap.Int("mtu", mtu))
+	} else {
+		pr.log.Info("gave the route to a peer's subnet its device's MTU again", zap.Stringer("peer-subnet", sn))
+	}
+}
+
+// logChange logs a peer's move: at Info when it goes to or comes from a bad state,
+// at Debug when a new peer is found up (thousands at start).
+func (pr *Prober) logChange(c change) {
+	fields := []zap.Field{zap.String("peer-subnet", c.after.Subnet), zap.String("peer", c.after.PublicIP),
+		zap.String("from", c.before.State), zap.String("state", c.after.State)}
+	if c.after.Reason != "" {
+		fields = append(fields, zap.String("reason", c.after.Reason), zap.String("detail", c.after.Detail))
+	}
+	if c.before.State == StateUnknown && c.after.State == StateUp {
+		pr.log.Debug("peer reachable", fields...)
+		return
+	}
+	pr.log.Info("peer path state changed", fields...)
+}
+
+// Report is every peer as probed, sorted by subnet (IPv4 first).
+func (pr *Prober) Report() Report {
+	pr.mu.Lock()
+	r := Report{Peers: make([]Peer, 0, len(pr.peers))}
+	keys := make([]netip.Prefix, 0, len(pr.peers))
+	for sn := range pr.peers {
+		keys = append(keys, sn)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Addr().Less(keys[j].Addr()) })
+	for _, sn := range keys {
+		v := pr.peers[sn].view()
+		if err := pr.sockErr[pr.peers[sn].fam]; err != nil && v.State == StateUnknown {
+			v.Detail = "cannot probe: " + err.Error()
+		}
+		r.Peers = append(r.Peers, v)
+	}
+	pr.mu.Unlock()
+	return r
+}
