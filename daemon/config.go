@@ -6,6 +6,7 @@ import (
 	"github.com/weftnet/weft/encap/factory"
 	"github.com/weftnet/weft/lease/etcd"
 	"github.com/weftnet/weft/lease/kube"
+	"github.com/weftnet/weft/paths"
 )
 
 // Config is how a node runs: what weftd's flags and environment say, parsed and
@@ -46,7 +47,14 @@ type Config struct {
 	HealthzPort int    // --healthz-port (0: no health server)
 
 	Tuning factory.Tuning // the WEFT_* variables
+	Probe  Probe          // WEFT_PROBE*
 	Build  BuildInfo      // for weft_build_info
+}
+
+// Probe is how the peers are probed (package paths).
+type Probe struct {
+	Off bool // no probing at all
+	paths.Config
 }
 
 // BuildInfo names the weftd that runs (weft_build_info's labels).

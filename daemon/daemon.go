@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
@@ -26,13 +27,14 @@ import (
 	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
 	"github.com/weftnet/weft/lease/etcd"
+	"github.com/weftnet/weft/paths"
 )
 
 // Run runs a node as cfg says until ctx ends (nil) or something fails. Before it
 // returns, every goroutine it started has ended and the lease manager (etcd client,
 // informer) is closed; the lease itself is kept for the next start.
 func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
-	d := &daemon{cfg: &cfg, log: log}
+	d := &daemon{cfg: &cfg, log: log, probeRTT: newProbeRTT()}
 	return d.run(ctx)
 }
 
@@ -56,6 +58,11 @@ type daemon struct {
 	// blackholeMu orders its resync and a lease change.
 	blackholes  *blackholer
 	blackholeMu sync.Mutex
+
+	// prober probes the peers' paths once the data path runs (nil: not probing);
+	// probeRTT is its histogram of round trips (paths.go).
+	prober   atomic.Pointer[paths.Prober]
+	probeRTT prometheus.Histogram
 
 	// wg counts the goroutines run started (spawn); run returns only when all ended.
 	wg sync.WaitGroup
@@ -229,6 +236,14 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 			errc <- fmt.Errorf("%s backend: %w", be.Type(), err)
 		}
 	}()
+
+	d.startProber(ctx, be, mgr, func(f func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f()
+		}()
+	})
 
 	changed := make(chan lease.Lease, 1)
 	wg.Add(1)

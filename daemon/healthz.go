@@ -44,7 +44,7 @@ func (d *daemon) serveHealthz() (stop func(), err error) {
 	}, nil
 }
 
-// healthzMux serves /healthz, /readyz, /stats and /metrics (metrics.go).
+// healthzMux serves /healthz, /readyz, /stats, /metrics (metrics.go) and /peers (paths.go).
 func (d *daemon) healthzMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -58,6 +58,7 @@ func (d *daemon) healthzMux() *http.ServeMux {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("/metrics", d.metricsHandler())
+	mux.HandleFunc("/peers", d.servePeers)
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
 		p := d.be.Load()
 		if p == nil {

@@ -27,7 +27,11 @@ func (d *daemon) metricsHandler() http.Handler {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newWeftCollector(d),
 		newWireGuardCollector(d),
+		newPathsCollector(d),
 	)
+	if d.probeRTT != nil {
+		reg.MustRegister(d.probeRTT)
+	}
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      zap.NewStdLog(d.log),
 		ErrorHandling: promhttp.ContinueOnError,

@@ -4,12 +4,12 @@ package paths
 // lost packet must not lower the MTU found), and searchDone the precision it stops at.
 const (
 	searchSizes = 12
-	searchDone  = 8
+	searchDone  = 1
 )
 
 // mtuSearch finds the largest packet that passes a path: lo passes, hi does not.
 // Each round sends sizes spread between them and narrows to the largest answered
-// and the next size up; a 1,450-byte range is down to 8 bytes in two or three rounds.
+// and the next size up; a 1,450-byte range is down to the byte in three rounds.
 type mtuSearch struct {
 	lo, hi int
 	sizes  []int
@@ -52,7 +52,7 @@ func (s *mtuSearch) took(answered []int) (found int, done bool) {
 		}
 	}
 	s.lo, s.hi = lo, hi
-	if s.hi-s.lo <= searchDone || s.rounds >= 4 {
+	if s.hi-s.lo <= searchDone || s.rounds >= 5 {
 		return s.lo, true
 	}
 	s.spread()

@@ -54,7 +54,7 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// TestCommandsListed: the commands are cleanup, migrate-etcd and help, each with one
+// TestCommandsListed: the commands are cleanup, peers, migrate-etcd and help, each with one
 // line that fits a terminal.
 func TestCommandsListed(t *testing.T) {
 	var names []string
@@ -64,7 +64,7 @@ func TestCommandsListed(t *testing.T) {
 			t.Errorf("%s: summary %q: one line under 100 columns, starting lower case", c.name, c.summary)
 		}
 	}
-	if got := strings.Join(names, " "); got != "cleanup migrate-etcd help" {
+	if got := strings.Join(names, " "); got != "cleanup peers migrate-etcd help" {
 		t.Errorf("commands %q", got)
 	}
 }

@@ -30,7 +30,8 @@ func (o *options) config(bi buildInfo) daemon.Config {
 		BlackholeRoute:        o.blackholeRoute,
 		HealthzIP:             o.healthzIP,
 		HealthzPort:           o.healthzPort,
-		Tuning:                o.tuning,
+		Tuning:                o.tuning.Tuning,
+		Probe:                 o.tuning.Probe,
 		Build:                 daemon.BuildInfo{Version: bi.Version, Revision: bi.Revision, GoVersion: bi.GoVersion},
 	}
 	if o.kubeSubnetMgr {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weftnet/weft/encap/factory"
 	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
 )
@@ -78,7 +77,7 @@ type options struct {
 
 	leaseStateFile string // weft
 
-	tuning factory.Tuning // weft: the WEFT_* variables (knobs.go)
+	tuning settings // weft: the WEFT_* variables (knobs.go)
 }
 
 // listFlag is a repeatable flag; each use adds its whole value, commas included, as

@@ -1,0 +1,64 @@
+package paths
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSummary(t *testing.T) {
+	up := Peer{Subnet: "198.18.1.0/24", State: StateUp}
+	down := Peer{Subnet: "198.18.3.0/24", State: StateDown, Reason: ReasonEncap, Endpoint: "192.0.2.3:8472"}
+	mtu := Peer{Subnet: "198.18.4.0/24", State: StateDegraded, Reason: ReasonPathMTU, PathMTU: 1350}
+	for _, tc := range []struct {
+		name  string
+		peers []Peer
+		ok    bool
+		msg   string
+	}{
+		{"none", nil, true, "0 of 0 peers reachable"},
+		{"all up", []Peer{up, up}, true, "2 of 2 peers reachable"},
+		{"one down", []Peer{up, down}, false, "1 of 2 peers down: 198.18.3.0/24 encap-blocked UDP 8472"},
+		{"degraded is reachable", []Peer{up, mtu}, true, "2 of 2 peers reachable; 1 degraded: 198.18.4.0/24 path-mtu 1350"},
+	} {
+		ok, msg, _ := Report{Peers: tc.peers}.Summary()
+		if ok != tc.ok || msg != tc.msg {
+			t.Errorf("%s: %v %q, want %v %q", tc.name, ok, msg, tc.ok, tc.msg)
+		}
+	}
+	// The key names who is down and why, not how many peers there are.
+	_, _, k1 := Report{Peers: []Peer{up, down}}.Summary()
+	_, _, k2 := Report{Peers: []Peer{up, up, up, down}}.Summary()
+	_, _, k3 := Report{Peers: []Peer{up, up}}.Summary()
+	if k1 != k2 || k1 == k3 {
+		t.Errorf("keys %q %q %q", k1, k2, k3)
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	r := Report{Peers: []Peer{
+		{Subnet: "198.18.2.0/24", PublicIP: "192.0.2.2", Backend: "vxlan", State: StateUp, RTTMicros: 310, PathMTU: 1450, Path: "direct", Since: now.Add(-90 * time.Second)},
+		{Subnet: "198.18.3.0/24", PublicIP: "192.0.2.3", Backend: "vxlan", State: StateDown, Reason: ReasonEncap, Detail: "check UDP 8472", Loss: 1, Path: "direct", Since: now},
+	}}
+	var b bytes.Buffer
+	if err := r.WriteTable(&b, now); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	for i, want := range [][]string{
+		{"SUBNET", "PUBLIC IP", "STATE", "REASON", "RTT", "PATH MTU"},
+		{"198.18.2.0/24", "192.0.2.2", "up", "310µs", "0%", "1450", "1m30s ago"},
+		{"198.18.3.0/24", "down", "encap-blocked", "100%"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(lines[i], w) {
+				t.Errorf("line %d %q lacks %q", i, lines[i], w)
+			}
+		}
+	}
+	if !strings.Contains(b.String(), "198.18.3.0/24 (down): check UDP 8472") {
+		t.Errorf("no detail line:\n%s", b.String())
+	}
+}
