@@ -13,24 +13,11 @@ import (
 
 	"github.com/weftnet/weft/bench/lab"
 	"github.com/weftnet/weft/bench/testenv"
+	"github.com/weftnet/weft/paths"
 )
 
-// peerView is one peer of weftd's GET /peers, by the keys of paths.Peer.
-type peerView struct {
-	Subnet    string  `json:"subnet"`
-	PublicIP  string  `json:"publicIP"`
-	Backend   string  `json:"backend"`
-	State     string  `json:"state"`
-	Reason    string  `json:"reason"`
-	Detail    string  `json:"detail"`
-	RTTMicros int64   `json:"rttMicros"`
-	Loss      float64 `json:"loss"`
-	PathMTU   int     `json:"pathMTU"`
-	RouteMTU  int     `json:"routeMTU"`
-	Path      string  `json:"path"`
-	Endpoint  string  `json:"endpoint"`
-	Since     string  `json:"since"`
-}
+// peerView is one peer of weftd's GET /peers.
+type peerView = paths.Peer
 
 // The detection bounds of issue 31: a peer's change of state shows in /peers within
 // these.
@@ -54,9 +41,7 @@ func peersOf(h *host) ([]peerView, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("/peers of %s: %s: %s", h.name, resp.Status, body)
 	}
-	var r struct {
-		Peers []peerView `json:"peers"`
-	}
+	var r paths.Report
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, fmt.Errorf("/peers of %s: %w: %s", h.name, err, body)
 	}
@@ -137,7 +122,11 @@ func blockIngress(t *testing.T, h *host, match string) func() int {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("nft on %s: %v: %s\n%s", h.name, err, out, rules)
 	}
-	t.Logf("%s drops %q on eth0's ingress", h.name, match)
+	what := match
+	if what == "" {
+		what = "everything"
+	}
+	t.Logf("%s drops %s on eth0's ingress", h.name, what)
 	return func() int {
 		t.Helper()
 		out, err := h.ns.Run(ctx, "nft", "list", "table", "netdev", blockTable)
@@ -149,7 +138,7 @@ func blockIngress(t *testing.T, h *host, match string) func() int {
 		}
 		_, after, _ := strings.Cut(out, "counter packets ")
 		n, _ := strconv.Atoi(strings.Fields(after + " 0")[0])
-		t.Logf("%s no longer drops %q (%d packets dropped)", h.name, match, n)
+		t.Logf("%s no longer drops %s (%d packets dropped)", h.name, what, n)
 		return n
 	}
 }
