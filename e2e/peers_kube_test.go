@@ -86,6 +86,11 @@ func TestPeersKubeCondition(t *testing.T) {
 		}
 	}
 	flannelRights(t, c, cs, id)
+	for _, l := range strings.Split(a.logs(), "\n") {
+		if strings.Contains(l, "node condition") {
+			t.Log(l)
+		}
+	}
 }
 
 // startKubeProbing is startKube with probes every second (WEFT_PROBE_INTERVAL).
