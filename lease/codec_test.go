@@ -80,6 +80,11 @@ func TestEncodeAttrsFieldNames(t *testing.T) {
 			[]string{"BackendData", "BackendType", "PublicIP", "PublicIPv6"}},
 		{"weft", Attrs{PublicIP: addr("192.0.2.1"), BackendType: "udp", HostID: "h1"},
 			[]string{"BackendType", "PublicIP", "PublicIPv6", "WeftHostID"}},
+		{"weft site behind NAT", Attrs{PublicIP: addr("192.0.2.10"), BackendType: "wireguard", HostID: "h1",
+			Site: "a", SiteIP: addr("192.0.2.10"), NAT: true},
+			[]string{"BackendType", "PublicIP", "PublicIPv6", "WeftHostID", "WeftNAT", "WeftSite", "WeftSiteIP"}},
+		{"weft site dialable", Attrs{PublicIP: addr("203.0.113.5"), BackendType: "wireguard", Site: "a", SiteIP: addr("192.0.2.10")},
+			[]string{"BackendType", "PublicIP", "PublicIPv6", "WeftSite", "WeftSiteIP"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data, err := EncodeAttrs(tc.a)
