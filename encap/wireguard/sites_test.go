@@ -22,7 +22,7 @@ func sitesBackend(t *testing.T, own lease.Attrs) *backend {
 		own:     lease.Lease{Subnet: netip.MustParsePrefix("198.18.1.0/24"), Attrs: own},
 		applied: map[netip.Prefix][2]*wgPeerConf{}, owner: [2]map[wgtypes.Key]netip.Prefix{{}, {}},
 		repairs: map[string]uint64{}, mtus: map[netip.Prefix]int{},
-		leases:  map[netip.Prefix]lease.Lease{}, base: map[netip.Prefix][2]*wgPeerConf{},
+		leases: map[netip.Prefix]lease.Lease{}, base: map[netip.Prefix][2]*wgPeerConf{},
 		relayed: map[netip.Prefix]lease.Lease{}, down: map[netip.Prefix]bool{}, relays: &relayCounter{},
 	}
 }
