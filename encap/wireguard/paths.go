@@ -42,6 +42,12 @@ func (w *backend) Paths() []encap.Path {
 		if ok && st.endpoint.IsValid() {
 			ep = st.endpoint
 		}
+		// The underlay address probed is where the packets go: the relay's, a NAT's
+		// as WireGuard learnt it (the lease's address of a host behind NAT is a
+		// private one of its site, perhaps another host's here).
+		if via.IsValid() || c.learn {
+			pub = ep.Addr()
+		}
 		out = append(out, encap.Path{Backend: wireguardType, Subnet: sn, PublicIP: pub,
 			Overlay: sn.Masked().Addr(), Local: local.Masked().Addr(), Endpoint: ep,
 			Proto: "UDP " + strconv.Itoa(int(ep.Port())), MTU: w.MTU(), RouteMTU: w.mtus[sn],
