@@ -35,6 +35,9 @@ type Config struct {
 	IfaceCanReach string
 	PublicIP      string // --public-ip ("": the interface's)
 	PublicIPv6    string // --public-ipv6 ("": the interface's)
+	// Site is our site (--site; in Kubernetes mode the node label Kube.SiteLabel
+	// names, when this is empty). A host with a site and no PublicIP is behind NAT.
+	Site string
 
 	IPMasq            bool          // --ip-masq
 	IPMasqFullyRandom bool          // MASQUERADE --random-fully (not --ip-masq-fully-random-disable)

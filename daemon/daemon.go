@@ -118,6 +118,9 @@ func (d *daemon) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := d.setSite(ctx, mgr, be, ext, choice.publicIP != "", &attrs); err != nil {
+		return err
+	}
 	own, err := mgr.Acquire(ctx, attrs)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -126,6 +129,8 @@ func (d *daemon) run(ctx context.Context) error {
 		}
 		return fmt.Errorf("acquire lease: %w", err)
 	}
+	// Our lease as we publish it: the backend reads our site from it.
+	own.Attrs.Site, own.Attrs.SiteIP, own.Attrs.NAT = attrs.Site, attrs.SiteIP, attrs.NAT
 	d.log.Info("lease acquired", ownLeaseFields(own)...)
 	d.held.Store(&own)
 	env, err := d.install(ctx, cfg, be, own)

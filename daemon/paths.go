@@ -18,8 +18,8 @@ import (
 const PeersConditionType = "WeftPeersReachable"
 
 // How often the node condition may be patched: at once (but not within
-// conditionFlipEvery of the last patch) when it flips, else when the peers named
-// change, at most every conditionEvery. A node's status is read by every controller
+// conditionFlipEvery of the last patch) when it flips, else when its message changes
+// (peers named, their count), at most every conditionEvery. A node's status is read by every controller
 // watching Nodes: thousands of nodes must not patch it at every change of a peer.
 const (
 	conditionFlipEvery = 10 * time.Second
@@ -49,7 +49,7 @@ func (d *daemon) keepCondition(ctx context.Context, pr *paths.Prober, cs lease.N
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var last time.Time
-	lastOK, lastKey, patched := true, "", false
+	lastOK, lastMsg, patched := true, "", false
 	for {
 		select {
 		case <-ctx.Done():
@@ -60,12 +60,12 @@ func (d *daemon) keepCondition(ctx context.Context, pr *paths.Prober, cs lease.N
 		if len(rep.Peers) > 0 && allUnknown(rep) {
 			continue // nothing found yet: say nothing rather than something untrue
 		}
-		ok, msg, key := rep.Summary()
+		ok, msg := rep.Summary()
 		since := time.Since(last)
 		switch {
 		case !patched:
 		case ok != lastOK && since >= conditionFlipEvery:
-		case ok == lastOK && key != lastKey && since >= conditionEvery:
+		case ok == lastOK && msg != lastMsg && since >= conditionEvery:
 		default:
 			continue
 		}
@@ -81,7 +81,7 @@ func (d *daemon) keepCondition(ctx context.Context, pr *paths.Prober, cs lease.N
 			continue
 		}
 		d.log.Info("node condition set", zap.String("type", c.Type), zap.Bool("ok", ok), zap.String("message", msg))
-		last, lastOK, lastKey, patched = time.Now(), ok, key, true
+		last, lastOK, lastMsg, patched = time.Now(), ok, msg, true
 	}
 }
 

@@ -103,3 +103,9 @@ type NodeCondition struct {
 	Reason  string // CamelCase, e.g. "PeersReachable", "PeersDown"
 	Message string // short; e.g. "2 of 40 peers down: 198.18.3.0/24 encap-blocked UDP 8472"
 }
+
+// SiteSource says which site our host is in, for a manager that reads it from the
+// cluster (Kubernetes mode: a node label); "" is none.
+type SiteSource interface {
+	Site(ctx context.Context) (string, error)
+}

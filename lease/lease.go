@@ -36,13 +36,20 @@ type Attrs struct {
 	// HostID is a stable identity of the host (weft's addition): two hosts presenting
 	// the same PublicIP must not silently share one subnet.
 	HostID string `json:"WeftHostID,omitempty"`
+	// Site is the host's site (weft's addition, --site): hosts of one site reach each
+	// other on SiteIP, the address of their interface, whatever PublicIP says. NAT
+	// says the host is behind NAT: not dialed from outside its site (it has a site and
+	// no --public-ip). All three are absent without a site; flanneld ignores them.
+	Site   string     `json:"WeftSite,omitempty"`
+	SiteIP netip.Addr `json:"WeftSiteIP,omitzero"`
+	NAT    bool       `json:"WeftNAT,omitempty"`
 }
 
 // Equal reports whether a and b publish the same thing: every field alike, BackendData
 // compared without surrounding white space.
 func (a Attrs) Equal(b Attrs) bool {
 	return a.PublicIP == b.PublicIP && a.PublicIPv6 == b.PublicIPv6 && a.BackendType == b.BackendType &&
-		a.HostID == b.HostID &&
+		a.HostID == b.HostID && a.Site == b.Site && a.SiteIP == b.SiteIP && a.NAT == b.NAT &&
 		bytes.Equal(bytes.TrimSpace(a.BackendData), bytes.TrimSpace(b.BackendData)) &&
 		bytes.Equal(bytes.TrimSpace(a.BackendV6Data), bytes.TrimSpace(b.BackendV6Data))
 }

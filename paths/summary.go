@@ -19,9 +19,8 @@ func (pr *Prober) Counts() map[string]int {
 
 // Summary is what the node condition says: ok while no peer is down, and a short
 // message naming the peers down (and degraded) and why, e.g. "2 of 40 peers down:
-// 198.18.3.0/24 encap-blocked UDP 8472, ...". key changes only when the set of peers
-// down or degraded or their reasons change (not with the count of peers alone).
-func (r Report) Summary() (ok bool, msg, key string) {
+// 198.18.3.0/24 encap-blocked UDP 8472, ...".
+func (r Report) Summary() (ok bool, msg string) {
 	var down, degraded []string
 	for _, p := range r.Peers {
 		switch p.State {
@@ -41,7 +40,7 @@ func (r Report) Summary() (ok bool, msg, key string) {
 	if len(degraded) > 0 {
 		fmt.Fprintf(&b, "; %d degraded: %s", len(degraded), strings.Join(degraded, ", "))
 	}
-	return len(down) == 0, b.String(), strings.Join(down, ",") + "|" + strings.Join(degraded, ",")
+	return len(down) == 0, b.String()
 }
 
 // why is the short cause after a reason: the port of a blocked tunnel, the MTU found.

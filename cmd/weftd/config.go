@@ -22,6 +22,7 @@ func (o *options) config(bi buildInfo) daemon.Config {
 		IfaceCanReach:         o.canReach,
 		PublicIP:              o.publicIP,
 		PublicIPv6:            o.publicIPv6,
+		Site:                  o.site,
 		IPMasq:                o.ipMasq,
 		IPMasqFullyRandom:     !o.ipMasqNotRandom,
 		ForwardRules:          o.iptablesForwardRules,
@@ -46,6 +47,7 @@ func (o *options) config(bi buildInfo) daemon.Config {
 			NetConfPath:               o.netConfigPath,
 			AnnotationPrefix:          o.kubeAnnotation,
 			SetNodeNetworkUnavailable: o.setNodeNetUnavail,
+			SiteLabel:                 o.siteLabel,
 		}
 	}
 	return c

@@ -12,6 +12,7 @@ import (
 
 	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/lease/kube"
 )
 
 // flagHelp is returned when -h or --help was asked for (usage is already printed).
@@ -33,6 +34,8 @@ type options struct {
 	canReach    string
 	publicIP    string
 	publicIPv6  string
+	site        string // weft
+	siteLabel   string // weft, Kubernetes mode
 	subnetFile  string
 	renewMargin int // minutes
 	ipMasq      bool
@@ -106,6 +109,8 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.canReach, "iface-can-reach", "", "use the interface of the route to this IPv4 address (as `ip route get`), after --iface and --iface-regex")
 	fs.StringVar(&o.publicIP, "public-ip", "", "IP peers reach this host at (default: the interface's)")
 	fs.StringVar(&o.publicIPv6, "public-ipv6", "", "IPv6 address peers reach this host at on a dual-stack or IPv6-only network (default: the interface's)")
+	fs.StringVar(&o.site, "site", "", "this host's site (weft; wireguard): hosts of one site reach each other on their interface addresses; without --public-ip the host is taken as behind NAT (see docs/sites.md)")
+	fs.StringVar(&o.siteLabel, "site-label", kube.DefaultSiteLabel, "Kubernetes mode: the node label read as the site when --site is not given; empty for none (weft)")
 	fs.StringVar(&o.subnetFile, "subnet-file", "/run/flannel/subnet.env", "file the subnet lease is written to")
 	fs.IntVar(&o.renewMargin, "subnet-lease-renew-margin", 60, "minutes before expiry at which the lease is renewed")
 	fs.BoolVar(&o.ipMasq, "ip-masq", false, "masquerade traffic leaving the overlay (iptables nat chain "+firewall.MasqChain+", or nftables table "+firewall.NFTTable+")")

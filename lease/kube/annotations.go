@@ -33,6 +33,20 @@ const (
 	annNodePublicIPv6      = "node-public-ipv6"
 )
 
+// Weft's own annotations, under a prefix of weft's own (flanneld ignores them): a host's
+// site, the address hosts of its site dial, and whether it is behind NAT. Written only
+// for a host with a site.
+const (
+	weftAnnPrefix = "weft.weftnet.io/"
+	annSite       = weftAnnPrefix + "site"
+	annSiteIP     = weftAnnPrefix + "site-ip"
+	annNAT        = weftAnnPrefix + "nat"
+)
+
+// DefaultSiteLabel is the node label a node's site is read from by default, as Kilo
+// reads its locations.
+const DefaultSiteLabel = "topology.kubernetes.io/region"
+
 // keyPrefix turns --kube-annotation-prefix into the text every annotation key starts
 // with, by flanneld's rule: a prefix without a slash is a domain and gets "/" (so
 // "flannel.alpha.coreos.com" gives "flannel.alpha.coreos.com/public-ip"); a prefix

@@ -87,3 +87,19 @@ func cutMessage(s string, limit int) string {
 	}
 	return s[:end] + ellipsis
 }
+
+// Site is our node's site: the value of its label Options.SiteLabel ("" without one).
+func (m *Manager) Site(ctx context.Context) (string, error) {
+	if m.opts.SiteLabel == "" {
+		return "", nil
+	}
+	name, err := m.nodeNameOf(ctx)
+	if err != nil {
+		return "", err
+	}
+	n, err := m.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("read node %s for its site label %s: %w", name, m.opts.SiteLabel, err)
+	}
+	return n.Labels[m.opts.SiteLabel], nil
+}

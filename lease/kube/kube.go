@@ -21,6 +21,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,8 @@ type Options struct {
 	// expired) first waits a random time up to it, so that a cluster's daemons spread
 	// theirs; default 5 s, negative for none.
 	RelistSpread time.Duration
+	// SiteLabel is the node label our site is read from (Site); empty: no site.
+	SiteLabel string
 }
 
 // Manager is the lease.Manager of --kube-subnet-mgr. It needs no more rights than
@@ -104,6 +107,7 @@ type Manager struct {
 // What weftd may ask of it beyond lease.Manager (lease/capabilities.go).
 var (
 	_ lease.Manager             = (*Manager)(nil)
+	_ lease.SiteSource          = (*Manager)(nil)
 	_ lease.StatsReporter       = (*Manager)(nil)
 	_ lease.HealthReporter      = (*Manager)(nil)
 	_ lease.Republisher         = (*Manager)(nil)
@@ -483,6 +487,9 @@ func (m *Manager) wanted(n *corev1.Node, attrs lease.Attrs) map[string]string {
 		w[m.key(annBackendV6Data)] = jsonOrNull(attrs.BackendV6Data)
 		w[m.key(annPublicIPv6)] = m.overwritten(n, annPublicIPv6Overwrite, attrs.PublicIPv6, true).String()
 	}
+	if attrs.Site != "" {
+		w[annSite], w[annSiteIP], w[annNAT] = attrs.Site, attrs.SiteIP.String(), strconv.FormatBool(attrs.NAT)
+	}
 	return w
 }
 
@@ -512,10 +519,17 @@ func (m *Manager) overwritten(n *corev1.Node, ann string, ours netip.Addr, v6 bo
 	return ip
 }
 
-// published reports whether n carries the annotations that publish attrs.
+// published reports whether n carries the annotations that publish attrs (and no
+// site annotation attrs lacks).
 func (m *Manager) published(n *corev1.Node, attrs lease.Attrs) bool {
-	for k, v := range m.wanted(n, attrs) {
+	want := m.wanted(n, attrs)
+	for k, v := range want {
 		if got, ok := n.Annotations[k]; !ok || got != v {
+			return false
+		}
+	}
+	if _, ok := want[annSite]; !ok {
+		if _, had := n.Annotations[annSite]; had {
 			return false
 		}
 	}
@@ -530,7 +544,19 @@ func (m *Manager) annotate(ctx context.Context, n *corev1.Node, attrs lease.Attr
 		return nil
 	}
 	want := m.wanted(n, attrs)
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": want}})
+	anns := map[string]any{}
+	for k, v := range want {
+		anns[k] = v
+	}
+	// A site given up: its annotations go (null removes a key in a merge patch).
+	for _, k := range []string{annSite, annSiteIP, annNAT} {
+		if _, ok := want[k]; !ok {
+			if _, had := n.Annotations[k]; had {
+				anns[k] = nil
+			}
+		}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": anns}})
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ func (m *Manager) slim(obj any) (any, error) {
 		Spec: corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
 	}
 	for k, v := range n.Annotations {
-		if strings.HasPrefix(k, m.prefix) {
+		if strings.HasPrefix(k, m.prefix) || strings.HasPrefix(k, weftAnnPrefix) {
 			if out.Annotations == nil {
 				out.Annotations = map[string]string{}
 			}

@@ -39,6 +39,14 @@ func (m *Manager) leaseOf(n *corev1.Node) (lease.Lease, bool) {
 	if !l.Subnet.IsValid() && !l.IPv6Subnet.IsValid() {
 		return lease.Lease{}, false
 	}
+	if site := n.Annotations[annSite]; site != "" {
+		ip, err := netip.ParseAddr(n.Annotations[annSiteIP])
+		if err != nil {
+			m.log.Error("skipping a node's bad "+annSiteIP+" annotation", zap.String("node", n.Name), zap.Error(err))
+		} else {
+			l.Attrs.Site, l.Attrs.SiteIP, l.Attrs.NAT = site, ip.Unmap(), n.Annotations[annNAT] == "true"
+		}
+	}
 	if !l.Attrs.PublicIP.IsValid() {
 		l.Attrs.PublicIP = netip.IPv4Unspecified() // as in flanneld's IPv6-only leases
 	}
