@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,6 +126,11 @@ func sitesWithin(t *testing.T, s *siteLab) {
 	if p.Path != "direct" || p.Endpoint != "192.0.2.11:51820" {
 		t.Fatalf("a2 on a1: path %q endpoint %q, want direct to 192.0.2.11:51820", p.Path, p.Endpoint)
 	}
+	c := s.at(t)
+	keyA2, _ := wgLeaseData(c, s.h["a2"])
+	if wp := wgPeers(c, s.h["a1"], "flannel-wg")[keyA2]; wp.endpoint != "192.0.2.11:51820" {
+		t.Fatalf("a2 on a1 (wg show): %+v, want endpoint 192.0.2.11:51820", wp)
+	}
 }
 
 // relayOf is the host that relays from's traffic to to, from GET /peers on from.
@@ -160,6 +166,12 @@ func sitesRelayed(t *testing.T, s *siteLab) {
 	}
 	if back, err := s.relayOf("b1", "a1"); err != nil || back != relay {
 		t.Fatalf("b1 -> a1 relayed by %q (%v), a1 -> b1 by %s", back, err, relay)
+	}
+	// On a1's device, b1's subnet is among the relay's AllowedIPs.
+	c := s.at(t)
+	key, _ := wgLeaseData(c, s.h[relay])
+	if wp := wgPeers(c, s.h["a1"], "flannel-wg")[key]; !slices.Contains(strings.Split(wp.allowed, ","), s.subnet["b1"]) {
+		t.Fatalf("%s on a1 (wg show): %+v, want %s among its allowed IPs", relay, wp, s.subnet["b1"])
 	}
 	before := s.relayed(t, relay)
 	got := pingCount(t, s.h["a1"], s.pod["b1"], 200, false)
