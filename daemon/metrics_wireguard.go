@@ -11,9 +11,10 @@ import (
 // and what each userspace device dropped:
 // weft_wireguard_dropped_packets_total{device="flannel-wg",reason="invalid_mac1"}.
 type wireguardCollector struct {
-	d     *daemon
-	info  *prometheus.Desc
-	drops *prometheus.Desc
+	d              *daemon
+	info           *prometheus.Desc
+	drops          *prometheus.Desc
+	relayed, bytes *prometheus.Desc
 }
 
 func newWireGuardCollector(d *daemon) *wireguardCollector {
@@ -23,12 +24,18 @@ func newWireGuardCollector(d *daemon) *wireguardCollector {
 			[]string{"device", "implementation"}, nil),
 		drops: prometheus.NewDesc("weft_wireguard_dropped_packets_total",
 			"Packets a userspace WireGuard device dropped, by reason: unknown_type, invalid_mac1, invalid_initiation, invalid_response, invalid_cookie_reply, handshake_under_load (a cookie reply sent instead), disallowed_source. Datagrams of the wrong size, and transport messages for no session or that fail to decrypt, are dropped uncounted.",
-			[]string{"device", "reason"}, nil)}
+			[]string{"device", "reason"}, nil),
+		relayed: prometheus.NewDesc("weft_relay_forwarded_packets_total",
+			"Packets this host relayed from one wireguard peer to another (peers behind NAT in different sites; userspace devices).", nil, nil),
+		bytes: prometheus.NewDesc("weft_relay_forwarded_bytes_total",
+			"Bytes of the packets this host relayed from one wireguard peer to another.", nil, nil)}
 }
 
 func (c *wireguardCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.info
 	ch <- c.drops
+	ch <- c.relayed
+	ch <- c.bytes
 }
 
 func (c *wireguardCollector) Collect(ch chan<- prometheus.Metric) {
@@ -47,6 +54,8 @@ func (c *wireguardCollector) Collect(ch chan<- prometheus.Metric) {
 	for name, impl := range wg.Devices {
 		ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, name, impl)
 	}
+	ch <- prometheus.MustNewConstMetric(c.relayed, prometheus.CounterValue, float64(wg.RelayedPackets))
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(wg.RelayedBytes))
 	for dev, reasons := range wg.Drops {
 		for reason, n := range reasons {
 			ch <- prometheus.MustNewConstMetric(c.drops, prometheus.CounterValue, float64(n), dev, reason)

@@ -67,3 +67,11 @@ type PathLister interface {
 type RouteMTUSetter interface {
 	SetRouteMTU(subnet netip.Prefix, mtu int) error
 }
+
+// PeerStateFollower is told when the probes find a peer subnet reachable (up: up or
+// degraded) or not (down), for a backend that chooses paths by it.
+//
+// Implemented by wireguard (a relay found down is given up for another).
+type PeerStateFollower interface {
+	PeerState(subnet netip.Prefix, up bool)
+}

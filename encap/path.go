@@ -1,6 +1,9 @@
 package encap
 
-import "net/netip"
+import (
+	"net/netip"
+	"time"
+)
 
 // Path is how the backend reaches one peer subnet: what a prober needs to send a
 // packet the way pods' packets go, and to name what blocks it.
@@ -23,4 +26,9 @@ type Path struct {
 	MTU int
 	// RouteMTU is the MTU set on the route to Subnet by SetRouteMTU (0: none).
 	RouteMTU int
+	// Via is the subnet of the peer that relays to this one (invalid: direct).
+	Via netip.Prefix
+	// LastHandshake is the tunnel's last handshake with the peer (WireGuard; zero:
+	// none, or a tunnel without handshakes).
+	LastHandshake time.Time
 }

@@ -33,20 +33,28 @@ type WireGuardReport struct {
 	// Drops counts what each userspace device dropped, by device and reason (a kernel
 	// device has none).
 	Drops map[string]map[string]uint64
+	// RelayedPackets and RelayedBytes count what this host relayed from one peer to
+	// another (userspace devices; sites, see docs/sites.md).
+	RelayedPackets, RelayedBytes uint64
 }
 
 // MarshalJSON writes the report as weftd's /stats serves it, in the shape of the
 // backend that made it:
 //
 //   - udp: the data path's counters (proxy.Stats);
-//   - wireguard: {"devices":{…},"drops":{…},"peers":N};
+//   - wireguard: {"devices":{…},"drops":{…},"peers":N}, and on a relay
+//     "relayed":{"packets":N,"bytes":N};
 //   - otherwise (vxlan, host-gw): {"peers":N} and each of Counters beside it.
 func (r Report) MarshalJSON() ([]byte, error) {
 	switch {
 	case r.UDP != nil:
 		return json.Marshal(*r.UDP)
 	case r.WireGuard != nil:
-		return json.Marshal(map[string]any{"peers": r.Peers, "devices": r.WireGuard.Devices, "drops": r.WireGuard.Drops})
+		out := map[string]any{"peers": r.Peers, "devices": r.WireGuard.Devices, "drops": r.WireGuard.Drops}
+		if r.WireGuard.RelayedPackets > 0 { // the key only on a relay: /stats as before elsewhere
+			out["relayed"] = map[string]uint64{"packets": r.WireGuard.RelayedPackets, "bytes": r.WireGuard.RelayedBytes}
+		}
+		return json.Marshal(out)
 	}
 	out := map[string]uint64{"peers": uint64(r.Peers)}
 	for n, v := range r.Counters {

@@ -56,6 +56,9 @@ type Peer struct {
 	Path     string    `json:"path"`
 	Endpoint string    `json:"endpoint"`
 	Since    time.Time `json:"since"`
+	// LastHandshake is the tunnel's last handshake (RFC 3339; empty: none, or a
+	// tunnel without handshakes).
+	LastHandshake string `json:"lastHandshake"`
 }
 
 // Report is GET /peers' body.

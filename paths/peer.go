@@ -218,6 +218,12 @@ func (p *peer) view() Peer {
 		State: p.state, Reason: p.reason, Detail: p.detail, Loss: p.loss(),
 		PathMTU: p.pathMTU, RouteMTU: p.routeMTU, Path: "direct", Since: p.since.UTC(),
 	}
+	if p.path.Via.IsValid() {
+		v.Path = "relay via " + p.path.Via.String()
+	}
+	if !p.path.LastHandshake.IsZero() {
+		v.LastHandshake = p.path.LastHandshake.UTC().Format(time.RFC3339)
+	}
 	if p.state == StateUp || p.state == StateDegraded {
 		v.RTTMicros = max(p.rtt.Microseconds(), 1)
 	}

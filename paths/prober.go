@@ -23,6 +23,7 @@ type Prober struct {
 	log    *zap.Logger
 	lister encap.PathLister
 	setter encap.RouteMTUSetter // nil: the backend cannot set a route's MTU
+	follow encap.PeerStateFollower
 	id     uint16               // our ICMP echo identifier
 
 	mu       sync.Mutex
@@ -45,6 +46,7 @@ func New(cfg Config, lister encap.PathLister, log *zap.Logger) *Prober {
 		peers: map[netip.Prefix]*peer{}, byID: map[uint32]*peer{}, buf: make([]byte, maxProbeLen),
 	}
 	pr.setter, _ = lister.(encap.RouteMTUSetter)
+	pr.follow, _ = lister.(encap.PeerStateFollower)
 	return pr
 }
 
@@ -107,7 +109,7 @@ func (pr *Prober) refresh(ctx context.Context, now time.Time, wg *sync.WaitGroup
 		seen[path.Subnet] = true
 		old := pr.peers[path.Subnet]
 		if old != nil && samePath(old.path, path) {
-			old.path.RouteMTU = path.RouteMTU
+			old.path.RouteMTU, old.path.LastHandshake = path.RouteMTU, path.LastHandshake
 			continue
 		}
 		if old != nil {
@@ -140,7 +142,7 @@ func (pr *Prober) refresh(ctx context.Context, now time.Time, wg *sync.WaitGroup
 // samePath reports whether a and b are the same path to probe.
 func samePath(a, b encap.Path) bool {
 	return a.PublicIP == b.PublicIP && a.Overlay == b.Overlay && a.Local == b.Local &&
-		a.Endpoint == b.Endpoint && a.MTU == b.MTU && a.Backend == b.Backend
+		a.Endpoint == b.Endpoint && a.MTU == b.MTU && a.Backend == b.Backend && a.Via == b.Via
 }
 
 // forget drops p's id, so late answers to it are ignored.
@@ -335,6 +337,7 @@ func (pr *Prober) judgeDue(ctx context.Context, now time.Time) {
 	}
 	for _, c := range changes {
 		pr.logChange(c)
+		pr.tell(c)
 	}
 	if pr.cfg.ObserveRTT != nil {
 		for _, d := range rtts {
@@ -357,6 +360,23 @@ func (pr *Prober) setRouteMTU(_ context.Context, sn netip.Prefix, mtu int) {
 		pr.log.Info("lowered the route MTU to a peer's subnet to its path MTU", zap.Stringer("peer-subnet", sn), zap.Int("mtu", mtu))
 	} else {
 		pr.log.Info("gave the route to a peer's subnet its device's MTU again", zap.Stringer("peer-subnet", sn))
+	}
+}
+
+// tell tells the backend when a peer comes up or goes down.
+func (pr *Prober) tell(c change) {
+	if pr.follow == nil {
+		return
+	}
+	sn, err := netip.ParsePrefix(c.after.Subnet)
+	if err != nil {
+		return
+	}
+	switch {
+	case c.after.State == StateDown && c.before.State != StateDown:
+		pr.follow.PeerState(sn, false)
+	case c.before.State == StateDown && c.after.State != StateDown:
+		pr.follow.PeerState(sn, true)
 	}
 }
 

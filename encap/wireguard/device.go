@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
@@ -23,8 +24,20 @@ type wgDevice interface {
 	// Link is the device's network interface.
 	Link() (netlink.Link, error)
 	Configure(cfg wgtypes.Config) error
+	// Peers is what the device knows of its peers now: the endpoint in use (learnt
+	// from packets when none was configured) and the last handshake, by public key.
+	Peers() (map[wgtypes.Key]peerStatus, error)
+	// Relayed is what the device carried from one peer to another (userspace only:
+	// a kernel device counts nothing).
+	Relayed() (packets, bytes uint64)
 	// Close removes the device (and its UAPI socket).
 	Close() error
+}
+
+// peerStatus is what a device knows of one peer now.
+type peerStatus struct {
+	endpoint  netip.AddrPort
+	handshake time.Time
 }
 
 // open makes the devices the config needs, once.
@@ -52,7 +65,7 @@ func (w *backend) open() error {
 		if w.devs[x.i] != nil {
 			continue
 		}
-		d, err := openWGDevice(x.name, w.MTU(), w.device, w.socketDir, w.drops.device(x.name), w.log)
+		d, err := openWGDevice(x.name, w.MTU(), w.device, w.socketDir, w.drops.device(x.name), w.relays, w.log)
 		if err != nil {
 			return fmt.Errorf("device %s: %w", x.name, err)
 		}

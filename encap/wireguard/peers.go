@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
@@ -28,6 +29,11 @@ type wgPeerConf struct {
 	key      wgtypes.Key
 	endpoint netip.AddrPort
 	allowed  []netip.Prefix
+	// learn leaves the endpoint to WireGuard: a peer behind NAT, whose endpoint is
+	// where its authenticated packets come from (endpoint is then only its lease's).
+	learn bool
+	// keepalive, when set, replaces the Backend's PersistentKeepaliveInterval.
+	keepalive time.Duration
 }
 
 // HandleEvents adds, changes and removes the peers of the leases in events.
@@ -42,6 +48,11 @@ func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 		}
 		log := w.log.With(zap.Stringer("subnet", key), zap.Stringer("public-ip", l.Attrs.PublicIP))
 		var want [2]*wgPeerConf
+		delete(w.relayed, key)
+		delete(w.leases, key)
+		if ev.Type != lease.Added {
+			delete(w.down, key)
+		}
 		if ev.Type == lease.Added {
 			if l.Attrs.BackendType != wireguardType {
 				log.Warn("ignoring a lease that is not a wireguard lease", zap.String("backend-type", l.Attrs.BackendType))
@@ -51,10 +62,20 @@ func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 					log.Error("cannot add the peer", zap.Error(err))
 					continue
 				}
+				w.leases[key] = l
+				if !w.bySite(l, want) {
+					w.relayed[key], want = l, [2]*wgPeerConf{}
+				}
 			}
 		}
-		w.apply(key, want, log)
+		if want == ([2]*wgPeerConf{}) {
+			delete(w.base, key)
+		} else {
+			w.base[key] = want
+		}
+		w.apply(key, w.withRelayed(key), log)
 	}
+	w.reroute()
 }
 
 // peerConfs is what each device should have for lease l, as flanneld computes it.
@@ -206,7 +227,7 @@ func (w *backend) apply(key netip.Prefix, want [2]*wgPeerConf, log *zap.Logger) 
 		}
 		w.owner[i][n.key] = key
 		log.Info("peer added", zap.String("device", d.Name()), zap.Stringer("public-key", n.key),
-			zap.Stringer("endpoint", n.endpoint), zap.Any("allowed-ips", n.allowed))
+			zap.Stringer("endpoint", n.endpoint), zap.Bool("endpoint-learnt", n.learn), zap.Any("allowed-ips", n.allowed))
 		// As flanneld does on each peer, route the network again (put back if deleted).
 		if link, err := d.Link(); err == nil {
 			for _, f := range []encap.Family{encap.V4(w.cfg), encap.V6(w.cfg)} {
@@ -232,8 +253,15 @@ func (w *backend) peerConfig(n *wgPeerConf) wgtypes.PeerConfig {
 		allowed[j] = *ipconv.IPNet(p)
 	}
 	keepalive := w.keepalive
+	if n.keepalive > 0 {
+		keepalive = n.keepalive
+	}
+	var ep *net.UDPAddr
+	if !n.learn && n.endpoint.IsValid() {
+		ep = net.UDPAddrFromAddrPort(n.endpoint)
+	}
 	return wgtypes.PeerConfig{
 		PublicKey: n.key, PresharedKey: w.psk, PersistentKeepaliveInterval: &keepalive,
-		Endpoint: net.UDPAddrFromAddrPort(n.endpoint), ReplaceAllowedIPs: true, AllowedIPs: allowed,
+		Endpoint: ep, ReplaceAllowedIPs: true, AllowedIPs: allowed,
 	}
 }

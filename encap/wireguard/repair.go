@@ -126,7 +126,7 @@ func (w *backend) remake(i int) error {
 	if err := old.Close(); err != nil {
 		w.log.Debug("closing the deleted device", zap.String("device", old.Name()), zap.Error(err))
 	}
-	d, err := openWGDevice(old.Name(), w.MTU(), w.device, w.socketDir, w.drops.device(old.Name()), w.log)
+	d, err := openWGDevice(old.Name(), w.MTU(), w.device, w.socketDir, w.drops.device(old.Name()), w.relays, w.log)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ func (w *backend) Report() encap.Report {
 			devs[d.Name()] = d.Kind()
 		}
 	}
-	return encap.Report{Peers: len(w.applied), Repairs: maps.Clone(w.repairs),
-		WireGuard: &encap.WireGuardReport{Devices: devs, Drops: w.drops.snapshot()}}
+	return encap.Report{Peers: len(w.applied) + len(w.relayed), Repairs: maps.Clone(w.repairs),
+		WireGuard: &encap.WireGuardReport{Devices: devs, Drops: w.drops.snapshot(),
+			RelayedPackets: w.relays.packets.Load(), RelayedBytes: w.relays.bytes.Load()}}
 }

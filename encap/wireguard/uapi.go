@@ -4,7 +4,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
+	"time"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
@@ -52,4 +54,49 @@ func uapiConfig(c wgtypes.Config) string {
 		}
 	}
 	return b.String()
+}
+
+// parseUAPIPeers reads the peers of a UAPI "get" answer: after each public_key, its
+// endpoint and last handshake (lines it does not know are skipped, bad values leave
+// the field zero).
+func parseUAPIPeers(text string) map[wgtypes.Key]peerStatus {
+	out := map[wgtypes.Key]peerStatus{}
+	var key wgtypes.Key
+	var cur *peerStatus
+	var sec, nsec int64
+	flush := func() {
+		if cur != nil {
+			if sec != 0 || nsec != 0 {
+				cur.handshake = time.Unix(sec, nsec)
+			}
+			out[key] = *cur
+		}
+	}
+	for _, line := range strings.Split(text, "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "public_key":
+			flush()
+			b, err := hex.DecodeString(v)
+			if err != nil || len(b) != len(key) {
+				cur = nil
+				continue
+			}
+			copy(key[:], b)
+			cur, sec, nsec = &peerStatus{}, 0, 0
+		case "endpoint":
+			if ap, err := netip.ParseAddrPort(v); err == nil && cur != nil {
+				cur.endpoint = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+			}
+		case "last_handshake_time_sec":
+			sec, _ = strconv.ParseInt(v, 10, 64)
+		case "last_handshake_time_nsec":
+			nsec, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	flush()
+	return out
 }

@@ -117,6 +117,18 @@ type backend struct {
 	repairs map[string]uint64
 	// mtus are the route MTUs SetRouteMTU set, by subnet.
 	mtus map[netip.Prefix]int
+
+	// Sites (sites.go): every peer lease (by peerKey), each one's own configuration
+	// (base), the peers reached through a relay, the peers the probes found down,
+	// and the relay chosen with the subnets it carries for us.
+	leases       map[netip.Prefix]lease.Lease
+	base         map[netip.Prefix][2]*wgPeerConf
+	relayed      map[netip.Prefix]lease.Lease
+	down         map[netip.Prefix]bool
+	relay        netip.Prefix
+	relaySubnets []netip.Prefix
+	// relays counts what the userspace devices relay between peers.
+	relays *relayCounter
 }
 
 // New returns the wireguard backend. It reads (or makes, once) the private
@@ -161,6 +173,14 @@ func New(cfg *lease.Config, ext encap.ExternalInterface, tuning Tuning, log *zap
 		applied:   map[netip.Prefix][2]*wgPeerConf{},
 		owner:     [2]map[wgtypes.Key]netip.Prefix{{}, {}},
 		repairs:   map[string]uint64{}, mtus: map[netip.Prefix]int{},
+		leases: map[netip.Prefix]lease.Lease{}, base: map[netip.Prefix][2]*wgPeerConf{},
+		relayed: map[netip.Prefix]lease.Lease{}, down: map[netip.Prefix]bool{},
+		relays: &relayCounter{},
+	}
+	for _, f := range []encap.Family{encap.V4(cfg), encap.V6(cfg)} {
+		if f.On() {
+			w.relays.networks = append(w.relays.networks, f.Network)
+		}
 	}
 	if w.socketDir == "" {
 		w.socketDir = DefaultSocketDir
@@ -194,6 +214,14 @@ func (w *backend) MTU() int { return w.opts.MTU - wgOverhead }
 
 // single reports whether one device carries both families (every Mode but separate).
 func (w *backend) single() bool { return w.opts.Mode != wgSeparate }
+
+// family is the family of the network sn is in.
+func (w *backend) family(sn netip.Prefix) encap.Family {
+	if sn.Addr().Is6() {
+		return encap.V6(w.cfg)
+	}
+	return encap.V4(w.cfg)
+}
 
 // devFor is the index in devs of the device carrying family f.
 func (w *backend) devFor(f encap.Family) int {
@@ -233,6 +261,13 @@ func (w *backend) Register(ctx context.Context, own lease.Lease) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.own = own
+	ownNets := []netip.Prefix{}
+	for _, sn := range []netip.Prefix{own.Subnet, own.IPv6Subnet} {
+		if sn.IsValid() && sn.Bits() > 0 {
+			ownNets = append(ownNets, sn)
+		}
+	}
+	w.relays.own.Store(&ownNets)
 	var errs []error
 	for _, f := range []encap.Family{encap.V4(w.cfg), encap.V6(w.cfg)} {
 		if f.On() {
