@@ -244,6 +244,12 @@ func sitesRestart(t *testing.T, s *siteLab) {
 		}
 		t.Logf("a1 -> %s answered %v after weftd on a1 started again", to, time.Since(started).Round(time.Millisecond))
 	}
+	// Its GET /peers lists every peer again, b1 relayed.
+	eventually(t, 10*time.Second-time.Since(started), func() error {
+		_, err := s.relayOf("a1", "b1")
+		return err
+	})
+	t.Logf("a1's GET /peers names b1's relay %v after weftd on a1 started again", time.Since(started).Round(time.Millisecond))
 }
 
 // sitesRelayGone: the relay's weftd killed, the other public host takes over
@@ -264,9 +270,16 @@ func sitesRelayGone(t *testing.T, s *siteLab) {
 		}
 		t.Logf("%s -> %s answered %v after %s was killed", pair[0], pair[1], time.Since(killed).Round(time.Millisecond), relay)
 	}
-	if now, err := s.relayOf("a1", "b1"); err != nil || now != other {
-		t.Fatalf("a1 -> b1 relayed by %q (%v), want %s", now, err, other)
-	}
+	// GET /peers names the new relay (the data path already uses it).
+	eventually(t, 30*time.Second-time.Since(killed), func() error {
+		for _, pair := range [][2]string{{"a1", "b1"}, {"b1", "a1"}} {
+			if now, err := s.relayOf(pair[0], pair[1]); err != nil || now != other {
+				return fmt.Errorf("GET /peers on %s: %s relayed by %q (%v), want %s", pair[0], pair[1], now, err, other)
+			}
+		}
+		return nil
+	})
+	t.Logf("GET /peers on a1 and b1 names %s %v after %s was killed", other, time.Since(killed).Round(time.Millisecond), relay)
 	before := s.relayed(t, other)
 	got := pingCount(t, s.h["b1"], s.pod["a1"], 50, false)
 	if after := s.relayed(t, other); got < 45 || after-before < float64(2*got) {
