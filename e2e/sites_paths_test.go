@@ -1,0 +1,288 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftnet/weft/bench/lab"
+)
+
+// TestSites: weftd's wireguard backend with --site across two NATed sites (see
+// siteHosts). Its subtests run in order on one lab: each takes seconds.
+func TestSites(t *testing.T) {
+	s := newSiteLab(t, true)
+	s.explain(t)
+	for _, st := range []struct {
+		name string
+		f    func(*testing.T, *siteLab)
+	}{
+		{"leases", sitesLeases},
+		{"every pair", sitesMesh},
+		{"within a site, not through its router", sitesWithin},
+		{"across sites, through a relay", sitesRelayed},
+		{"one NAT address, one port", sitesSamePort},
+		{"conntrack flushed", sitesConntrack},
+		{"weftd restarted behind NAT", sitesRestart},
+		{"relay gone", sitesRelayGone},
+	} {
+		if !t.Run(st.name, func(t *testing.T) { st.f(t, s) }) {
+			return // the next steps build on this one
+		}
+	}
+}
+
+// sitesLeases: the site hosts' leases carry their site, their LAN address and, with
+// no --public-ip, WeftNAT; the public hosts' carry none of it.
+func sitesLeases(t *testing.T, s *siteLab) {
+	leases, err := s.lab.Leases(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range siteHosts {
+		key := strings.Replace(s.subnet[name], "/", "-", 1)
+		var v map[string]any
+		if err := json.Unmarshal([]byte(leases[key]), &v); err != nil {
+			t.Fatalf("lease %s of %s: %v: %q", key, name, err, leases[key])
+		}
+		h := s.h[name]
+		want := map[string]any{"WeftSite": h.lh.LAN, "WeftSiteIP": h.ip, "WeftNAT": true}
+		for k, w := range want {
+			got, ok := v[k]
+			if h.lh.LAN == lab.Internet && ok {
+				t.Errorf("lease of %s (no site) has %s=%v: %s", name, k, got, leases[key])
+			}
+			if h.lh.LAN != lab.Internet && got != w {
+				t.Errorf("lease of %s: %s=%v, want %v: %s", name, k, got, w, leases[key])
+			}
+		}
+	}
+}
+
+// sitesMesh: the pods of every host reach those of every other host.
+func sitesMesh(t *testing.T, s *siteLab) {
+	start := time.Now()
+	ok, failed := s.pingPairs(siteHosts, 30*time.Second)
+	if len(failed) > 0 {
+		t.Fatalf("pairs that never answered: %v (answered: %v)", failed, ok)
+	}
+	t.Logf("all %d pairs answered within %v", len(ok), time.Since(start).Round(time.Millisecond))
+}
+
+// pingCount sends n pings from ns to dst (flood: as fast as they come back) and
+// returns how many were answered.
+func pingCount(t *testing.T, from *host, dst string, n int, flood bool) int {
+	t.Helper()
+	args := []string{"-q", "-c", strconv.Itoa(n), "-w", "60"}
+	if flood {
+		args = append(args, "-f")
+	} else {
+		args = append(args, "-i", "0.01")
+	}
+	out, _ := from.pod.Run(context.Background(), "ping", append(args, dst)...)
+	m := regexp.MustCompile(`(\d+) received`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("ping from %s's pod: %s", from.name, out)
+	}
+	got, _ := strconv.Atoi(m[1])
+	return got
+}
+
+// sitesWithin: a1 and a2 talk directly on their LAN: 10,000 pings between their
+// pods leave site a's router's forward counter nearly flat (its probes, keepalives and
+// etcd traffic pass there: far fewer than the pings' 20,000 packets), a1 dials a2 at
+// a2's LAN address, and GET /peers says direct.
+func sitesWithin(t *testing.T, s *siteLab) {
+	ctx := context.Background()
+	ra := s.sites["a"]
+	before, err := ra.Forwarded(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10000
+	got := pingCount(t, s.h["a1"], s.pod["a2"], n, true)
+	after, err := ra.Forwarded(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a1 -> a2: %d of %d pings answered; site a's router forwarded %d packets meanwhile", got, n, after-before)
+	if got < n*99/100 {
+		t.Fatalf("a1 -> a2: %d of %d pings answered", got, n)
+	}
+	if after-before >= n/10 {
+		t.Fatalf("site a's router forwarded %d packets while a1 and a2 exchanged %d pings: their traffic goes through it", after-before, n)
+	}
+	p, err := s.peerOn("a1", "a2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Path != "direct" || p.Endpoint != "192.0.2.11:51820" {
+		t.Fatalf("a2 on a1: path %q endpoint %q, want direct to 192.0.2.11:51820", p.Path, p.Endpoint)
+	}
+	c := s.at(t)
+	keyA2, _ := wgLeaseData(c, s.h["a2"])
+	if wp := wgPeers(c, s.h["a1"], "flannel-wg")[keyA2]; wp.endpoint != "192.0.2.11:51820" {
+		t.Fatalf("a2 on a1 (wg show): %+v, want endpoint 192.0.2.11:51820", wp)
+	}
+}
+
+// relayOf is the host that relays from's traffic to to, from GET /peers on from.
+func (s *siteLab) relayOf(from, to string) (string, error) {
+	p, err := s.peerOn(from, to)
+	if err != nil {
+		return "", err
+	}
+	via, ok := strings.CutPrefix(p.Path, "relay via ")
+	relay := s.hostOf(via)
+	if !ok || (relay != "p" && relay != "q") {
+		return "", fmt.Errorf("%s on %s: path %q, want relay via p's (%s) or q's (%s) subnet", to, from, p.Path, s.subnet["p"], s.subnet["q"])
+	}
+	return relay, nil
+}
+
+// relayed is weft_relay_forwarded_packets_total on host name.
+func (s *siteLab) relayed(t *testing.T, name string) float64 {
+	t.Helper()
+	v, ok := mustScrape(t, s.h[name]).value("weft_relay_forwarded_packets_total")
+	if !ok {
+		t.Fatalf("%s's /metrics has no weft_relay_forwarded_packets_total", name)
+	}
+	return v
+}
+
+// sitesRelayed: a1 and b1, both behind NAT in different sites, talk through p or q:
+// GET /peers on both says which, and the relay counts both ways of every ping.
+func sitesRelayed(t *testing.T, s *siteLab) {
+	relay, err := s.relayOf("a1", "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, err := s.relayOf("b1", "a1"); err != nil || back != relay {
+		t.Fatalf("b1 -> a1 relayed by %q (%v), a1 -> b1 by %s", back, err, relay)
+	}
+	// On a1's device, b1's subnet is among the relay's AllowedIPs.
+	c := s.at(t)
+	key, _ := wgLeaseData(c, s.h[relay])
+	if wp := wgPeers(c, s.h["a1"], "flannel-wg")[key]; !slices.Contains(strings.Split(wp.allowed, ","), s.subnet["b1"]) {
+		t.Fatalf("%s on a1 (wg show): %+v, want %s among its allowed IPs", relay, wp, s.subnet["b1"])
+	}
+	before := s.relayed(t, relay)
+	got := pingCount(t, s.h["a1"], s.pod["b1"], 200, false)
+	after := s.relayed(t, relay)
+	t.Logf("a1 -> b1 via %s: %d of 200 pings answered, %s relayed %v packets", relay, got, relay, after-before)
+	if got < 190 || after-before < float64(2*got) {
+		t.Fatalf("a1 -> b1 via %s: %d of 200 pings answered, weft_relay_forwarded_packets_total rose by %v (want at least %d)",
+			relay, got, after-before, 2*got)
+	}
+}
+
+// sitesSamePort: a1 and a2 both listen on 51820 and leave by one address; the NAT
+// gives them two ports, and p knows each by its own (learned) endpoint.
+func sitesSamePort(t *testing.T, s *siteLab) {
+	c := s.at(t)
+	eps := map[string]netip.AddrPort{}
+	for _, name := range []string{"a1", "a2"} {
+		if _, port := wgLeaseData(c, s.h[name]); port != 51820 {
+			t.Fatalf("%s's lease: Port %d, want 51820", name, port)
+		}
+		if _, err := awaitPing(s.h["p"].pod, s.pod[name], 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		key, _ := wgLeaseData(c, s.h[name])
+		wp := wgPeers(c, s.h["p"], "flannel-wg")[key]
+		ep, err := netip.ParseAddrPort(wp.endpoint)
+		if err != nil || ep.Addr() != s.sites["a"].Outside || wp.handshake == 0 {
+			t.Fatalf("%s on p (wg show): %+v, want a handshake from %v", name, wp, s.sites["a"].Outside)
+		}
+		p, err := s.peerOn("p", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Path != "direct" || p.Endpoint != wp.endpoint || p.LastHandshake == "" {
+			t.Fatalf("%s on p: GET /peers %+v, wg show endpoint %s", name, p, wp.endpoint)
+		}
+		eps[name] = ep
+	}
+	if eps["a1"] == eps["a2"] {
+		t.Fatalf("a1 and a2 on p: one endpoint %v", eps["a1"])
+	}
+	t.Logf("p sees a1 at %v, a2 at %v", eps["a1"], eps["a2"])
+}
+
+// sitesConntrack: site a's router forgets its mappings; p's pod reaches a1's again
+// within 30 s (a1's keepalive or traffic makes a new mapping, p learns it).
+func sitesConntrack(t *testing.T, s *siteLab) {
+	if err := s.sites["a"].FlushConntrack(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	took, err := awaitPing(s.h["p"].pod, s.pod["a1"], 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("p -> a1 answered %v after the flush", took.Round(time.Millisecond))
+}
+
+// sitesRestart: weftd on a1 stopped and started again is back in the mesh (its pod
+// reaches p's, a2's and b1's) within 10 s of the start.
+func sitesRestart(t *testing.T, s *siteLab) {
+	c := s.at(t)
+	c.stop(s.h["a1"])
+	started := time.Now()
+	s.start(c, "a1")
+	c.waitSubnetEnv(s.h["a1"])
+	for _, to := range []string{"p", "a2", "b1"} {
+		left := 10*time.Second - time.Since(started)
+		if _, err := awaitPing(s.h["a1"].pod, s.pod[to], left); err != nil {
+			t.Fatalf("%v after the restart: %v", time.Since(started).Round(time.Millisecond), err)
+		}
+		t.Logf("a1 -> %s answered %v after weftd on a1 started again", to, time.Since(started).Round(time.Millisecond))
+	}
+	// Its GET /peers lists every peer again, b1 relayed.
+	eventually(t, 10*time.Second-time.Since(started), func() error {
+		_, err := s.relayOf("a1", "b1")
+		return err
+	})
+	t.Logf("a1's GET /peers names b1's relay %v after weftd on a1 started again", time.Since(started).Round(time.Millisecond))
+}
+
+// sitesRelayGone: the relay's weftd killed, the other public host takes over
+// within 30 s: a1 and b1 talk again, GET /peers names it, it counts.
+func sitesRelayGone(t *testing.T, s *siteLab) {
+	relay, err := s.relayOf("a1", "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := map[string]string{"p": "q", "q": "p"}[relay]
+	if err := s.h[relay].daemon.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	for _, pair := range [][2]string{{"a1", "b1"}, {"b1", "a1"}} {
+		if _, err := awaitPing(s.h[pair[0]].pod, s.pod[pair[1]], 30*time.Second-time.Since(killed)); err != nil {
+			t.Fatalf("%s killed %v ago: %v", relay, time.Since(killed).Round(time.Millisecond), err)
+		}
+		t.Logf("%s -> %s answered %v after %s was killed", pair[0], pair[1], time.Since(killed).Round(time.Millisecond), relay)
+	}
+	// GET /peers names the new relay (the data path already uses it).
+	eventually(t, 30*time.Second-time.Since(killed), func() error {
+		for _, pair := range [][2]string{{"a1", "b1"}, {"b1", "a1"}} {
+			if now, err := s.relayOf(pair[0], pair[1]); err != nil || now != other {
+				return fmt.Errorf("GET /peers on %s: %s relayed by %q (%v), want %s", pair[0], pair[1], now, err, other)
+			}
+		}
+		return nil
+	})
+	t.Logf("GET /peers on a1 and b1 names %s %v after %s was killed", other, time.Since(killed).Round(time.Millisecond), relay)
+	before := s.relayed(t, other)
+	got := pingCount(t, s.h["b1"], s.pod["a1"], 50, false)
+	if after := s.relayed(t, other); got < 45 || after-before < float64(2*got) {
+		t.Fatalf("b1 -> a1 via %s: %d of 50 answered, relayed %v", other, got, after-before)
+	}
+}
