@@ -6,6 +6,8 @@ DEBS    := etcd-server iperf3 iputils-ping iptables nftables iproute2 containern
            containerd runc socat wireguard-go wireguard-tools systemd
 # qemu-user-static runs the arm64 and 32-bit arm unit tests of `make cross`.
 DEBS    += qemu-user-static
+# conntrack flushes a lab NAT router's mappings (the sites tests).
+DEBS    += conntrack
 # docker.io's dockerd (20.10) loads bin/weftd-image.tar in TestDockerLoad, as a private daemon.
 DEBS    += docker.io
 export CGO_ENABLED ?= 0
