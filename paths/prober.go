@@ -24,7 +24,7 @@ type Prober struct {
 	lister encap.PathLister
 	setter encap.RouteMTUSetter // nil: the backend cannot set a route's MTU
 	follow encap.PeerStateFollower
-	id     uint16               // our ICMP echo identifier
+	id     uint16 // our ICMP echo identifier
 
 	mu       sync.Mutex
 	socks    [2]*rawSocket
