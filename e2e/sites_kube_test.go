@@ -72,7 +72,7 @@ func newKubeSiteLab(t *testing.T) (*siteLab, kubernetes.Interface) {
 	}
 	c := &cluster{t: t, lab: l, router: l.Router(), etcd: l.Etcd(), api: "v3", bin: weftd(t)}
 	s := &siteLab{cluster: c, sites: sites, h: map[string]*host{}, pod: map[string]string{},
-		subnet: map[string]string{}, useSite: true}
+		subnet: map[string]string{}} // no --site: the label says
 	for _, name := range siteHosts {
 		lh := l.Host(name)
 		h := &host{name: name, ns: lh.NS, ip: lh.Addr.String(), lh: lh}
