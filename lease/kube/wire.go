@@ -22,7 +22,7 @@ import (
 
 // The node list and watch read Nodes off the wire in protobuf and decode only what
 // weftd keeps (slim.go): name, UID, resource version, deletion timestamp, the
-// annotations under our prefix and the podCIDRs. Status (images, conditions,
+// annotations under our prefix and weft's own, and the podCIDRs. Status (images, conditions,
 // addresses: most of a Node's bytes, and what kubelets rewrite) is skipped without
 // being decoded, so the garbage a sync leaves behind, and the heap the collector
 // lets grow over it, follow the number of Nodes rather than their size.
@@ -425,7 +425,7 @@ func (d nodeDecoder) meta(b []byte, m *metav1.ObjectMeta) error {
 			}
 			// A watch-list's bookmark marks the end of its initial events with an
 			// annotation of its own, which the reflector must see.
-			if !bytes.HasPrefix(key, []byte(d.prefix)) && string(key) != metav1.InitialEventsAnnotationKey {
+			if !bytes.HasPrefix(key, []byte(d.prefix)) && !bytes.HasPrefix(key, []byte(weftAnnPrefix)) && string(key) != metav1.InitialEventsAnnotationKey {
 				return nil
 			}
 			if m.Annotations == nil {

@@ -51,6 +51,7 @@ func TestWireNode(t *testing.T) {
 	m := &Manager{prefix: "flannel.alpha.coreos.com/"}
 	n := fatNode("n1", "198.18.1.0/24")
 	n.UID, n.ResourceVersion = "u-1", "42"
+	n.Annotations[annSite], n.Annotations[annSiteIP], n.Annotations[annNAT] = "a", "192.0.2.10", "true" // weft's own prefix
 	n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, "fd00:1::/64")
 	del := metav1.NewTime(time.Unix(1700000000, 0))
 	n.DeletionTimestamp = &del
