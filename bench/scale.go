@@ -25,6 +25,8 @@ type ScaleSubject struct {
 	Name   string
 	Binary string
 	Weft   bool // weftd: /metrics is scraped (peers, re-lists)
+	// Env is added to the daemon's environment ("WEFT_PROBE=false").
+	Env []string
 }
 
 // ScaleOptions configure a scale run.
@@ -75,6 +77,9 @@ type ScaleReady struct {
 	PeersSeen  bool    `json:"peers_observed"`
 	RSSMiB     float64 `json:"rss_mib"`
 	IdleCPUPct float64 `json:"idle_cpu_pct"`
+	// ProbePktsPerS is weftd's probe packets sent per second over the Idle window
+	// (weft_probe_packets_sent_total); 0 when it sends none or is not weftd.
+	ProbePktsPerS float64 `json:"probe_packets_per_s,omitempty"`
 }
 
 // ScaleChurn is the lease churn: changes made, their rate, update latency, missed

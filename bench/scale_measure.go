@@ -71,7 +71,11 @@ func (v *daemonView) metrics() (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-func (v *daemonView) resyncs() float64 {
+func (v *daemonView) resyncs() float64 { return v.counter("weft_lease_watch_resyncs_total") }
+
+// counter is weftd's unlabelled sample name, -1 when unknown (not weftd, or weftd
+// does not export it: weft_probe_packets_sent_total when it does not probe).
+func (v *daemonView) counter(name string) float64 {
 	if !v.weft {
 		return -1
 	}
@@ -79,7 +83,7 @@ func (v *daemonView) resyncs() float64 {
 	if err != nil {
 		return -1
 	}
-	if n, ok := m["weft_lease_watch_resyncs_total"]; ok {
+	if n, ok := m[name]; ok {
 		return n
 	}
 	return -1
@@ -149,7 +153,7 @@ func (r *scaleRun) measureInto(ctx context.Context, s ScaleSubject, n int, pt *S
 		}
 		defer v.routes.close()
 	}
-	spec := lab.DaemonSpec{Binary: s.Binary, Weft: s.Weft}
+	spec := lab.DaemonSpec{Binary: s.Binary, Weft: s.Weft, Env: s.Env}
 	if s.Weft {
 		spec.Args = []string{"--healthz-ip=127.0.0.1", "--healthz-port=" + strconv.Itoa(weftHealthzPort)}
 	}
@@ -214,10 +218,14 @@ func (r *scaleRun) ready(ctx context.Context, v *daemonView, t0 time.Time, pt *S
 	r.progress("  ready in %.2fs", pt.ReadyS)
 	pid := d.Pid()
 	pt.RSSMiB, _ = rssMiB(pid)
+	sent0, w0 := v.counter("weft_probe_packets_sent_total"), time.Now()
 	if pt.IdleCPUPct, err = cpuOver(ctx, pid, r.o.Idle); err != nil {
 		return own, err
 	}
-	r.progress("  RSS %.1f MiB, idle CPU %.2f%%", pt.RSSMiB, pt.IdleCPUPct)
+	if sent1 := v.counter("weft_probe_packets_sent_total"); sent0 >= 0 && sent1 > sent0 {
+		pt.ProbePktsPerS = (sent1 - sent0) / time.Since(w0).Seconds()
+	}
+	r.progress("  RSS %.1f MiB, idle CPU %.2f%%, probe packets %.1f/s", pt.RSSMiB, pt.IdleCPUPct, pt.ProbePktsPerS)
 	return own, nil
 }
 

@@ -72,10 +72,27 @@ func (r *ScaleReport) WriteTable(w io.Writer) error {
 	return err
 }
 
+// probeCol is the column of the probe packets, in a report where a daemon probed.
+const probeCol = 5
+
+// probed reports whether a point has probe packets (the table then has their column;
+// reports of runs before weftd probed stay as they were).
+func (r *ScaleReport) probed() bool {
+	for _, p := range r.Points {
+		if p.ProbePktsPerS > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // head is the table's header of the report's mode.
 func (r *ScaleReport) head() []string {
 	if r.Mode == "kube" {
 		return kubeHead
+	}
+	if r.probed() {
+		return slices.Insert(slices.Clone(scaleHead), probeCol, "probe pkts/s")
 	}
 	return scaleHead
 }
@@ -85,7 +102,11 @@ func (r *ScaleReport) row(p ScalePoint) []string {
 	if r.Mode == "kube" {
 		return p.kubeCells()
 	}
-	return p.cells(r.Rate)
+	c := p.cells(r.Rate)
+	if r.probed() {
+		c = slices.Insert(c, probeCol, fmtF(p.ProbePktsPerS, 1))
+	}
+	return c
 }
 
 // absPath is an absolute path in free text: a slash at the start or after a space,
@@ -173,11 +194,15 @@ func (r *ScaleReport) WriteMarkdown(w io.Writer) error {
 
 // etcdIntro is the Markdown report's setup paragraph of an etcd run.
 func (r *ScaleReport) etcdIntro(b *strings.Builder) {
+	sent := "nothing is ever sent to them"
+	if r.probed() {
+		sent = "nothing answers there: weftd's peer probes go unanswered, every simulated host is down to them"
+	}
 	fmt.Fprintf(b, "Run %s, kernel %s, %d CPUs. Backend `%s`, Network %s with /%d subnets. "+
 		"Simulated hosts are leases written straight into a real etcd (flannel's layout, v3, one etcd lease of 24 h); "+
-		"their PublicIPs repeat over 192.0.2.100-254 (the lab's LAN, on-link for host-gw; nothing is ever sent to them). "+
+		"their PublicIPs repeat over 192.0.2.100-254 (the lab's LAN, on-link for host-gw; %s). "+
 		"Each daemon runs alone on a fresh lab host, with the same leases. ",
-		r.Started.UTC().Format(time.RFC3339), r.Kernel, r.CPUs, r.Backend, r.Network, r.SubnetLen)
+		r.Started.UTC().Format(time.RFC3339), r.Kernel, r.CPUs, r.Backend, r.Network, r.SubnetLen, sent)
 	fmt.Fprintf(b, "Ready: daemon start to subnet.env written and every simulated host's route in the kernel "+
 		"(for udp/alloc, weftd's `weft_peers`; * marks a daemon whose peers cannot be seen: subnet.env only). "+
 		"Idle CPU over %gs. Churn: %d lease changes per second asked for %gs (a delete and an add in turn; "+
@@ -189,8 +214,12 @@ func (r *ScaleReport) etcdIntro(b *strings.Builder) {
 		"on the way in meanwhile, so nothing queued for it survives) and it continues (SIGCONT); "+
 		"its watch must resume from a compacted revision and re-list (one re-list is right; weftd's are counted), "+
 		"caught up: SIGCONT to the kernel's routes equal to etcd (— if not within 30 s); CPU over the next %gs. "+
-		"Stale/missing compare the kernel routes with etcd.\n\n",
+		"Stale/missing compare the kernel routes with etcd.",
 		r.IdleS, r.Rate, r.ChurnS, r.IdleS, r.Rate, r.IdleS)
+	if r.probed() {
+		b.WriteString(" Probe pkts/s: weftd's weft_probe_packets_sent_total over the idle window (0.0: not probing).")
+	}
+	b.WriteString("\n\n")
 }
 
 // WriteJSON writes the report as indented JSON, with paths of the machine that ran it

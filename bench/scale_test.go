@@ -151,3 +151,44 @@ func TestScaleReportNoMachinePaths(t *testing.T) {
 		t.Errorf("the terminal table should keep the whole path: %v\n%s", err, tbl.String())
 	}
 }
+
+// TestScaleReportProbeColumn: the table has the probe packets' column (after idle
+// CPU) only when a daemon probed, so reports of earlier runs render as they were.
+func TestScaleReportProbeColumn(t *testing.T) {
+	pt := func(name string, pkts float64) ScalePoint {
+		return ScalePoint{Subject: name, Hosts: 5000, ScaleReady: ScaleReady{ReadyS: 2, PeersSeen: true, RSSMiB: 66, IdleCPUPct: 0.19, ProbePktsPerS: pkts}}
+	}
+	for _, tc := range []struct {
+		name   string
+		points []ScalePoint
+		want   []string
+		unwant []string
+	}{
+		{"none probed", []ScalePoint{pt("weftd", 0)},
+			[]string{"| idle CPU % | update p50 ms |", "| weftd | 5000 | 2.00 | 66.0 | 0.19 | — |", "nothing is ever sent to them"},
+			[]string{"probe pkts/s", "weft_probe_packets_sent_total"}},
+		{"one probed", []ScalePoint{pt("weftd", 249.96), pt("weftd-noprobe", 0)},
+			[]string{"| idle CPU % | probe pkts/s | update p50 ms |", "| weftd | 5000 | 2.00 | 66.0 | 0.19 | 250.0 | — |",
+				"| weftd-noprobe | 5000 | 2.00 | 66.0 | 0.19 | 0.0 | — |", "weft_probe_packets_sent_total over the idle window",
+				"weftd's peer probes go unanswered"},
+			[]string{"nothing is ever sent to them"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &ScaleReport{Backend: "vxlan", Network: "198.18.0.0/16", SubnetLen: 29, Rate: 50, ChurnS: 10, IdleS: 180, Points: tc.points}
+			var md bytes.Buffer
+			if err := r.WriteMarkdown(&md); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(md.String(), w) {
+					t.Errorf("markdown lacks %q:\n%s", w, md.String())
+				}
+			}
+			for _, w := range tc.unwant {
+				if strings.Contains(md.String(), w) {
+					t.Errorf("markdown has %q:\n%s", w, md.String())
+				}
+			}
+		})
+	}
+}

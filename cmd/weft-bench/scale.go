@@ -65,6 +65,9 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	verbose := fs.Bool("v", false, "debug logging")
 	var extra daemonFlag
 	fs.Var(&extra, "daemon", "NAME=PATH of another flanneld-compatible daemon, measured the same way (repeatable)")
+	var variants weftdEnvFlag
+	fs.Var(&variants, "weftd-env", "NAME=VAR=VALUE[,VAR=VALUE]: weftd measured once more as NAME with these variables "+
+		"in its environment, e.g. weftd-noprobe=WEFT_PROBE=false (repeatable; etcd mode)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -77,6 +80,9 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ns, err := scaleSizes(*hosts, *sizes)
 	if err != nil {
 		return err
+	}
+	if *kube && len(variants) > 0 {
+		return fmt.Errorf("%w: --weftd-env is for etcd mode only", errUsage)
 	}
 	if *kube {
 		set := map[string]bool{}
@@ -96,6 +102,9 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	subjects := []bench.ScaleSubject{{Name: "weftd", Binary: *weftd, Weft: true}}
+	for _, v := range variants {
+		subjects = append(subjects, bench.ScaleSubject{Name: v.name, Binary: *weftd, Weft: true, Env: v.env})
+	}
 	for _, e := range extra {
 		subjects = append(subjects, bench.ScaleSubject{Name: e[0], Binary: e[1]})
 	}
@@ -104,6 +113,32 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		NoRestart: *noRestart, NoOvertake: *noOvertake, StateFile: filepath.Join(stateDir(), "run.json"), Progress: stderr,
 	}, newLogger(stderr, *verbose))
 	return writeScale(rep, err, *out, stdout)
+}
+
+// weftdVariant is weftd measured under another name with more environment.
+type weftdVariant struct {
+	name string
+	env  []string
+}
+
+// weftdEnvFlag collects --weftd-env NAME=VAR=VALUE[,VAR=VALUE].
+type weftdEnvFlag []weftdVariant
+
+func (f *weftdEnvFlag) String() string { return fmt.Sprint(*f) }
+
+func (f *weftdEnvFlag) Set(v string) error {
+	name, vars, ok := strings.Cut(v, "=")
+	if !ok || name == "" || strings.ContainsAny(name, "/ ") {
+		return fmt.Errorf("want NAME=VAR=VALUE[,VAR=VALUE], got %q", v)
+	}
+	env := strings.Split(vars, ",")
+	for _, e := range env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return fmt.Errorf("want NAME=VAR=VALUE[,VAR=VALUE], got %q", v)
+		}
+	}
+	*f = append(*f, weftdVariant{name, env})
+	return nil
 }
 
 // kubeScaleArgs are scale's flags in Kubernetes mode.

@@ -68,3 +68,32 @@ func TestScaleReportFrom(t *testing.T) {
 		t.Fatal("a file that is not JSON was rendered")
 	}
 }
+
+func TestWeftdEnvFlag(t *testing.T) {
+	for _, tc := range []struct {
+		in       string
+		name     string
+		env      []string
+		wantFail bool
+	}{
+		{in: "weftd-noprobe=WEFT_PROBE=false", name: "weftd-noprobe", env: []string{"WEFT_PROBE=false"}},
+		{in: "slow=WEFT_PROBE_RATE=50,WEFT_PROBE_INTERVAL=10s", name: "slow", env: []string{"WEFT_PROBE_RATE=50", "WEFT_PROBE_INTERVAL=10s"}},
+		{in: "WEFT_PROBE=false", wantFail: true}, // no name
+		{in: "x=", wantFail: true},
+		{in: "x=WEFT_PROBE", wantFail: true},
+		{in: "a/b=WEFT_PROBE=false", wantFail: true},
+		{in: "x==false", wantFail: true},
+	} {
+		var f weftdEnvFlag
+		err := f.Set(tc.in)
+		if tc.wantFail {
+			if err == nil {
+				t.Errorf("Set(%q) = nil, want an error (got %v)", tc.in, f)
+			}
+			continue
+		}
+		if err != nil || len(f) != 1 || f[0].name != tc.name || !slices.Equal(f[0].env, tc.env) {
+			t.Errorf("Set(%q) = %v, %v; want %s with %v", tc.in, f, err, tc.name, tc.env)
+		}
+	}
+}
