@@ -117,8 +117,8 @@ func newProbeRTT() prometheus.Histogram {
 
 // pathsCollector reports the probes at scrape time.
 type pathsCollector struct {
-	d           *daemon
-	state, sent *prometheus.Desc
+	d                   *daemon
+	state, sent, unsent *prometheus.Desc
 }
 
 func newPathsCollector(d *daemon) *pathsCollector {
@@ -126,10 +126,16 @@ func newPathsCollector(d *daemon) *pathsCollector {
 		d:     d,
 		state: prometheus.NewDesc("weft_peer_paths", "Peer subnets by the state their probes found (unknown, up, degraded, down).", []string{"state"}, nil),
 		sent:  prometheus.NewDesc("weft_probe_packets_sent_total", "Probe packets sent to the peers.", nil, nil),
+		unsent: prometheus.NewDesc("weft_probe_rounds_unsent_total",
+			"Rounds of probes the kernel had no room for (ENOBUFS: probes to peers that do not answer ARP fill the socket): not judged, sent again a period later.", nil, nil),
 	}
 }
 
-func (c *pathsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.state; ch <- c.sent }
+func (c *pathsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.state
+	ch <- c.sent
+	ch <- c.unsent
+}
 
 func (c *pathsCollector) Collect(ch chan<- prometheus.Metric) {
 	pr := c.d.prober.Load()
@@ -140,4 +146,5 @@ func (c *pathsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, float64(n), state)
 	}
 	ch <- prometheus.MustNewConstMetric(c.sent, prometheus.CounterValue, float64(pr.Sent()))
+	ch <- prometheus.MustNewConstMetric(c.unsent, prometheus.CounterValue, float64(pr.Unsent()))
 }

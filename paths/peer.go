@@ -64,7 +64,7 @@ type peer struct {
 // answers are the answers a round got.
 type answers struct {
 	tunnel, full, underlay bool
-	underlaySent           bool
+	fullSent, underlaySent bool
 	rtt                    time.Duration
 	sizes                  []int // sizes of an MTU search answered
 }
@@ -150,6 +150,9 @@ func (p *peer) judgeMTU(now time.Time) {
 			}
 		}
 		return
+	}
+	if !g.fullSent {
+		return // the MTU was not checked this round
 	}
 	if g.full {
 		p.fullOK++

@@ -13,8 +13,17 @@ import (
 	"github.com/weftnet/weft/encap"
 )
 
-// tick is how often the Prober looks for rounds to judge and rounds due.
-const tick = 20 * time.Millisecond
+// tick is how often the Prober looks for rounds to judge and rounds due: ten times a
+// second is precise enough for rounds of seconds and keeps an idle prober asleep.
+const tick = 100 * time.Millisecond
+
+// Once rounds are longer than fullEveryAbove (many peers), the full-size probe goes
+// every fullEvery-th round only, while the path MTU is known and fine: it is most of
+// the cost of a round, and a path's MTU seldom changes.
+const (
+	fullEveryAbove = 5 * time.Second
+	fullEvery      = 5
+)
 
 // Prober probes the paths a backend lists. Run probes until its context ends; Report,
 // Summary and Counts may be called at any time.
@@ -34,6 +43,11 @@ type Prober struct {
 	nextID   uint32
 	inflight []*peer // rounds in flight, oldest first
 	due      dueQueue
+	// perRound is the mean of packets a round sends (an average of the last rounds),
+	// which plans the period; unsent counts rounds whose probes the kernel had no
+	// room for (ENOBUFS): not judged, tried again next period.
+	perRound float64
+	unsent   uint64
 	sent     uint64
 	buf      []byte // the send buffer, allocated once
 }
@@ -44,6 +58,7 @@ func New(cfg Config, lister encap.PathLister, log *zap.Logger) *Prober {
 	pr := &Prober{
 		cfg: cfg.withDefaults(), log: log, lister: lister, id: uint16(rand.Uint32()),
 		peers: map[netip.Prefix]*peer{}, byID: map[uint32]*peer{}, buf: make([]byte, maxProbeLen),
+		perRound: 1.5,
 	}
 	pr.setter, _ = lister.(encap.RouteMTUSetter)
 	pr.follow, _ = lister.(encap.PeerStateFollower)
@@ -174,9 +189,15 @@ func (pr *Prober) openSocket(fam int, wg *sync.WaitGroup) {
 // period is the time between two rounds to a peer: Interval, or longer when the
 // rate does not allow that many probes.
 func (pr *Prober) period() time.Duration {
-	const packetsPerRound = 2.1
-	need := time.Duration(float64(len(pr.peers)) * packetsPerRound / float64(pr.cfg.Rate) * float64(time.Second))
+	need := time.Duration(float64(len(pr.peers)) * pr.perRound / float64(pr.cfg.Rate) * float64(time.Second))
 	return max(pr.cfg.Interval, need)
+}
+
+// Unsent is how many rounds could not be sent for want of room in the kernel.
+func (pr *Prober) Unsent() uint64 {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.unsent
 }
 
 // sendDue sends the rounds that are due, as far as tokens (packets) allow; it
@@ -201,14 +222,26 @@ func (pr *Prober) sendDue(now time.Time, tokens float64) float64 {
 		if s == nil || p.pending {
 			continue
 		}
-		tokens -= float64(pr.sendRound(s, p, now))
+		n, sent := pr.sendRound(s, p, now, period)
+		tokens -= float64(n)
+		pr.perRound += (float64(n) - pr.perRound) / 64
+		if !sent {
+			p.pending = false
+			pr.unsent++
+			continue
+		}
 		pr.inflight = append(pr.inflight, p)
 	}
 	return tokens
 }
 
-// sendRound sends p's probes of a new round and returns how many it sent.
-func (pr *Prober) sendRound(s *rawSocket, p *peer, now time.Time) int {
+// sendRound sends p's probes of a new round: the small one through the tunnel; the
+// full-size one while the tunnel answers (every round, or with long periods every
+// fullEvery-th while the MTU is fine); the public address's while the tunnel is
+// silent (every third round once the peer is down and its reason known). It returns
+// how many it sent, and false when the kernel had no room for the main one (the
+// round is then not judged).
+func (pr *Prober) sendRound(s *rawSocket, p *peer, now time.Time, period time.Duration) (int, bool) {
 	p.round++
 	p.sent, p.pending, p.got, p.sendErr = now, true, answers{}, nil
 	n := 0
@@ -221,24 +254,33 @@ func (pr *Prober) sendRound(s *rawSocket, p *peer, now time.Time) int {
 	}
 	if p.tunneled() {
 		p.sendErr = send(kindTunnel, smallProbe, p.path.Local, p.path.Overlay)
+		if noRoom(p.sendErr) {
+			return n, false
+		}
+		mtuFine := p.pathMTU == p.path.MTU && p.fullLost == 0 && p.routeMTU == 0
 		switch {
-		case p.sendErr != nil:
+		case p.sendErr != nil || p.lost > 0:
 		case p.search != nil:
 			for _, v := range p.search.sizes {
 				_ = send(kindSearch, v, p.path.Local, p.path.Overlay)
 				_ = send(kindSearch, v, p.path.Local, p.path.Overlay)
 			}
-		case p.path.MTU > 0:
+		case p.path.MTU > 0 && (!mtuFine || period <= fullEveryAbove || p.round%fullEvery == 0):
+			p.got.fullSent = true
 			_ = send(kindFull, p.path.MTU, p.path.Local, p.path.Overlay)
 		}
 	}
-	if !p.tunneled() || p.lost > 0 || p.sendErr != nil {
+	if !p.tunneled() || p.sendErr != nil || p.lost > 0 && (p.state != StateDown || p.lost%3 == 0) {
 		p.got.underlaySent = true
-		if err := send(kindUnderlay, smallProbe, netip.Addr{}, p.path.PublicIP); err != nil && !p.tunneled() {
+		err := send(kindUnderlay, smallProbe, netip.Addr{}, p.path.PublicIP)
+		if !p.tunneled() {
+			if noRoom(err) {
+				return n, false
+			}
 			p.sendErr = err
 		}
 	}
-	return n
+	return n, true
 }
 
 // receive records the answers s reads until it is closed.

@@ -74,6 +74,14 @@ func (s *rawSocket) setUp() error {
 			// and counted as loss, so be generous.
 			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 1<<20)
 		}
+		if serr == nil {
+			// Room for probes the kernel holds while it resolves a neighbour (a
+			// peer gone holds them ~3 s): past the default, sends fail (ENOBUFS).
+			// Beyond wmem_max with CAP_NET_ADMIN; else as much as allowed.
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 4<<20) != nil {
+				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, 4<<20)
+			}
+		}
 	}); err != nil {
 		return err
 	}
@@ -123,3 +131,7 @@ func (s *rawSocket) recv(b []byte, deadline time.Time) (int, netip.Addr, error) 
 func (s *rawSocket) close() error { return s.c.Close() }
 
 func isClosed(err error) bool { return errors.Is(err, net.ErrClosed) }
+
+// noRoom reports whether a send failed for want of room in the kernel's queues: the
+// probe was not sent, which says nothing of the path.
+func noRoom(err error) bool { return errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.EAGAIN) }

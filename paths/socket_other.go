@@ -21,3 +21,5 @@ func (*rawSocket) recv([]byte, time.Time) (int, netip.Addr, error) {
 func (*rawSocket) close() error { return nil }
 
 func isClosed(error) bool { return true }
+
+func noRoom(error) bool { return false }
