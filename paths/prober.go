@@ -92,7 +92,10 @@ func (pr *Prober) Run(ctx context.Context) error {
 	tokens := 0.0
 	for {
 		now := time.Now()
-		if now.Sub(refreshed) >= pr.cfg.Interval {
+		pr.mu.Lock()
+		every := pr.refreshEvery()
+		pr.mu.Unlock()
+		if now.Sub(refreshed) >= every {
 			refreshed = now
 			pr.refresh(ctx, now, &wg)
 		}
@@ -188,9 +191,19 @@ func (pr *Prober) openSocket(fam int, wg *sync.WaitGroup) {
 
 // period is the time between two rounds to a peer: Interval, or longer when the
 // rate does not allow that many probes.
+// The period is planned on planShare of the rate: rounds planned at the whole of it
+// would queue behind each other at the least burst and fall ever further behind.
 func (pr *Prober) period() time.Duration {
-	need := time.Duration(float64(len(pr.peers)) * pr.perRound / float64(pr.cfg.Rate) * float64(time.Second))
+	const planShare = 0.8
+	need := time.Duration(float64(len(pr.peers)) * pr.perRound / (planShare * float64(pr.cfg.Rate)) * float64(time.Second))
 	return max(pr.cfg.Interval, need)
+}
+
+// refreshEvery is how often the backend's paths are read again: every Interval for a
+// few peers, less often for thousands (a new peer waits at most 10 s for its first
+// round; its lease took longer to come). pr.mu is held.
+func (pr *Prober) refreshEvery() time.Duration {
+	return max(pr.cfg.Interval, min(pr.period()/4, 10*time.Second))
 }
 
 // Unsent is how many rounds could not be sent for want of room in the kernel.
