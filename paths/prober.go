@@ -100,7 +100,7 @@ func (pr *Prober) Run(ctx context.Context) error {
 			pr.refresh(ctx, now, &wg)
 		}
 		if !last.IsZero() {
-			tokens = min(tokens+now.Sub(last).Seconds()*float64(pr.cfg.Rate), float64(pr.cfg.Rate)/5+8)
+			tokens = min(tokens+now.Sub(last).Seconds()*float64(pr.cfg.Rate), float64(pr.cfg.Rate)+8) // a second's burst
 		}
 		last = now
 		pr.judgeDue(ctx, now)
@@ -193,8 +193,9 @@ func (pr *Prober) openSocket(fam int, wg *sync.WaitGroup) {
 // rate does not allow that many probes.
 // The period is planned on planShare of the rate: rounds planned at the whole of it
 // would queue behind each other at the least burst and fall ever further behind.
+// pr.mu is held.
 func (pr *Prober) period() time.Duration {
-	const planShare = 0.8
+	const planShare = 0.9
 	need := time.Duration(float64(len(pr.peers)) * pr.perRound / (planShare * float64(pr.cfg.Rate)) * float64(time.Second))
 	return max(pr.cfg.Interval, need)
 }

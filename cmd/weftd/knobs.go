@@ -95,7 +95,7 @@ var knobs = []knob{
 			return err
 		}},
 	{"WEFT_PROBE_RATE", "peer probes: most probe packets sent per second (10-100000)",
-		"`200`", func(t *settings, v string) error {
+		"`130`", func(t *settings, v string) error {
 			n, err := strconv.Atoi(v)
 			if err == nil && (n < 10 || n > 100000) {
 				err = fmt.Errorf("%d: %w (10-100000)", n, errProbeRange)
