@@ -58,7 +58,7 @@ func New(cfg Config, lister encap.PathLister, log *zap.Logger) *Prober {
 	pr := &Prober{
 		cfg: cfg.withDefaults(), log: log, lister: lister, id: uint16(rand.Uint32()),
 		peers: map[netip.Prefix]*peer{}, byID: map[uint32]*peer{}, buf: make([]byte, maxProbeLen),
-		perRound: 1.5,
+		perRound: 1.2,
 	}
 	pr.setter, _ = lister.(encap.RouteMTUSetter)
 	pr.follow, _ = lister.(encap.PeerStateFollower)
@@ -197,8 +197,13 @@ func (pr *Prober) openSocket(fam int, wg *sync.WaitGroup) {
 func (pr *Prober) period() time.Duration {
 	const planShare = 0.9
 	need := time.Duration(float64(len(pr.peers)) * pr.perRound / (planShare * float64(pr.cfg.Rate)) * float64(time.Second))
-	return max(pr.cfg.Interval, need)
+	return max(pr.cfg.Interval, min(need, maxPeriod))
 }
+
+// maxPeriod is the longest planned time between two rounds to a peer: every peer is
+// probed within a minute. When the rate cannot carry that many rounds, they fall
+// behind instead (weft_probe_packets_sent_total then stays at the rate).
+const maxPeriod = 55 * time.Second
 
 // refreshEvery is how often the backend's paths are read again: every Interval for a
 // few peers, less often for thousands (a new peer waits at most 10 s for its first
@@ -238,7 +243,9 @@ func (pr *Prober) sendDue(now time.Time, tokens float64) float64 {
 		}
 		n, sent := pr.sendRound(s, p, now, period)
 		tokens -= float64(n)
-		pr.perRound += (float64(n) - pr.perRound) / 64
+		if p.round > 1 { // a first round checks the MTU too: not what rounds cost later
+			pr.perRound += (float64(n) - pr.perRound) / 64
+		}
 		if !sent {
 			p.pending = false
 			pr.unsent++
@@ -279,7 +286,9 @@ func (pr *Prober) sendRound(s *rawSocket, p *peer, now time.Time, period time.Du
 				_ = send(kindSearch, v, p.path.Local, p.path.Overlay)
 				_ = send(kindSearch, v, p.path.Local, p.path.Overlay)
 			}
-		case p.path.MTU > 0 && (!mtuFine || period <= fullEveryAbove || p.round%fullEvery == 0):
+		case p.path.MTU > 0 && (period <= fullEveryAbove || p.round > 1 && (!mtuFine || p.round%fullEvery == 0)):
+			// (With many peers a first round is the small probe alone: the first
+			// rounds to thousands of new peers then take half the time.)
 			p.got.fullSent = true
 			_ = send(kindFull, p.path.MTU, p.path.Local, p.path.Overlay)
 		}
