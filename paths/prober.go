@@ -278,7 +278,10 @@ func (pr *Prober) sendRound(s *rawSocket, p *peer, now time.Time, period time.Du
 		if noRoom(p.sendErr) {
 			return n, false
 		}
-		mtuFine := p.pathMTU == p.path.MTU && p.fullLost == 0 && p.routeMTU == 0
+		// With many peers the MTU of a path is checked in one round of fullEvery,
+		// each peer's turn offset by its id (so the rounds after a start do not all
+		// check it at once), and in every round while it is in doubt.
+		doubt := p.fullLost > 0 || p.routeMTU > 0
 		switch {
 		case p.sendErr != nil || p.lost > 0:
 		case p.search != nil:
@@ -286,9 +289,7 @@ func (pr *Prober) sendRound(s *rawSocket, p *peer, now time.Time, period time.Du
 				_ = send(kindSearch, v, p.path.Local, p.path.Overlay)
 				_ = send(kindSearch, v, p.path.Local, p.path.Overlay)
 			}
-		case p.path.MTU > 0 && (period <= fullEveryAbove || p.round > 1 && (!mtuFine || p.round%fullEvery == 0)):
-			// (With many peers a first round is the small probe alone: the first
-			// rounds to thousands of new peers then take half the time.)
+		case p.path.MTU > 0 && (period <= fullEveryAbove || doubt || (uint32(p.round)+p.id)%fullEvery == 0):
 			p.got.fullSent = true
 			_ = send(kindFull, p.path.MTU, p.path.Local, p.path.Overlay)
 		}
