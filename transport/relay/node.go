@@ -1,0 +1,480 @@
+package relay
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/crypto/blake2s"
+	"golang.org/x/crypto/curve25519"
+)
+
+// DefaultPort is the path port: where weftd's relay socket listens on every host of
+// the wireguard backend.
+const DefaultPort = 51822
+
+// regTTL is how long a hello registers its sender with a relay: senders say hello
+// every HelloEvery, which also keeps their NAT's mapping of the path port open.
+const (
+	regTTL     = 45 * time.Second
+	HelloEvery = 10 * time.Second
+)
+
+// maxFrame is the largest datagram read: a WireGuard datagram of any MTU and the
+// relay frame around it.
+const maxFrame = 65535
+
+// Config is a Node's.
+type Config struct {
+	// Port is the UDP port of the relay socket (on every address).
+	Port int
+	// Private is our WireGuard private key: the hellos' MACs are keyed by it.
+	Private [32]byte
+	// WGPort is where our WireGuard device listens: relayed datagrams are handed to
+	// it on 127.0.0.1 at this port.
+	WGPort int
+	// SeenAt is where our WireGuard device sees peer k's device (the endpoint in
+	// use), told to k in the answer to its hello; nil or an invalid address: unknown.
+	SeenAt func(k Key) netip.AddrPort
+	Log    *zap.Logger
+}
+
+// Node is one host's relay socket: it answers hellos, relays, pings and hands relayed
+// WireGuard datagrams to the local device. Its methods may be called at any time from
+// any goroutine.
+type Node struct {
+	cfg  Config
+	pub  Key
+	conn *net.UDPConn
+	wg   netip.AddrPort // our device on loopback
+
+	mu     sync.Mutex
+	regs   map[Key]registration   // hosts registered with us, as their relay
+	lastTS map[Key]uint64         // the newest hello's time from each key
+	sent   map[Key]uint64         // our last hello's time to each key
+	seen   map[Key]Seen           // what each host we said hello to sees of us
+	routes map[Key]netip.AddrPort // the relay for datagrams to a peer
+	heard  map[Key]netip.AddrPort // the relay a peer's datagrams last came through
+	locals map[Key]*local
+	pings  map[uint64]pingSent
+	rtts   map[pathID]Measure
+	macs   map[Key][32]byte
+	closed bool
+
+	forwarded, forwardedBytes atomic.Uint64
+	dropped                   atomic.Uint64
+	relayedOut, relayedIn     atomic.Uint64
+}
+
+type registration struct {
+	addr netip.AddrPort
+	at   time.Time
+}
+
+// Seen is what a host we said hello to sees of us: where our hello came from (the
+// relay socket's outside address), and where its WireGuard device sees ours.
+type Seen struct {
+	Relay, WireGuard netip.AddrPort
+	At               time.Time
+	RTT              time.Duration
+}
+
+type pingSent struct {
+	id  pathID
+	at  time.Time
+	due time.Time
+}
+
+// pathID is a way to a peer: straight (via invalid) or through the relay at via.
+type pathID struct {
+	peer Key
+	via  netip.AddrPort
+}
+
+// Measure is what the pings of one way found: the last round trip and when it was
+// answered; NoPeer is set when the relay said it cannot reach the peer.
+type Measure struct {
+	RTT    time.Duration
+	At     time.Time
+	NoPeer time.Time
+}
+
+// Listen opens the relay socket on port cfg.Port of every address.
+func Listen(cfg Config) (*Node, error) {
+	pub, err := curve25519.X25519(cfg.Private[:], curve25519.Basepoint)
+	if err != nil {
+		return nil, fmt.Errorf("relay: our public key: %w", err)
+	}
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{Port: cfg.Port})
+	if err != nil {
+		return nil, fmt.Errorf("relay: listen on UDP %d: %w", cfg.Port, err)
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	n := &Node{cfg: cfg, pub: Key(pub), conn: conn,
+		wg:   netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(cfg.WGPort)),
+		regs: map[Key]registration{}, lastTS: map[Key]uint64{}, sent: map[Key]uint64{}, seen: map[Key]Seen{},
+		routes: map[Key]netip.AddrPort{}, heard: map[Key]netip.AddrPort{}, locals: map[Key]*local{},
+		pings: map[uint64]pingSent{}, rtts: map[pathID]Measure{}, macs: map[Key][32]byte{},
+	}
+	return n, nil
+}
+
+// Port is the port the socket listens on.
+func (n *Node) Port() int { return n.conn.LocalAddr().(*net.UDPAddr).Port }
+
+// Run reads the relay socket until ctx ends or the node is closed.
+func (n *Node) Run(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { _ = n.Close() })
+	defer stop()
+	buf := make([]byte, maxFrame)
+	for {
+		size, from, err := n.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			// ICMP errors of an earlier send (ECONNREFUSED) end up here: not ours to end on.
+			continue
+		}
+		n.handle(buf[:size], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()))
+	}
+}
+
+// Close closes the relay socket and every loopback socket.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	locals := n.locals
+	n.locals = map[Key]*local{}
+	n.mu.Unlock()
+	errs := []error{n.conn.Close()}
+	for _, l := range locals {
+		errs = append(errs, l.close())
+	}
+	return errors.Join(errs...)
+}
+
+// Forwarded is what this host relayed for others: packets and bytes.
+func (n *Node) Forwarded() (packets, bytes uint64) { return n.forwarded.Load(), n.forwardedBytes.Load() }
+
+// Relayed is how many of our WireGuard datagrams went out through a relay and came
+// in through one.
+func (n *Node) Relayed() (out, in uint64) { return n.relayedOut.Load(), n.relayedIn.Load() }
+
+// Dropped counts frames dropped: malformed, unauthenticated, unroutable.
+func (n *Node) Dropped() uint64 { return n.dropped.Load() }
+
+// macKey is the MAC key shared with peer k: a hash of our static Diffie-Hellman.
+func (n *Node) macKey(k Key) ([32]byte, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if m, ok := n.macs[k]; ok {
+		return m, true
+	}
+	shared, err := curve25519.X25519(n.cfg.Private[:], k[:])
+	if err != nil {
+		return [32]byte{}, false // a low-order key: no MAC with it
+	}
+	h, _ := blake2s.New256(nil)
+	h.Write([]byte("weft relay hello v1"))
+	h.Write(shared)
+	var m [32]byte
+	copy(m[:], h.Sum(nil))
+	if len(n.macs) > 4096 {
+		clear(n.macs)
+	}
+	n.macs[k] = m
+	return m, true
+}
+
+func mac(key [32]byte, b []byte) [macLen]byte {
+	h, _ := blake2s.New128(key[:])
+	h.Write(b)
+	return [macLen]byte(h.Sum(nil))
+}
+
+// Hello says hello to the host of key k at addr: it registers us with it as a
+// relay and answers with where it sees us (Seen).
+func (n *Node) Hello(k Key, addr netip.AddrPort) error {
+	mk, ok := n.macKey(k)
+	if !ok {
+		return fmt.Errorf("relay: hello: a key no MAC can be made with")
+	}
+	ts := uint64(time.Now().UnixNano())
+	var b [helloLen]byte
+	putHeader(b[:], tHello)
+	copy(b[5:], n.pub[:])
+	binary.BigEndian.PutUint64(b[37:], ts)
+	m := mac(mk, b[:helloLen-macLen])
+	copy(b[helloLen-macLen:], m[:])
+	n.mu.Lock()
+	n.sent[k] = ts
+	n.mu.Unlock()
+	_, err := n.conn.WriteToUDPAddrPort(b[:], addr)
+	return err
+}
+
+// Seen is what each host we said hello to sees of us, by its key.
+func (n *Node) Seen() map[Key]Seen {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[Key]Seen, len(n.seen))
+	for k, s := range n.seen {
+		out[k] = s
+	}
+	return out
+}
+
+// handle is what a frame from src does.
+func (n *Node) handle(b []byte, src netip.AddrPort) {
+	t, err := frameType(b)
+	if err != nil {
+		n.dropped.Add(1)
+		return
+	}
+	switch t {
+	case tHello:
+		n.onHello(b, src)
+	case tHelloAck:
+		n.onAck(b)
+	case tRelay:
+		n.onRelay(b, src)
+	case tDeliver:
+		n.onDeliver(b, src)
+	case tNoPeer:
+		to := Key(b[5:37])
+		n.mu.Lock()
+		m := n.rtts[pathID{to, src}]
+		m.NoPeer = time.Now()
+		n.rtts[pathID{to, src}] = m
+		n.mu.Unlock()
+	}
+}
+
+func (n *Node) onHello(b []byte, src netip.AddrPort) {
+	from := Key(b[5:37])
+	ts := binary.BigEndian.Uint64(b[37:])
+	mk, ok := n.macKey(from)
+	if m := mac(mk, b[:helloLen-macLen]); !ok || subtle.ConstantTimeCompare(m[:], b[helloLen-macLen:helloLen]) != 1 {
+		n.dropped.Add(1)
+		return
+	}
+	n.mu.Lock()
+	if ts <= n.lastTS[from] {
+		n.mu.Unlock()
+		n.dropped.Add(1) // a replay
+		return
+	}
+	n.lastTS[from] = ts
+	n.regs[from] = registration{addr: src, at: time.Now()}
+	n.mu.Unlock()
+	var wgSeen netip.AddrPort
+	if n.cfg.SeenAt != nil {
+		wgSeen = n.cfg.SeenAt(from)
+	}
+	var a [ackLen]byte
+	putHeader(a[:], tHelloAck)
+	copy(a[5:], n.pub[:])
+	binary.BigEndian.PutUint64(a[37:], ts)
+	putAddr(a[45:], src)
+	putAddr(a[45+addrLen:], wgSeen)
+	m := mac(mk, a[:ackLen-macLen])
+	copy(a[ackLen-macLen:], m[:])
+	_, _ = n.conn.WriteToUDPAddrPort(a[:], src)
+}
+
+func (n *Node) onAck(b []byte) {
+	from := Key(b[5:37])
+	ts := binary.BigEndian.Uint64(b[37:])
+	mk, ok := n.macKey(from)
+	if m := mac(mk, b[:ackLen-macLen]); !ok || subtle.ConstantTimeCompare(m[:], b[ackLen-macLen:ackLen]) != 1 {
+		n.dropped.Add(1)
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.sent[from] != ts {
+		return // an answer to an older hello
+	}
+	now := time.Now()
+	n.seen[from] = Seen{Relay: getAddr(b[45:]), WireGuard: getAddr(b[45+addrLen:]), At: now,
+		RTT: now.Sub(time.Unix(0, int64(ts)))}
+}
+
+// onRelay forwards a datagram from a registered host to the registered host it names.
+func (n *Node) onRelay(b []byte, src netip.AddrPort) {
+	to, from := Key(b[5:37]), Key(b[37:69])
+	now := time.Now()
+	n.mu.Lock()
+	fr, okFrom := n.regs[from]
+	dst, okTo := n.regs[to]
+	n.mu.Unlock()
+	if !okFrom || fr.addr != src || now.Sub(fr.at) > regTTL {
+		n.dropped.Add(1) // not an open relay: senders say hello first
+		return
+	}
+	if !okTo || now.Sub(dst.at) > regTTL {
+		var np [headerLen + 32]byte
+		putHeader(np[:], tNoPeer)
+		copy(np[5:], to[:])
+		_, _ = n.conn.WriteToUDPAddrPort(np[:], src)
+		n.dropped.Add(1)
+		return
+	}
+	// The delivery in place: its header (type, from, flag) ends where the relay
+	// frame's did.
+	payload := len(b) - relayHdr
+	out := b[relayHdr-deliverHd:]
+	copy(out[5:37], b[37:69])
+	putHeader(out, tDeliver)
+	out[37] = flagRelayed
+	if _, err := n.conn.WriteToUDPAddrPort(out, dst.addr); err == nil {
+		n.forwarded.Add(1)
+		n.forwardedBytes.Add(uint64(payload))
+	}
+}
+
+// onDeliver takes a datagram for us, straight or through a relay.
+func (n *Node) onDeliver(b []byte, src netip.AddrPort) {
+	from := Key(b[5:37])
+	relayed := b[37]&flagRelayed != 0
+	p := b[deliverHd:]
+	switch {
+	case isWireGuard(p):
+		if !relayed {
+			n.dropped.Add(1)
+			return
+		}
+		n.mu.Lock()
+		n.heard[from] = src
+		l, err := n.localLocked(from)
+		n.mu.Unlock()
+		if err != nil {
+			n.dropped.Add(1)
+			return
+		}
+		n.relayedIn.Add(1)
+		_, _ = l.conn.WriteToUDPAddrPort(p, n.wg)
+	case len(p) >= pingLen && p[0] == pPing:
+		var pong [pingLen]byte
+		pong[0] = pPong
+		copy(pong[1:], p[1:pingLen])
+		if relayed {
+			_ = n.sendRelay(from, src, pong[:])
+		} else {
+			_ = n.sendDirect(src, pong[:])
+		}
+	case len(p) >= pingLen && p[0] == pPong:
+		id := binary.BigEndian.Uint64(p[1:])
+		now := time.Now()
+		n.mu.Lock()
+		s, ok := n.pings[id]
+		delete(n.pings, id)
+		if ok && s.id.peer == from {
+			n.rtts[s.id] = Measure{RTT: now.Sub(s.at), At: now, NoPeer: n.rtts[s.id].NoPeer}
+		}
+		n.mu.Unlock()
+	default:
+		n.dropped.Add(1)
+	}
+}
+
+// sendRelay sends payload p to peer to through the relay at via.
+func (n *Node) sendRelay(to Key, via netip.AddrPort, p []byte) error {
+	b := make([]byte, relayHdr+len(p))
+	putHeader(b, tRelay)
+	copy(b[5:], to[:])
+	copy(b[37:], n.pub[:])
+	copy(b[relayHdr:], p)
+	_, err := n.conn.WriteToUDPAddrPort(b, via)
+	return err
+}
+
+// sendDirect sends payload p straight to the relay socket at addr.
+func (n *Node) sendDirect(addr netip.AddrPort, p []byte) error {
+	b := make([]byte, deliverHd+len(p))
+	putHeader(b, tDeliver)
+	copy(b[5:], n.pub[:])
+	copy(b[deliverHd:], p)
+	_, err := n.conn.WriteToUDPAddrPort(b, addr)
+	return err
+}
+
+// Ping sends a ping to peer k: through the relay at via, or straight to its relay
+// socket at addr when via is invalid. Measured reads what the answers found.
+func (n *Node) Ping(k Key, via, addr netip.AddrPort) error {
+	id := rand.Uint64()
+	var p [pingLen]byte
+	p[0] = pPing
+	binary.BigEndian.PutUint64(p[1:], id)
+	now := time.Now()
+	n.mu.Lock()
+	for i, s := range n.pings {
+		if now.After(s.due) {
+			delete(n.pings, i)
+		}
+	}
+	n.pings[id] = pingSent{id: pathID{k, via}, at: now, due: now.Add(5 * time.Second)}
+	n.mu.Unlock()
+	if via.IsValid() {
+		return n.sendRelay(k, via, p[:])
+	}
+	return n.sendDirect(addr, p[:])
+}
+
+// Measured is what the pings to peer k found, through the relay at via (invalid:
+// straight).
+func (n *Node) Measured(k Key, via netip.AddrPort) Measure {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.rtts[pathID{k, via}]
+}
+
+// Forget drops what the node keeps of peer k: its loopback socket, route and
+// measures.
+func (n *Node) Forget(k Key) {
+	n.mu.Lock()
+	l := n.locals[k]
+	delete(n.locals, k)
+	delete(n.routes, k)
+	delete(n.heard, k)
+	for id := range n.rtts {
+		if id.peer == k {
+			delete(n.rtts, id)
+		}
+	}
+	n.mu.Unlock()
+	if l != nil {
+		_ = l.close()
+	}
+}
+
+// Expire forgets registrations and measures older than regTTL.
+func (n *Node) Expire(now time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for k, r := range n.regs {
+		if now.Sub(r.at) > regTTL {
+			delete(n.regs, k)
+		}
+	}
+}

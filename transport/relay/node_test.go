@@ -1,0 +1,181 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/curve25519"
+)
+
+// host is a Node and a UDP socket on loopback that plays its WireGuard device.
+type host struct {
+	n   *Node
+	dev *net.UDPConn
+	pub Key
+}
+
+func newHost(t *testing.T, seen func(Key) netip.AddrPort) *host {
+	t.Helper()
+	dev, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var priv [32]byte
+	if _, err := rand.Read(priv[:]); err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := curve25519.X25519(priv[:], curve25519.Basepoint)
+	n, err := Listen(Config{Port: 0, Private: priv, WGPort: dev.LocalAddr().(*net.UDPAddr).Port, SeenAt: seen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = n.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; _ = dev.Close() })
+	return &host{n: n, dev: dev, pub: Key(pub)}
+}
+
+func (h *host) addr() netip.AddrPort {
+	return netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(h.n.Port()))
+}
+
+// await polls cond every 5 ms for at most 2 s.
+func await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("%s: not within 2 s", what)
+}
+
+func readDev(t *testing.T, h *host) ([]byte, netip.AddrPort) {
+	t.Helper()
+	buf := make([]byte, 2048)
+	_ = h.dev.SetReadDeadline(time.Now().Add(2 * time.Second))
+	n, from, err := h.dev.ReadFromUDPAddrPort(buf)
+	if err != nil {
+		t.Fatalf("device: %v", err)
+	}
+	return buf[:n], from
+}
+
+// TestRelayedDatagrams: a and b say hello to r; a WireGuard datagram a's device sends
+// to b's loopback endpoint reaches b's device unchanged, from b's loopback socket
+// for a, and b's answer to that source reaches a's device; r counts both and holds
+// nothing of theirs but the registrations.
+func TestRelayedDatagrams(t *testing.T) {
+	wgSeen := netip.MustParseAddrPort("203.0.113.2:40001")
+	r := newHost(t, func(Key) netip.AddrPort { return wgSeen })
+	a, b := newHost(t, nil), newHost(t, nil)
+	for _, h := range []*host{a, b} {
+		if err := h.n.Hello(r.pub, r.addr()); err != nil {
+			t.Fatal(err)
+		}
+		await(t, "hello answered", func() bool { return h.n.Seen()[r.pub].At.After(time.Time{}) })
+		s := h.n.Seen()[r.pub]
+		if s.Relay != h.addr() || s.WireGuard != wgSeen {
+			t.Fatalf("seen by r: %+v, want relay socket %v and WireGuard %v", s, h.addr(), wgSeen)
+		}
+	}
+	epB, err := a.n.Endpoint(b.pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.n.SetRoute(b.pub, r.addr())
+	msg := append([]byte{4, 0, 0, 0}, bytes.Repeat([]byte{0xab}, 1400)...)
+	if _, err := a.dev.WriteToUDPAddrPort(msg, epB); err != nil {
+		t.Fatal(err)
+	}
+	got, from := readDev(t, b)
+	if !bytes.Equal(got, msg) {
+		t.Fatalf("b's device got %d bytes, want the %d sent", len(got), len(msg))
+	}
+	if k, ok := b.n.IsEndpoint(from); !ok || k != a.pub {
+		t.Fatalf("b's device got it from %v, not b's loopback socket for a", from)
+	}
+	// b answers where it came from; b has no route of its own: back by r.
+	reply := []byte{2, 0, 0, 0, 9, 9, 9}
+	if _, err := b.dev.WriteToUDPAddrPort(reply, from); err != nil {
+		t.Fatal(err)
+	}
+	if got, from := readDev(t, a); !bytes.Equal(got, reply) || from != epB {
+		t.Fatalf("a's device got %x from %v, want %x from %v", got, from, reply, epB)
+	}
+	if p, by := r.n.Forwarded(); p != 2 || by != uint64(len(msg)+len(reply)) {
+		t.Fatalf("r forwarded %d packets, %d bytes; want 2, %d", p, by, len(msg)+len(reply))
+	}
+	// A ping through r measures the way.
+	if err := a.n.Ping(b.pub, r.addr(), netip.AddrPort{}); err != nil {
+		t.Fatal(err)
+	}
+	await(t, "ping through r", func() bool { return !a.n.Measured(b.pub, r.addr()).At.IsZero() })
+	// And straight.
+	if err := a.n.Ping(b.pub, netip.AddrPort{}, b.addr()); err != nil {
+		t.Fatal(err)
+	}
+	await(t, "ping straight", func() bool { return !a.n.Measured(b.pub, netip.AddrPort{}).At.IsZero() })
+}
+
+// TestRelayRefuses: r relays only between hosts that said hello, says so to a sender
+// when the peer is unknown, and drops a hello whose MAC is not the sender's key's, a
+// replayed one, and garbage.
+func TestRelayRefuses(t *testing.T) {
+	r, a, b := newHost(t, nil), newHost(t, nil), newHost(t, nil)
+	// a not registered: its datagrams are dropped.
+	ep, _ := a.n.Endpoint(b.pub)
+	a.n.SetRoute(b.pub, r.addr())
+	_, _ = a.dev.WriteToUDPAddrPort([]byte{4, 0, 0, 0, 1}, ep)
+	await(t, "drop of an unregistered sender", func() bool { return r.n.Dropped() == 1 })
+	// a registered, b not: r answers no peer.
+	_ = a.n.Hello(r.pub, r.addr())
+	await(t, "hello", func() bool { return !a.n.Seen()[r.pub].At.IsZero() })
+	_ = a.n.Ping(b.pub, r.addr(), netip.AddrPort{})
+	await(t, "no peer", func() bool { return !a.n.Measured(b.pub, r.addr()).NoPeer.IsZero() })
+	if p, _ := r.n.Forwarded(); p != 0 {
+		t.Fatalf("r forwarded %d packets", p)
+	}
+	// A hello in b's name with a MAC of another key: dropped, b not registered.
+	raw, _ := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(r.addr()))
+	defer raw.Close()
+	forged := make([]byte, helloLen)
+	putHeader(forged, tHello)
+	copy(forged[5:], b.pub[:])
+	before := r.n.Dropped()
+	for _, f := range [][]byte{forged, []byte("WFT1"), []byte("garbage"), append([]byte("WFT1\x09"), make([]byte, 80)...)} {
+		_, _ = raw.Write(f)
+	}
+	await(t, "drops", func() bool { return r.n.Dropped() == before+4 })
+	r.n.mu.Lock()
+	_, reg := r.n.regs[b.pub]
+	r.n.mu.Unlock()
+	if reg {
+		t.Fatal("a forged hello registered b")
+	}
+}
+
+// FuzzHandle: no frame crashes a node.
+func FuzzHandle(f *testing.F) {
+	f.Add([]byte("WFT1\x01"))
+	f.Add(append([]byte("WFT1\x03"), make([]byte, 70)...))
+	f.Add(append([]byte("WFT1\x04"), make([]byte, 50)...))
+	f.Add(append(append([]byte("WFT1\x04"), make([]byte, 33)...), pPong, 1, 2, 3, 4, 5, 6, 7, 8))
+	var priv [32]byte
+	priv[0] = 1
+	n, err := Listen(Config{Port: 0, Private: priv, WGPort: 9})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer n.Close()
+	src := netip.MustParseAddrPort("127.0.0.1:9")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n.handle(b, src)
+	})
+}
