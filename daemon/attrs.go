@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -36,13 +37,14 @@ var ErrSiteBackend = errors.New("sites need the wireguard backend")
 
 // setSite puts our site into attrs: --site, else (Kubernetes mode, wireguard) the
 // node's label. A host with a site reaches the hosts of its site on its interface's
-// address (SiteIP); without a public address of its own (dialable: --public-ip, or
-// in Kubernetes mode the node-public-ip annotation) it is behind NAT, dialed by no
-// host outside its site. Only wireguard can carry that: its peers learn a NAT's
-// address from packets they authenticate, which udp's and vxlan's datagrams never
-// are; --site on another backend is refused, a site label ignored.
+// address (SiteIP) and the others on evidence (direct, through NAT, or relayed: the
+// wireguard backend chooses); a site never means NAT by itself, only --behind-nat
+// says our public address is dead from outside. Only wireguard can carry that: its
+// peers learn a NAT's address from packets they authenticate, which udp's and
+// vxlan's datagrams never are; --site on another backend is refused, a site label
+// ignored.
 func (d *daemon) setSite(ctx context.Context, mgr lease.Manager, be encap.Backend, ext encap.ExternalInterface,
-	dialable bool, attrs *lease.Attrs) error {
+	attrs *lease.Attrs) error {
 	site := d.cfg.Site
 	if ss, ok := mgr.(lease.SiteSource); ok && site == "" && be.Type() == "wireguard" {
 		var err error
@@ -51,13 +53,51 @@ func (d *daemon) setSite(ctx context.Context, mgr lease.Manager, be encap.Backen
 		}
 	}
 	if site == "" {
+		if d.cfg.BehindNAT {
+			return fmt.Errorf("--behind-nat: %w", ErrNATWithoutSite)
+		}
 		return nil
 	}
 	if be.Type() != "wireguard" {
 		return fmt.Errorf("site %q: %w: the %s backend's packets carry no authentication, so a peer cannot learn "+
 			"a NAT's address from them, and hosts behind NAT could not be reached (see docs/sites.md)", site, ErrSiteBackend, be.Type())
 	}
-	attrs.Site, attrs.SiteIP, attrs.NAT = site, ext.IfaceIP, !dialable
+	attrs.Site, attrs.SiteIP, attrs.NAT = site, ext.IfaceIP, d.cfg.BehindNAT
 	d.log.Info("in a site", zap.String("site", site), zap.Stringer("site-ip", ext.IfaceIP), zap.Bool("behind-nat", attrs.NAT))
 	return nil
+}
+
+// ErrNATWithoutSite is --behind-nat without a site: the hosts that may dial us are
+// those of our site, so it needs one.
+var ErrNATWithoutSite = errors.New("needs a site (--site, or the node's site label)")
+
+// keepOutside publishes our NAT's outside address in our lease whenever the backend
+// learns a new one, until ctx ends: peers behind another NAT dial it there.
+func (d *daemon) keepOutside(ctx context.Context, mgr lease.Manager, ol encap.OutsideLearner) {
+	r, ok := mgr.(lease.Republisher)
+	if !ok {
+		return
+	}
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		out := ol.Outside()
+		d.republishMu.Lock()
+		held := d.held.Load()
+		if held == nil || held.Attrs.Site == "" || held.Attrs.Outside == out {
+			d.republishMu.Unlock()
+			continue
+		}
+		next := *held
+		next.Attrs.Outside = out
+		d.held.Store(&next)
+		d.republishMu.Unlock()
+		d.log.Info("publishing our NAT's outside address", zap.Stringer("outside", out))
+		r.Republish(next.Attrs)
+	}
 }

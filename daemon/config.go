@@ -36,8 +36,11 @@ type Config struct {
 	PublicIP      string // --public-ip ("": the interface's)
 	PublicIPv6    string // --public-ipv6 ("": the interface's)
 	// Site is our site (--site; in Kubernetes mode the node label Kube.SiteLabel
-	// names, when this is empty). A host with a site and no PublicIP is behind NAT.
-	Site string
+	// names, when this is empty). It says which hosts share a network, never NAT.
+	// BehindNAT (--behind-nat) says our PublicIP is not to be dialed from outside
+	// our site.
+	Site      string
+	BehindNAT bool
 
 	IPMasq            bool          // --ip-masq
 	IPMasqFullyRandom bool          // MASQUERADE --random-fully (not --ip-masq-fully-random-disable)

@@ -46,7 +46,9 @@ type daemon struct {
 	be    atomic.Pointer[encap.Backend]
 	mgr   atomic.Pointer[lease.Manager] // for /readyz
 	held  atomic.Pointer[lease.Lease]   // our lease, once acquired
-	fw    firewall.Firewall             // nil with neither --ip-masq nor --iptables-forward-rules
+	// republishMu orders the changes of held's attributes that are republished.
+	republishMu sync.Mutex
+	fw          firewall.Firewall // nil with neither --ip-masq nor --iptables-forward-rules
 
 	// fwRepairs counts rewrites of firewall rules found missing or changed
 	// (weft_firewall_repairs_total).
@@ -118,7 +120,7 @@ func (d *daemon) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := d.setSite(ctx, mgr, be, ext, choice.publicIP != "", &attrs); err != nil {
+	if err := d.setSite(ctx, mgr, be, ext, &attrs); err != nil {
 		return err
 	}
 	own, err := mgr.Acquire(ctx, attrs)
@@ -242,6 +244,9 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 		}
 	}()
 
+	if ol, ok := be.(encap.OutsideLearner); ok && own.Attrs.Site != "" {
+		wg.Go(func() { d.keepOutside(ctx, mgr, ol) })
+	}
 	d.startProber(ctx, be, mgr, func(f func()) {
 		wg.Add(1)
 		go func() {

@@ -183,8 +183,10 @@ func (d *daemon) externalMoved(mgr lease.Manager, be encap.Backend, old, ext enc
 			zap.Stringer("old", old.PublicIP), zap.Stringer("new", ext.PublicIP))
 		return
 	}
-	next := *held
+	d.republishMu.Lock()
+	next := *d.held.Load()
 	next.Attrs.PublicIP, next.Attrs.PublicIPv6 = ext.PublicIP, ext.PublicIPv6
 	d.held.Store(&next)
+	d.republishMu.Unlock()
 	r.Republish(next.Attrs)
 }

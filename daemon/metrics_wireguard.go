@@ -15,6 +15,7 @@ type wireguardCollector struct {
 	info           *prometheus.Desc
 	drops          *prometheus.Desc
 	relayed, bytes *prometheus.Desc
+	ways, changes  *prometheus.Desc
 }
 
 func newWireGuardCollector(d *daemon) *wireguardCollector {
@@ -26,9 +27,13 @@ func newWireGuardCollector(d *daemon) *wireguardCollector {
 			"Packets a userspace WireGuard device dropped, by reason: unknown_type, invalid_mac1, invalid_initiation, invalid_response, invalid_cookie_reply, handshake_under_load (a cookie reply sent instead), disallowed_source. Datagrams of the wrong size, and transport messages for no session or that fail to decrypt, are dropped uncounted.",
 			[]string{"device", "reason"}, nil),
 		relayed: prometheus.NewDesc("weft_relay_forwarded_packets_total",
-			"Packets this host relayed from one wireguard peer to another (peers behind NAT in different sites; userspace devices).", nil, nil),
+			"WireGuard datagrams this host relayed, as they were, from one wireguard peer to another (peers that reach each other no other way).", nil, nil),
 		bytes: prometheus.NewDesc("weft_relay_forwarded_bytes_total",
-			"Bytes of the packets this host relayed from one wireguard peer to another.", nil, nil)}
+			"Bytes of the WireGuard datagrams this host relayed from one wireguard peer to another.", nil, nil),
+		ways: prometheus.NewDesc("weft_peer_ways",
+			"Peers outside our site by the way we reach them: punched (answering through NAT, both hosts dialing) or relayed.", []string{"way"}, nil),
+		changes: prometheus.NewDesc("weft_path_changes_total",
+			"Moves of a peer from one way (direct, punched, relayed) or relay to another.", nil, nil)}
 }
 
 func (c *wireguardCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -36,6 +41,8 @@ func (c *wireguardCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.drops
 	ch <- c.relayed
 	ch <- c.bytes
+	ch <- c.ways
+	ch <- c.changes
 }
 
 func (c *wireguardCollector) Collect(ch chan<- prometheus.Metric) {
@@ -56,6 +63,9 @@ func (c *wireguardCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.relayed, prometheus.CounterValue, float64(wg.RelayedPackets))
 	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(wg.RelayedBytes))
+	ch <- prometheus.MustNewConstMetric(c.ways, prometheus.GaugeValue, float64(wg.Punched), "punched")
+	ch <- prometheus.MustNewConstMetric(c.ways, prometheus.GaugeValue, float64(wg.Relayed), "relayed")
+	ch <- prometheus.MustNewConstMetric(c.changes, prometheus.CounterValue, float64(wg.PathChanges))
 	for dev, reasons := range wg.Drops {
 		for reason, n := range reasons {
 			ch <- prometheus.MustNewConstMetric(c.drops, prometheus.CounterValue, float64(n), dev, reason)

@@ -68,10 +68,21 @@ type RouteMTUSetter interface {
 	SetRouteMTU(subnet netip.Prefix, mtu int) error
 }
 
-// PeerStateFollower is told when the probes find a peer subnet reachable (up: up or
-// degraded) or not (down), for a backend that chooses paths by it.
+// PeerStateFollower is told when the probes find a peer subnet answering (up: up or
+// degraded, from down or on a path probed for the first time) or not (down), for a
+// backend that chooses paths by it.
 //
-// Implemented by wireguard (a relay found down is given up for another).
+// Implemented by wireguard (direct, punched or relayed, on this evidence).
 type PeerStateFollower interface {
 	PeerState(subnet netip.Prefix, up bool)
+}
+
+// OutsideLearner learns where a host that can see ours sees it: our NAT's outside
+// address and port, for the daemon to publish in our lease (lease.Attrs.Outside) so
+// that peers behind another NAT can dial it. Invalid: nothing learnt, or no NAT on
+// the way (the address seen is our own).
+//
+// Implemented by wireguard.
+type OutsideLearner interface {
+	Outside() netip.AddrPort
 }

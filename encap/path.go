@@ -28,6 +28,12 @@ type Path struct {
 	RouteMTU int
 	// Via is the subnet of the peer that relays to this one (invalid: direct).
 	Via netip.Prefix
+	// Punched is set on a direct path through NAT that both hosts opened by dialing
+	// each other's outside address together.
+	Punched bool
+	// Why says in one sentence why the backend takes this path and not the one
+	// before it ("direct: no answer for 3 rounds"); empty where it has no choice.
+	Why string
 	// LastHandshake is the tunnel's last handshake with the peer (WireGuard; zero:
 	// none, or a tunnel without handshakes).
 	LastHandshake time.Time

@@ -33,9 +33,13 @@ type WireGuardReport struct {
 	// Drops counts what each userspace device dropped, by device and reason (a kernel
 	// device has none).
 	Drops map[string]map[string]uint64
-	// RelayedPackets and RelayedBytes count what this host relayed from one peer to
-	// another (userspace devices; sites, see docs/sites.md).
+	// RelayedPackets and RelayedBytes count the WireGuard datagrams this host relayed
+	// from one peer to another, as they were (docs/sites.md).
 	RelayedPackets, RelayedBytes uint64
+	// Punched is how many peers answer on a punched way, Relayed how many are reached
+	// through a relay; PathChanges counts the moves from one way or relay to another.
+	Punched, Relayed int
+	PathChanges      uint64
 }
 
 // MarshalJSON writes the report as weftd's /stats serves it, in the shape of the

@@ -110,6 +110,7 @@ type wireAttrs struct {
 	Site          string          `json:"WeftSite,omitempty"`
 	SiteIP        netip.Addr      `json:"WeftSiteIP,omitzero"`
 	NAT           bool            `json:"WeftNAT,omitempty"`
+	Outside       netip.AddrPort  `json:"WeftOutside,omitzero"`
 }
 
 // EncodeAttrs is the JSON value of a lease.
@@ -118,7 +119,7 @@ func EncodeAttrs(a Attrs) ([]byte, error) {
 		return nil, fmt.Errorf("%w: PublicIP %v is not IPv4", ErrBadValue, a.PublicIP)
 	}
 	w := wireAttrs{PublicIP: a.PublicIP, BackendType: a.BackendType, BackendData: a.BackendData,
-		BackendV6Data: a.BackendV6Data, HostID: a.HostID, Site: a.Site, SiteIP: a.SiteIP, NAT: a.NAT}
+		BackendV6Data: a.BackendV6Data, HostID: a.HostID, Site: a.Site, SiteIP: a.SiteIP, NAT: a.NAT, Outside: a.Outside}
 	if a.PublicIPv6.IsValid() {
 		if !isIPv6(a.PublicIPv6) {
 			return nil, fmt.Errorf("%w: PublicIPv6 %v is not IPv6", ErrBadValue, a.PublicIPv6)

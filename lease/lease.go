@@ -37,19 +37,24 @@ type Attrs struct {
 	// the same PublicIP must not silently share one subnet.
 	HostID string `json:"WeftHostID,omitempty"`
 	// Site is the host's site (weft's addition, --site): hosts of one site reach each
-	// other on SiteIP, the address of their interface, whatever PublicIP says. NAT
-	// says the host is behind NAT: not dialed from outside its site (it has a site and
-	// no --public-ip). All three are absent without a site; flanneld ignores them.
-	Site   string     `json:"WeftSite,omitempty"`
-	SiteIP netip.Addr `json:"WeftSiteIP,omitzero"`
-	NAT    bool       `json:"WeftNAT,omitempty"`
+	// other on SiteIP, the address of their interface, whatever PublicIP says. A site
+	// never means NAT by itself. NAT says the host is not to be dialed at its PublicIP
+	// from outside its site (--behind-nat: its address is known dead from outside).
+	// Outside is where a host that can see it sees its WireGuard socket (its NAT's
+	// outside address and port), published only when it differs from PublicIP and
+	// the port: peers behind NAT dial it there together (punching). All are absent
+	// without a site; flanneld ignores them.
+	Site    string         `json:"WeftSite,omitempty"`
+	SiteIP  netip.Addr     `json:"WeftSiteIP,omitzero"`
+	NAT     bool           `json:"WeftNAT,omitempty"`
+	Outside netip.AddrPort `json:"WeftOutside,omitzero"`
 }
 
 // Equal reports whether a and b publish the same thing: every field alike, BackendData
 // compared without surrounding white space.
 func (a Attrs) Equal(b Attrs) bool {
 	return a.PublicIP == b.PublicIP && a.PublicIPv6 == b.PublicIPv6 && a.BackendType == b.BackendType &&
-		a.HostID == b.HostID && a.Site == b.Site && a.SiteIP == b.SiteIP && a.NAT == b.NAT &&
+		a.HostID == b.HostID && a.Site == b.Site && a.SiteIP == b.SiteIP && a.NAT == b.NAT && a.Outside == b.Outside &&
 		bytes.Equal(bytes.TrimSpace(a.BackendData), bytes.TrimSpace(b.BackendData)) &&
 		bytes.Equal(bytes.TrimSpace(a.BackendV6Data), bytes.TrimSpace(b.BackendV6Data))
 }

@@ -52,10 +52,13 @@ type Peer struct {
 	// PathMTU is the largest packet found to pass through the tunnel (0: not known).
 	PathMTU int `json:"pathMTU"`
 	// RouteMTU is the MTU weft set on the route to the subnet (0: none, the device's).
-	RouteMTU int       `json:"routeMTU"`
-	Path     string    `json:"path"`
-	Endpoint string    `json:"endpoint"`
-	Since    time.Time `json:"since"`
+	RouteMTU int `json:"routeMTU"`
+	// Path is direct, punched (direct through NAT, both hosts dialing) or "relay via
+	// <subnet>"; PathDetail says why in one sentence, where the backend chooses.
+	Path       string    `json:"path"`
+	PathDetail string    `json:"pathDetail"`
+	Endpoint   string    `json:"endpoint"`
+	Since      time.Time `json:"since"`
 	// LastHandshake is the tunnel's last handshake (RFC 3339; empty: none, or a
 	// tunnel without handshakes).
 	LastHandshake string `json:"lastHandshake"`

@@ -221,9 +221,13 @@ func (p *peer) view() Peer {
 		State: p.state, Reason: p.reason, Detail: p.detail, Loss: p.loss(),
 		PathMTU: p.pathMTU, RouteMTU: p.routeMTU, Path: "direct", Since: p.since.UTC(),
 	}
-	if p.path.Via.IsValid() {
+	switch {
+	case p.path.Via.IsValid():
 		v.Path = "relay via " + p.path.Via.String()
+	case p.path.Punched:
+		v.Path = "punched"
 	}
+	v.PathDetail = p.path.Why
 	if !p.path.LastHandshake.IsZero() {
 		v.LastHandshake = p.path.LastHandshake.UTC().Format(time.RFC3339)
 	}

@@ -127,7 +127,7 @@ func (pr *Prober) refresh(ctx context.Context, now time.Time, wg *sync.WaitGroup
 		seen[path.Subnet] = true
 		old := pr.peers[path.Subnet]
 		if old != nil && samePath(old.path, path) {
-			old.path.RouteMTU, old.path.LastHandshake = path.RouteMTU, path.LastHandshake
+			old.path.RouteMTU, old.path.LastHandshake, old.path.Why = path.RouteMTU, path.LastHandshake, path.Why
 			continue
 		}
 		if old != nil {
@@ -160,7 +160,7 @@ func (pr *Prober) refresh(ctx context.Context, now time.Time, wg *sync.WaitGroup
 // samePath reports whether a and b are the same path to probe.
 func samePath(a, b encap.Path) bool {
 	return a.PublicIP == b.PublicIP && a.Overlay == b.Overlay && a.Local == b.Local &&
-		a.Endpoint == b.Endpoint && a.MTU == b.MTU && a.Backend == b.Backend && a.Via == b.Via
+		a.Endpoint == b.Endpoint && a.MTU == b.MTU && a.Backend == b.Backend && a.Via == b.Via && a.Punched == b.Punched
 }
 
 // forget drops p's id, so late answers to it are ignored.
@@ -429,7 +429,9 @@ func (pr *Prober) setRouteMTU(_ context.Context, sn netip.Prefix, mtu int) {
 	}
 }
 
-// tell tells the backend when a peer comes up or goes down.
+// tell tells the backend when a peer comes up (from down, or found answering for
+// the first time on a new path) or goes down: a backend that chooses among paths
+// learns from it whether the one it took answers.
 func (pr *Prober) tell(c change) {
 	if pr.follow == nil {
 		return
@@ -438,10 +440,11 @@ func (pr *Prober) tell(c change) {
 	if err != nil {
 		return
 	}
+	answers := func(s string) bool { return s == StateUp || s == StateDegraded }
 	switch {
 	case c.after.State == StateDown && c.before.State != StateDown:
 		pr.follow.PeerState(sn, false)
-	case c.before.State == StateDown && c.after.State != StateDown:
+	case answers(c.after.State) && !answers(c.before.State):
 		pr.follow.PeerState(sn, true)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/weftnet/weft/bench/etcdproc"
 	"github.com/weftnet/weft/bench/netns"
@@ -24,44 +26,85 @@ const Internet = "internet"
 // InternetEtcd is where the etcd of a NAT lab listens, on the internet segment.
 const InternetEtcd = "http://203.0.113.1:2379"
 
-// NATSpec describes sites behind masquerading routers and public hosts, on one
-// "internet" segment (203.0.113.0/24) that also holds etcd.
+// NATSpec describes sites behind masquerading (or only routing) routers and public
+// hosts, on one "internet" segment (203.0.113.0/24) that also holds etcd.
 type NATSpec struct {
-	// Public names the hosts on the internet segment: 203.0.113.10, .11, ...
+	// Public names the hosts on the internet segment: 203.0.113.10, .11, ...; it
+	// may be empty.
 	Public []string
 	// Sites are at most two: the first's LAN is 192.0.2.0/24, the second's
 	// 198.51.100.0/24; site i's router is 203.0.113.(2+i) outside.
 	Sites []SiteSpec
 }
 
-// SiteSpec is one site: its name and its hosts (.10, .11, ... of its LAN).
+// SiteMode is what a site's router does to what leaves the site.
+type SiteMode string
+
+const (
+	// NATMasquerade masquerades what leaves by eth0 as the router's outside
+	// address, keeping a socket's source port where it can: one socket shows one
+	// outside port to every destination. The empty SiteMode is NATMasquerade.
+	NATMasquerade SiteMode = "masquerade"
+	// NATRandom masquerades with random-fully (iptables' name; nft's fully-random):
+	// every new connection, and so every new destination of one socket, gets an
+	// outside port of its own, chosen at random (a "symmetric" NAT).
+	NATRandom SiteMode = "random-fully"
+	// Routed does no NAT: the site's router only routes (and counts), and the lab's
+	// router routes the site's LAN to the site router's outside address, so the
+	// public hosts and the hosts of other routed sites reach the site's hosts on
+	// their LAN addresses, and see them on those, both ways.
+	Routed SiteMode = "routed"
+)
+
+// masquerade returns the site router's postrouting rule for m ("" for Routed) and
+// whether m is a mode at all.
+func (m SiteMode) masquerade() (string, bool) {
+	switch m {
+	case "", NATMasquerade:
+		return `oifname "eth0" masquerade`, true
+	case NATRandom:
+		return `oifname "eth0" masquerade fully-random`, true
+	case Routed:
+		return "", true
+	}
+	return "", false
+}
+
+// SiteSpec is one site: its name, its hosts (.10, .11, ... of its LAN) and what its
+// router does (NATMasquerade when empty).
 type SiteSpec struct {
 	Name  string
 	Hosts []string
+	Mode  SiteMode
 }
 
 // Site is a built site: a switch namespace (the LAN's bridge and nothing else, so
 // that traffic between the site's hosts never passes the router) and a router
-// namespace that masquerades what leaves it (nftables, no port forwards) and counts
-// in its forward chain every packet it routes.
+// namespace that masquerades what leaves it (nftables, no port forwards; with Mode
+// Routed it does not) and counts in its forward chain every packet it routes.
 type Site struct {
 	Name    string
+	Mode    SiteMode  // never empty: NATMasquerade for an empty SiteSpec.Mode
 	Router  *netns.NS // eth0 outside, eth1 inside
 	Switch  *netns.NS
 	LAN     netip.Prefix
 	Inside  netip.Addr // the router's address on the LAN, the hosts' gateway
-	Outside netip.Addr // the address the site's traffic leaves with
+	Outside netip.Addr // the router's address on the internet segment
 	Hosts   []*Host
 }
 
-// natTable is the site router's nftables ruleset: a named counter of forwarded
-// packets and masquerade of everything that leaves by eth0.
-const natTable = `table ip weftlab {
+// siteTable is the site router's nftables ruleset: a named counter of forwarded
+// packets and, in the NAT modes, masquerade of everything that leaves by eth0.
+func siteTable(mode SiteMode) string {
+	nat := ""
+	if rule, _ := mode.masquerade(); rule != "" {
+		nat = "\tchain postrouting { type nat hook postrouting priority srcnat; policy accept; " + rule + "; }\n"
+	}
+	return `table ip weftlab {
 	counter forwarded {}
 	chain forward { type filter hook forward priority 0; policy accept; counter name "forwarded"; }
-	chain postrouting { type nat hook postrouting priority srcnat; policy accept; oifname "eth0" masquerade; }
+` + nat + "}\n"
 }
-`
 
 var counterRE = regexp.MustCompile(`packets (\d+) bytes (\d+)`)
 
@@ -90,15 +133,21 @@ func (s *Site) FlushConntrack(ctx context.Context) error {
 // BuildNAT turns a lab built with Spec{NoEtcd: true} and no hosts into the NAT
 // topology of spec: the lab's router becomes the internet segment (bridge br0,
 // 203.0.113.1/24, etcd on InternetEtcd, its LAN bridges gone), public hosts join it,
-// and each site gets its switch, masquerading router and hosts. Hosts have eth0,
-// forwarding on and a default route via their segment's router; the lab's daemons,
-// pods and Close work on them as on any host. It returns the sites by name.
+// and each site gets its switch, router (masquerading, or routed to by the lab's
+// router, as its Mode says) and hosts. Hosts have eth0, forwarding on and a default
+// route via their segment's router; the lab's daemons, pods and Close work on them
+// as on any host. It returns the sites by name.
 func (l *Lab) BuildNAT(ctx context.Context, spec NATSpec) (map[string]*Site, error) {
 	l.mu.Lock()
 	bad := l.router == nil || len(l.endpoints) > 0 || len(l.hosts) > 0
 	l.mu.Unlock()
 	if bad || len(spec.Sites) > 2 {
 		return nil, fmt.Errorf("%w: a NAT lab needs a router, no etcd, no hosts yet and at most two sites", ErrSpec)
+	}
+	for _, ss := range spec.Sites {
+		if _, ok := ss.Mode.masquerade(); !ok {
+			return nil, fmt.Errorf("%w: site %s: mode %q", ErrSpec, ss.Name, ss.Mode)
+		}
 	}
 	err := runAll(ctx, l.router, [][]string{
 		{"ip", "link", "del", "br1"}, {"ip", "link", "del", "br2"},
@@ -137,7 +186,10 @@ func (l *Lab) BuildNAT(ctx context.Context, spec NATSpec) (map[string]*Site, err
 
 func (l *Lab) buildSite(ctx context.Context, i int, ss SiteSpec) (*Site, error) {
 	lan := []netip.Prefix{lan1Net, lan2Net}[i]
-	s := &Site{Name: ss.Name, LAN: lan, Inside: lan.Addr().Next(), Outside: nthAddr(internetNet, 2+i)}
+	s := &Site{Name: ss.Name, Mode: ss.Mode, LAN: lan, Inside: lan.Addr().Next(), Outside: nthAddr(internetNet, 2+i)}
+	if s.Mode == "" {
+		s.Mode = NATMasquerade
+	}
 	var err error
 	if s.Router, err = l.extraNS("r" + ss.Name); err != nil {
 		return nil, err
@@ -167,11 +219,10 @@ func (l *Lab) buildSite(ctx context.Context, i int, ss SiteSpec) (*Site, error) 
 		})
 	}
 	if err == nil {
-		cmd := s.Router.Command(ctx, "nft", "-f", "-")
-		cmd.Stdin = strings.NewReader(natTable)
-		if out, e := cmd.CombinedOutput(); e != nil {
-			err = fmt.Errorf("nft: %w: %s", e, out)
-		}
+		err = nftScript(ctx, s.Router, siteTable(s.Mode))
+	}
+	if err == nil && s.Mode == Routed {
+		err = l.routeTo(ctx, s)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("site %s: %w", ss.Name, err)
@@ -184,6 +235,28 @@ func (l *Lab) buildSite(ctx context.Context, i int, ss SiteSpec) (*Site, error) 
 		s.Hosts = append(s.Hosts, h)
 	}
 	return s, nil
+}
+
+// routeTo routes the LAN of routed site s, on the lab's router, to s's router. The
+// lab's router sends no ICMP redirects (it forwards by the interface a packet came
+// in on), so that traffic to a routed site keeps crossing it as it would cross the
+// internet rather than going straight across the segment.
+func (l *Lab) routeTo(ctx context.Context, s *Site) error {
+	return runAll(ctx, l.router, [][]string{
+		{"sysctl", "-qw", "net.ipv4.conf.all.send_redirects=0"},
+		{"sysctl", "-qw", "net.ipv4.conf.br0.send_redirects=0"},
+		{"ip", "route", "add", s.LAN.String(), "via", s.Outside.String()},
+	})
+}
+
+// nftScript runs the nft script in ns, as one transaction.
+func nftScript(ctx context.Context, ns *netns.NS, script string) error {
+	cmd := ns.Command(ctx, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft: %w: %s", err, out)
+	}
+	return nil
 }
 
 // extraNS makes a namespace the lab removes on Close.
@@ -241,4 +314,128 @@ func nthAddr(p netip.Prefix, n int) netip.Addr {
 	a := p.Addr().As4()
 	a[3] += byte(n)
 	return netip.AddrFrom4(a)
+}
+
+// blockTable starts the name of every nftables table of a UDP block: weftblock-1,
+// weftblock-2, ..., one a block (blockSeq numbers them), so that lifting a block
+// removes exactly its rules and leaves nothing behind.
+const blockTable = "weftblock"
+
+var blockSeq atomic.Uint64
+
+// ErrBlock is wrapped by errors about addresses UDP cannot be blocked between.
+var ErrBlock = errors.New("bad UDP block")
+
+// BlockUDP drops on the lab's router every UDP packet from a to b and from b to a,
+// counting them (DroppedUDP): those it routes and those its bridges carry from port
+// to port alike. On the internet segment of a NAT lab, a and b are the addresses
+// seen there: a site's outside address (NAT modes), a routed site's host's LAN
+// address, a public host's address. Nothing else is dropped (ping passes). The
+// rules are an nftables table bridge weftblock-N of their own, on the prerouting
+// and output hooks: the bridge family sees what the router's bridges carry whether
+// or not br_netfilter shows it to the ip family too, and what the router routes or
+// sends as it enters or leaves a bridge. unblock deletes exactly that table (a
+// second call does nothing, and neither does a call after the lab's Close, which
+// deletes the router and so the table).
+func (l *Lab) BlockUDP(ctx context.Context, a, b netip.Addr) (unblock func(context.Context) error, err error) {
+	if l.router == nil {
+		return nil, ErrNoRouter
+	}
+	return blockUDP(ctx, l.router, "bridge", a, b)
+}
+
+// DroppedUDP returns how many packets the lab router's UDP blocks in force (see
+// BlockUDP) have dropped.
+func (l *Lab) DroppedUDP(ctx context.Context) (uint64, error) {
+	if l.router == nil {
+		return 0, ErrNoRouter
+	}
+	return droppedUDP(ctx, l.router, "bridge")
+}
+
+// BlockUDP is Lab.BlockUDP on the site's router, which sees its hosts on their LAN
+// addresses (before it masquerades them): it drops every UDP packet between a and b
+// that it routes, sends or receives, both ways; the table is ip weftblock-N.
+func (s *Site) BlockUDP(ctx context.Context, a, b netip.Addr) (unblock func(context.Context) error, err error) {
+	unblock, err = blockUDP(ctx, s.Router, "ip", a, b)
+	if err != nil {
+		return nil, fmt.Errorf("site %s: %w", s.Name, err)
+	}
+	return unblock, nil
+}
+
+// DroppedUDP returns how many packets the site router's UDP blocks in force have
+// dropped.
+func (s *Site) DroppedUDP(ctx context.Context) (uint64, error) {
+	n, err := droppedUDP(ctx, s.Router, "ip")
+	if err != nil {
+		return 0, fmt.Errorf("site %s: %w", s.Name, err)
+	}
+	return n, nil
+}
+
+// blockUDP adds to ns a table of family that drops UDP between a and b, and returns
+// what deletes it.
+func blockUDP(ctx context.Context, ns *netns.NS, family string, a, b netip.Addr) (func(context.Context) error, error) {
+	if !a.Is4() || !b.Is4() {
+		return nil, fmt.Errorf("%w: %v and %v: IPv4 addresses only", ErrBlock, a, b)
+	}
+	table := fmt.Sprintf("%s %s-%d", family, blockTable, blockSeq.Add(1))
+	if err := nftScript(ctx, ns, blockRules(table, a, b)); err != nil {
+		return nil, fmt.Errorf("block UDP between %v and %v: %w", a, b, err)
+	}
+	var mu sync.Mutex
+	done := false
+	return func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return nil
+		}
+		// A namespace already gone took the table with it.
+		if err := nftScript(ctx, ns, "delete table "+table+"\n"); err != nil && netns.Exists(ns.Name) {
+			return fmt.Errorf("unblock UDP between %v and %v: %w", a, b, err)
+		}
+		done = true
+		return nil
+	}, nil
+}
+
+// blockRules is the nft script that makes table (family and name) with a counter
+// "dropped" and chains on the prerouting and output hooks that drop, and count, UDP
+// from a to b and from b to a. It fails if the table exists.
+func blockRules(table string, a, b netip.Addr) string {
+	drop := fmt.Sprintf(`ip saddr %[1]s ip daddr %[2]s ip protocol udp counter name "dropped" drop; `+
+		`ip saddr %[2]s ip daddr %[1]s ip protocol udp counter name "dropped" drop;`, a, b)
+	return fmt.Sprintf(`create table %[1]s
+table %[1]s {
+	counter dropped {}
+	chain prerouting { type filter hook prerouting priority 0; policy accept; %[2]s }
+	chain output { type filter hook output priority 0; policy accept; %[2]s }
+}
+`, table, drop)
+}
+
+// droppedUDP sums the "dropped" counters of the block tables of family in ns.
+func droppedUDP(ctx context.Context, ns *netns.NS, family string) (uint64, error) {
+	out, err := ns.Run(ctx, "nft", "list", "counters")
+	if err != nil {
+		return 0, fmt.Errorf("dropped UDP: %w", err)
+	}
+	var total uint64
+	in := false
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "table" {
+			in = f[1] == family && strings.HasPrefix(f[2], blockTable+"-")
+			continue
+		}
+		if m := counterRE.FindStringSubmatch(line); in && m != nil {
+			n, err := strconv.ParseUint(m[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("dropped UDP: %w", err)
+			}
+			total += n
+		}
+	}
+	return total, nil
 }

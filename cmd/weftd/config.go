@@ -23,6 +23,7 @@ func (o *options) config(bi buildInfo) daemon.Config {
 		PublicIP:              o.publicIP,
 		PublicIPv6:            o.publicIPv6,
 		Site:                  o.site,
+		BehindNAT:             o.behindNAT,
 		IPMasq:                o.ipMasq,
 		IPMasqFullyRandom:     !o.ipMasqNotRandom,
 		ForwardRules:          o.iptablesForwardRules,
@@ -31,7 +32,7 @@ func (o *options) config(bi buildInfo) daemon.Config {
 		BlackholeRoute:        o.blackholeRoute,
 		HealthzIP:             o.healthzIP,
 		HealthzPort:           o.healthzPort,
-		Tuning:                o.tuning.Tuning,
+		Tuning:                o.tuning.withProbe(),
 		Probe:                 o.tuning.Probe,
 		Build:                 daemon.BuildInfo{Version: bi.Version, Revision: bi.Revision, GoVersion: bi.GoVersion},
 	}

@@ -35,6 +35,7 @@ type options struct {
 	publicIP    string
 	publicIPv6  string
 	site        string // weft
+	behindNAT   bool   // weft
 	siteLabel   string // weft, Kubernetes mode
 	subnetFile  string
 	renewMargin int // minutes
@@ -109,7 +110,8 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.canReach, "iface-can-reach", "", "use the interface of the route to this IPv4 address (as `ip route get`), after --iface and --iface-regex")
 	fs.StringVar(&o.publicIP, "public-ip", "", "IP peers reach this host at (default: the interface's)")
 	fs.StringVar(&o.publicIPv6, "public-ipv6", "", "IPv6 address peers reach this host at on a dual-stack or IPv6-only network (default: the interface's)")
-	fs.StringVar(&o.site, "site", "", "this host's site (weft; wireguard): hosts of one site reach each other on their interface addresses; without --public-ip the host is taken as behind NAT (see docs/sites.md)")
+	fs.StringVar(&o.site, "site", "", "this host's site (weft; wireguard): hosts of one site reach each other on their interface addresses; other peers are dialed directly, then through NAT or a relay on evidence (see docs/sites.md)")
+	fs.BoolVar(&o.behindNAT, "behind-nat", false, "with a site (weft; wireguard): hosts outside the site never dial this host's public IP (known dead from outside): they wait for it to dial them, punch or relay")
 	fs.StringVar(&o.siteLabel, "site-label", kube.DefaultSiteLabel, "Kubernetes mode: the node label read as the site when --site is not given; empty for none (weft)")
 	fs.StringVar(&o.subnetFile, "subnet-file", "/run/flannel/subnet.env", "file the subnet lease is written to")
 	fs.IntVar(&o.renewMargin, "subnet-lease-renew-margin", 60, "minutes before expiry at which the lease is renewed")

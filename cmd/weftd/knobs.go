@@ -79,6 +79,18 @@ var knobs = []knob{
 			t.WireGuard.SocketDir = v
 			return nil
 		}},
+	{"WEFT_WG_PATH_PORT", "wireguard: UDP port of the path socket (hellos that tell a host its NAT's address, relayed datagrams, path pings); the same on every host; 0 for none (every peer then direct)",
+		"`51822`", func(t *settings, v string) error {
+			n, err := strconv.Atoi(v)
+			if err == nil && (n < 0 || n > 65535) {
+				err = fmt.Errorf("%d: not in 0-65535", n)
+			}
+			t.WireGuard.PathPort = n
+			if n == 0 {
+				t.WireGuard.PathPort = -1
+			}
+			return err
+		}},
 	{"WEFT_PROBE", "peer probes: false stops probing the peers (GET /peers, `weftd peers`, the node condition and the path MTU repair then have nothing)",
 		"`true`", func(t *settings, v string) error {
 			on, err := strconv.ParseBool(v)
@@ -121,6 +133,14 @@ func boolKnob(field func(*settings) *bool) func(*settings, string) error {
 type settings struct {
 	factory.Tuning
 	Probe daemon.Probe
+}
+
+// withProbe is the backends' tuning: wireguard chooses its peers' ways on the probes'
+// evidence, so without probes it keeps every peer direct.
+func (t settings) withProbe() factory.Tuning {
+	tu := t.Tuning
+	tu.WireGuard.NoPathChoice = t.Probe.Off
+	return tu
 }
 
 // parseKnobs reads every WEFT_* variable that is set (non-empty) from env.

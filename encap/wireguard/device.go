@@ -13,6 +13,7 @@ import (
 
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/internal/ipconv"
+	"github.com/weftnet/weft/transport/relay"
 )
 
 // wgDevice is a WireGuard device: the kernel's, configured over generic netlink, or
@@ -27,9 +28,6 @@ type wgDevice interface {
 	// Peers is what the device knows of its peers now: the endpoint in use (learnt
 	// from packets when none was configured) and the last handshake, by public key.
 	Peers() (map[wgtypes.Key]peerStatus, error)
-	// Relayed is what the device carried from one peer to another (userspace only:
-	// a kernel device counts nothing).
-	Relayed() (packets, bytes uint64)
 	// Close removes the device (and its UAPI socket).
 	Close() error
 }
@@ -65,7 +63,7 @@ func (w *backend) open() error {
 		if w.devs[x.i] != nil {
 			continue
 		}
-		d, err := openWGDevice(x.name, w.MTU(), w.device, w.socketDir, w.drops.device(x.name), w.relays, w.log)
+		d, err := openWGDevice(x.name, w.MTU(), w.device, w.socketDir, w.drops.device(x.name), w.log)
 		if err != nil {
 			return fmt.Errorf("device %s: %w", x.name, err)
 		}
@@ -78,7 +76,30 @@ func (w *backend) open() error {
 		w.log.Info("WireGuard device ready", zap.String("device", x.name), zap.String("implementation", d.Kind()),
 			zap.Int("listen-port", port), zap.Int("mtu", w.MTU()))
 	}
+	if w.node == nil && w.pathPort > 0 && w.devs[0] != nil {
+		n, err := relay.Listen(relay.Config{Port: w.pathPort, Private: w.priv, WGPort: w.opts.ListenPort,
+			SeenAt: w.seenAt, Log: w.log.Named("path")})
+		if err != nil {
+			// Without it every peer is direct, as in flanneld: worth a loud line, not a stop.
+			w.log.Error("no path socket: peers outside our site are reached directly only, and this host relays for none", zap.Error(err))
+			w.pathPort = -1
+		} else {
+			w.node = n
+		}
+	}
 	return nil
+}
+
+// seenAt is where the IPv4 device sees peer k's WireGuard: the path socket tells it
+// to k when k says hello.
+func (w *backend) seenAt(k relay.Key) netip.AddrPort {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.status()
+	if st == nil {
+		return netip.AddrPort{}
+	}
+	return st[wgtypes.Key(k)].endpoint
 }
 
 // setWGAddr puts addr on link and removes the other addresses of family f that are

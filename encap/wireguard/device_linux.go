@@ -25,7 +25,7 @@ import (
 // that name left behind (flanneld recreates its device too): the kernel's when
 // impl allows it and the kernel can (netlink LinkAdd of type wireguard), else
 // wireguard-go's, with its UAPI socket in socketDir, counting its drops in drops.
-func openWGDevice(name string, mtu int, impl, socketDir string, drops *wgDeviceDrops, rc *relayCounter, log *zap.Logger) (wgDevice, error) {
+func openWGDevice(name string, mtu int, impl, socketDir string, drops *wgDeviceDrops, log *zap.Logger) (wgDevice, error) {
 	if old, err := netlink.LinkByName(name); err == nil {
 		log.Warn("the device already exists; making it again", zap.String("device", name), zap.String("type", old.Type()))
 		if err := netlink.LinkDel(old); err != nil {
@@ -43,7 +43,7 @@ func openWGDevice(name string, mtu int, impl, socketDir string, drops *wgDeviceD
 		log.Info("the kernel has no WireGuard; running the device in userspace (wireguard-go)",
 			zap.String("device", name), zap.Error(err))
 	}
-	return newUserWG(name, mtu, socketDir, drops, rc, log)
+	return newUserWG(name, mtu, socketDir, drops, log)
 }
 
 // kernelWG is a device of the kernel's WireGuard, configured over generic netlink.
@@ -70,9 +70,6 @@ func (k *kernelWG) Name() string                     { return k.name }
 func (k *kernelWG) Kind() string                     { return Kernel }
 func (k *kernelWG) Link() (netlink.Link, error)      { return netlink.LinkByName(k.name) }
 func (k *kernelWG) Configure(c wgtypes.Config) error { return k.client.ConfigureDevice(k.name, c) }
-
-// Relayed: the kernel's device counts nothing of the kind.
-func (k *kernelWG) Relayed() (packets, bytes uint64) { return 0, 0 }
 
 func (k *kernelWG) Peers() (map[wgtypes.Key]peerStatus, error) {
 	d, err := k.client.Device(k.name)
@@ -108,10 +105,9 @@ type userWG struct {
 	path string // the UAPI socket
 	wg   sync.WaitGroup
 	kick *kicker
-	rc   *relayCounter
 }
 
-func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, rc *relayCounter, log *zap.Logger) (*userWG, error) {
+func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log *zap.Logger) (*userWG, error) {
 	t, err := tun.CreateTUN(name, mtu)
 	if err != nil {
 		return nil, fmt.Errorf("create the TUN device: %w", err)
@@ -119,7 +115,7 @@ func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, rc 
 	dlog := log.Named("wireguard-go").With(zap.String("device", name))
 	// The device's verbose lines are counted when they tell of a drop, and formatted
 	// only when debug is on: a flood of junk makes one for each datagram.
-	dev := device.NewDevice(&countingTUN{Device: t, c: rc}, conn.NewDefaultBind(), &device.Logger{
+	dev := device.NewDevice(t, conn.NewDefaultBind(), &device.Logger{
 		Verbosef: func(format string, args ...any) {
 			drops.count(format)
 			if dlog.Core().Enabled(zapcore.DebugLevel) {
@@ -128,7 +124,7 @@ func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, rc 
 		},
 		Errorf: func(format string, args ...any) { dlog.Warn(fmt.Sprintf(format, args...)) },
 	})
-	u := &userWG{name: name, dev: dev, path: filepath.Join(socketDir, name+".sock"), kick: &kicker{dev: dev}, rc: rc}
+	u := &userWG{name: name, dev: dev, path: filepath.Join(socketDir, name+".sock"), kick: &kicker{dev: dev}}
 	if u.uapi, err = listenUAPI(name, socketDir); err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("UAPI socket: %w", err)
@@ -205,9 +201,6 @@ func (u *userWG) Configure(c wgtypes.Config) error {
 	u.kick.added(added)
 	return nil
 }
-
-// Relayed is what the device carried from one peer to another.
-func (u *userWG) Relayed() (packets, bytes uint64) { return u.rc.packets.Load(), u.rc.bytes.Load() }
 
 // Peers reads the device's state through its UAPI "get".
 func (u *userWG) Peers() (map[wgtypes.Key]peerStatus, error) {

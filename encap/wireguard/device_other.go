@@ -9,6 +9,6 @@ import (
 )
 
 // openWGDevice: the wireguard backend's devices are made on Linux only.
-func openWGDevice(name string, mtu int, impl, socketDir string, _ *wgDeviceDrops, _ *relayCounter, log *zap.Logger) (wgDevice, error) {
+func openWGDevice(name string, mtu int, impl, socketDir string, _ *wgDeviceDrops, log *zap.Logger) (wgDevice, error) {
 	return nil, errors.New("the wireguard backend runs on Linux only")
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"slices"
 	"strconv"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -16,7 +15,8 @@ import (
 // Paths lists a path per peer subnet on the devices: from our subnet's first
 // address, which our device holds, to the peer's, which its device holds (flanneld's
 // as weftd's), through the peer's endpoint (the one in use, learnt or configured),
-// or through the relay's for a peer reached through a relay.
+// its NAT's outside address (punched), or the relay's path port (relayed), with why
+// we took that way.
 func (w *backend) Paths() []encap.Path {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -29,48 +29,47 @@ func (w *backend) Paths() []encap.Path {
 		}
 	}
 	out := make([]encap.Path, 0, len(w.leases))
-	add := func(sn netip.Prefix, pub netip.Addr, c *wgPeerConf, via netip.Prefix) {
-		local := w.own.Subnet
-		if sn.Addr().Is6() {
-			local = w.own.IPv6Subnet
-		}
-		if !local.IsValid() || c == nil {
-			return
-		}
-		ep := c.endpoint
-		st, ok := status[c.key]
-		if ok && st.endpoint.IsValid() {
-			ep = st.endpoint
-		}
-		// The underlay address probed is where the packets go: the relay's, a NAT's
-		// as WireGuard learnt it (the lease's address of a host behind NAT is a
-		// private one of its site, perhaps another host's here).
-		if via.IsValid() || c.learn {
-			pub = ep.Addr()
-		}
-		out = append(out, encap.Path{Backend: wireguardType, Subnet: sn, PublicIP: pub,
-			Overlay: sn.Masked().Addr(), Local: local.Masked().Addr(), Endpoint: ep,
-			Proto: "UDP " + strconv.Itoa(int(ep.Port())), MTU: w.MTU(), RouteMTU: w.mtus[sn],
-			Via: via, LastHandshake: st.handshake})
-	}
 	for key, confs := range w.applied {
-		for _, c := range confs {
+		ws := w.ways[key]
+		for i, c := range confs {
 			if c == nil {
 				continue
 			}
 			for _, sn := range c.allowed {
-				if key == w.relay && slices.Contains(w.relaySubnets, sn) {
-					continue // a relayed subnet on the relay's peer: listed below
+				local := w.own.Subnet
+				if sn.Addr().Is6() {
+					local = w.own.IPv6Subnet
 				}
-				add(sn, w.leases[key].Attrs.PublicIP, c, netip.Prefix{})
-			}
-		}
-	}
-	for _, l := range w.relayed {
-		relay := w.applied[w.relay]
-		for _, sn := range []netip.Prefix{l.Subnet, l.IPv6Subnet} {
-			if sn.IsValid() && sn.Bits() > 0 {
-				add(sn, l.Attrs.PublicIP, relay[w.devFor(w.family(sn))], w.relay)
+				if !local.IsValid() {
+					continue
+				}
+				ep, pub := c.endpoint, w.leases[key].Attrs.PublicIP
+				st, ok := status[c.key]
+				if ok && st.endpoint.IsValid() {
+					ep = st.endpoint
+				}
+				p := encap.Path{Backend: wireguardType, Subnet: sn, Overlay: sn.Masked().Addr(),
+					Local: local.Masked().Addr(), MTU: w.MTU(), RouteMTU: w.mtus[sn], LastHandshake: st.handshake}
+				if c.learn {
+					// The lease's address of a peer that dials us is none we send to.
+					pub = ep.Addr()
+				}
+				if ws != nil && i == 0 {
+					p.Why = ws.why
+					switch ws.way {
+					case wayPunched:
+						p.Punched, pub = true, ep.Addr()
+					case wayRelay:
+						// The underlay address probed is the relay's.
+						p.Via, ep = ws.relay, ws.relayAddr
+						pub = ep.Addr()
+					}
+				}
+				p.PublicIP, p.Endpoint = pub, ep
+				if ep.IsValid() {
+					p.Proto = "UDP " + strconv.Itoa(int(ep.Port()))
+				}
+				out = append(out, p)
 			}
 		}
 	}

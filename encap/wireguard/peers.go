@@ -16,6 +16,7 @@ import (
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/internal/ipconv"
 	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/transport/relay"
 )
 
 // wgLeaseData is the BackendData (and BackendV6Data) of a wireguard lease.
@@ -48,11 +49,7 @@ func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 		}
 		log := w.log.With(zap.Stringer("subnet", key), zap.Stringer("public-ip", l.Attrs.PublicIP))
 		var want [2]*wgPeerConf
-		delete(w.relayed, key)
 		delete(w.leases, key)
-		if ev.Type != lease.Added {
-			delete(w.down, key)
-		}
 		if ev.Type == lease.Added {
 			if l.Attrs.BackendType != wireguardType {
 				log.Warn("ignoring a lease that is not a wireguard lease", zap.String("backend-type", l.Attrs.BackendType))
@@ -63,19 +60,25 @@ func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 					continue
 				}
 				w.leases[key] = l
-				if !w.bySite(l, want) {
-					w.relayed[key], want = l, [2]*wgPeerConf{}
-				}
+				w.bySite(l, want)
 			}
+		}
+		if old := w.base[key][0]; old != nil && (want[0] == nil || want[0].key != old.key) && w.node != nil {
+			w.node.Forget(relay.Key(old.key))
 		}
 		if want == ([2]*wgPeerConf{}) {
 			delete(w.base, key)
+			delete(w.ways, key)
 		} else {
 			w.base[key] = want
+			if !w.chooses(l) {
+				delete(w.ways, key)
+			} else if w.ways[key] == nil {
+				w.ways[key] = &wayState{since: time.Now(), why: "direct: what the peer publishes"}
+			}
 		}
-		w.apply(key, w.withRelayed(key), log)
+		w.apply(key, w.onWay(key, want), log)
 	}
-	w.reroute()
 }
 
 // peerConfs is what each device should have for lease l, as flanneld computes it.

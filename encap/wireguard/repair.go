@@ -36,10 +36,29 @@ func (w *backend) Run(ctx context.Context) error {
 	links, routes := nw.Links, nw.Routes
 	t := time.NewTicker(wgRepairPeriod)
 	defer t.Stop()
+	choose := time.NewTicker(chooseEvery)
+	defer choose.Stop()
+	w.mu.Lock()
+	node := w.node
+	w.mu.Unlock()
+	if node != nil {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			_ = node.Run(ctx)
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case now := <-choose.C:
+			w.mu.Lock()
+			if w.own.Attrs.Site != "" && w.node != nil && !w.noChoice {
+				w.choose(now)
+			}
+			w.mu.Unlock()
 		case u, ok := <-links:
 			if !ok {
 				links = nil
@@ -126,7 +145,7 @@ func (w *backend) remake(i int) error {
 	if err := old.Close(); err != nil {
 		w.log.Debug("closing the deleted device", zap.String("device", old.Name()), zap.Error(err))
 	}
-	d, err := openWGDevice(old.Name(), w.MTU(), w.device, w.socketDir, w.drops.device(old.Name()), w.relays, w.log)
+	d, err := openWGDevice(old.Name(), w.MTU(), w.device, w.socketDir, w.drops.device(old.Name()), w.log)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,10 @@ func (w *backend) Report() encap.Report {
 			devs[d.Name()] = d.Kind()
 		}
 	}
-	return encap.Report{Peers: len(w.applied) + len(w.relayed), Repairs: maps.Clone(w.repairs),
-		WireGuard: &encap.WireGuardReport{Devices: devs, Drops: w.drops.snapshot(),
-			RelayedPackets: w.relays.packets.Load(), RelayedBytes: w.relays.bytes.Load()}}
+	wg := &encap.WireGuardReport{Devices: devs, Drops: w.drops.snapshot(), PathChanges: w.pathChanges}
+	wg.Punched, wg.Relayed = w.countWays()
+	if w.node != nil {
+		wg.RelayedPackets, wg.RelayedBytes = w.node.Forwarded()
+	}
+	return encap.Report{Peers: len(w.applied), Repairs: maps.Clone(w.repairs), WireGuard: wg}
 }

@@ -1,160 +1,418 @@
 package wireguard
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/transport/relay"
 )
 
-// natKeepalive is the PersistentKeepaliveInterval a host behind NAT gives the peers it
-// dials (unless the Backend sets one): it keeps the NAT's mapping, and so the way
-// back, open.
+// natKeepalive is the PersistentKeepaliveInterval a host with a site gives the peers
+// outside its site (unless the Backend sets one): it keeps a NAT's mapping, and so
+// the way back, open, if there is a NAT.
 const natKeepalive = 25 * time.Second
 
-// How we reach a peer, by sites (lease.Attrs Site, SiteIP, NAT). Without a site on
-// either side every peer is reachDirect on its PublicIP, as in flanneld.
-type reach int
+// way is how we reach a peer outside our site. A host with a site takes them in this
+// order, each on the evidence that the one before gives no answer; without a site
+// every peer is direct, as in flanneld.
+type way int
 
 const (
-	reachDirect  reach = iota // we dial its endpoint
-	reachSite                 // same site: we dial its SiteIP
-	reachLearned              // it is behind NAT and dials us: its endpoint is the one WireGuard saw
-	reachRelay                // both behind NAT in other sites: through a relay
+	wayDirect  way = iota // its published address: PublicIP (a peer that says never dial it dials us)
+	wayPunched            // its NAT's outside address (lease Outside), both of us dialing together
+	wayRelay              // through a relay that forwards its datagrams as they are
 )
 
-// reachOf is how we reach peer l.
-func (w *backend) reachOf(l lease.Lease) reach {
-	own, p := w.own.Attrs, l.Attrs
-	switch {
-	case own.Site != "" && p.Site == own.Site && p.SiteIP.IsValid():
-		return reachSite
-	case !p.NAT:
-		return reachDirect
-	case !own.NAT:
-		return reachLearned
-	}
-	return reachRelay
+func (v way) String() string { return [...]string{"direct", "punched", "relay"}[v] }
+
+// The timings of the choice.
+const (
+	// tryFor: a way the probes have not found answering within this is left for
+	// the next (the probes' rounds are 2 s apart).
+	tryFor = 8 * time.Second
+	// directEvery: while another way is used, the direct way is pinged on the path
+	// port this often; directAnswers answers in a row move the peer back to it.
+	directEvery   = 5 * time.Second
+	directAnswers = 2
+	// directBackoff: after a move back to direct that brought no answer, the next
+	// waits this long.
+	directBackoff = 30 * time.Second
+	// measureEvery: a relayed peer is pinged through every relay this often; a
+	// relay without an answer for relayStale is given up.
+	measureEvery = 2 * time.Second
+	relayStale   = 7 * time.Second
+	// seenFresh: what a host we said hello to told us counts this long.
+	seenFresh = 35 * time.Second
+	// maxRelays is how many hosts we say hello to (our relays and reflectors).
+	maxRelays = 8
+	// chooseEvery is the chooser's tick.
+	chooseEvery = time.Second
+)
+
+// wayState is how we reach one peer outside our site, and the evidence for it.
+type wayState struct {
+	way      way
+	since    time.Time // when this way was taken
+	answered bool      // the probes found the peer answering since
+	downAt   time.Time // when the probes last found it down
+	why      string    // why this way, for GET /peers
+	// The relay of wayRelay: its lease's key and its path port.
+	relay     netip.Prefix
+	relayAddr netip.AddrPort
+	measured  time.Time // pings sent through the relays
+	// Pings on the direct way while another is used.
+	directPinged time.Time
+	directOK     int
+	directAfter  time.Time
 }
 
-// bySite adjusts confs, lease l's peer on each device, to how we reach l: another
-// endpoint in the same site, none configured for a peer behind NAT, and the NAT's
-// keepalive from a host behind NAT. It reports false for a peer reached through a
-// relay (then it has no peer of its own on the devices).
-func (w *backend) bySite(l lease.Lease, confs [2]*wgPeerConf) bool {
-	r := w.reachOf(l)
-	if r == reachRelay {
-		return false
-	}
+// chooses reports whether we choose a way for peer l by evidence: we have a site (the
+// path port open) and l is outside it. w.mu is held.
+func (w *backend) chooses(l lease.Lease) bool {
+	own := w.own.Attrs
+	return own.Site != "" && w.node != nil && !w.noChoice && !(l.Attrs.Site == own.Site && l.Attrs.SiteIP.IsValid())
+}
+
+// bySite adjusts confs, lease l's peer on each device, to sites: a peer of our site is
+// dialed at its SiteIP; a peer that says it is never to be dialed (NAT) dials us (its
+// endpoint is the one WireGuard learns), unless we choose its way; a host with a site
+// keeps a NAT's mapping open toward peers outside it.
+func (w *backend) bySite(l lease.Lease, confs [2]*wgPeerConf) {
+	own := w.own.Attrs
+	sameSite := own.Site != "" && l.Attrs.Site == own.Site && l.Attrs.SiteIP.IsValid()
 	for _, c := range confs {
 		if c == nil {
 			continue
 		}
-		switch r {
-		case reachSite:
+		switch {
+		case sameSite:
 			if c.endpoint.Addr().Is4() == l.Attrs.SiteIP.Is4() {
 				c.endpoint = netip.AddrPortFrom(l.Attrs.SiteIP, c.endpoint.Port())
 			}
-		case reachLearned:
+		case l.Attrs.NAT:
 			c.learn = true
 		}
-		if w.own.Attrs.NAT && r != reachSite && w.keepalive == 0 {
+		if own.Site != "" && !sameSite && w.keepalive == 0 {
 			c.keepalive = natKeepalive
 		}
 	}
-	return true
 }
 
-// reroute chooses the relay for the peers reached through one: a peer dialable by us
-// and by them (not behind NAT), not found down by the probes, the lowest subnet first
-// (all down: the lowest anyway). The relay's peer gets their subnets in its AllowedIPs;
-// a relay given up gets its own back. w.mu is held.
-func (w *backend) reroute() {
-	var subnets []netip.Prefix
-	for _, l := range w.relayed {
-		subnets = append(subnets, l.Subnet, l.IPv6Subnet)
+// onWay is confs, peer key's own configuration, on the way ws says: the IPv4 device's
+// endpoint is the peer's NAT outside (punched) or our loopback socket for it
+// (relayed). w.mu is held.
+func (w *backend) onWay(key netip.Prefix, confs [2]*wgPeerConf) [2]*wgPeerConf {
+	ws, l := w.ways[key], w.leases[key]
+	if ws == nil || confs[0] == nil || ws.way == wayDirect {
+		return confs
 	}
-	subnets = slices.DeleteFunc(subnets, func(p netip.Prefix) bool { return !p.IsValid() || p.Bits() == 0 })
-	slices.SortFunc(subnets, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-	relay := netip.Prefix{}
-	if len(subnets) > 0 {
-		var any netip.Prefix
-		for key, l := range w.leases {
-			if l.Attrs.NAT || w.base[key] == ([2]*wgPeerConf{}) {
-				continue
-			}
-			if !any.IsValid() || key.Addr().Less(any.Addr()) {
-				any = key
-			}
-			if !w.down[key] && (!relay.IsValid() || key.Addr().Less(relay.Addr())) {
-				relay = key
-			}
+	c := *confs[0]
+	c.learn = false
+	switch ws.way {
+	case wayPunched:
+		c.endpoint = l.Attrs.Outside
+		if w.keepalive == 0 {
+			c.keepalive = natKeepalive
 		}
-		if !relay.IsValid() {
-			relay = any
+	case wayRelay:
+		pk := relay.Key(c.key)
+		ep, err := w.node.Endpoint(pk)
+		if err != nil {
+			w.log.Error("no loopback endpoint for a relayed peer", zap.Stringer("subnet", key), zap.Error(err))
+			return confs
 		}
+		c.endpoint = ep
+		w.node.SetRoute(pk, ws.relayAddr)
 	}
-	if relay == w.relay && slices.Equal(subnets, w.relaySubnets) {
-		return
-	}
-	old := w.relay
-	w.relay, w.relaySubnets = relay, subnets
-	if old.IsValid() && old != relay {
-		w.apply(old, w.withRelayed(old), w.log.With(zap.Stringer("subnet", old)))
-	}
-	if relay.IsValid() {
-		w.log.Info("relaying the peers behind NAT in other sites", zap.Stringer("relay", relay), zap.Any("subnets", subnets))
-		w.apply(relay, w.withRelayed(relay), w.log.With(zap.Stringer("subnet", relay)))
-	} else if len(subnets) > 0 {
-		w.log.Warn("no relay for the peers behind NAT in other sites: no host both can dial", zap.Any("subnets", subnets))
-	}
+	confs[0] = &c
+	return confs
 }
 
-// withRelayed is peer key's configuration: its own, and on the relay the relayed
-// subnets too (on the device of their family).
-func (w *backend) withRelayed(key netip.Prefix) [2]*wgPeerConf {
-	base := w.base[key]
-	if key != w.relay {
-		return base
+// directAddr is where peer l is dialed directly: its PublicIP (invalid when it says
+// it is never to be dialed, or has none).
+func directAddr(l lease.Lease) netip.Addr {
+	if l.Attrs.NAT || !l.Attrs.PublicIP.IsValid() || l.Attrs.PublicIP.IsUnspecified() {
+		return netip.Addr{}
 	}
-	var out [2]*wgPeerConf
-	for i, c := range base {
-		if c == nil {
+	return l.Attrs.PublicIP
+}
+
+// take moves peer key to way v, saying why, and configures the device. w.mu is held.
+func (w *backend) take(key netip.Prefix, v way, why string, now time.Time) {
+	ws := w.ways[key]
+	if ws.way != v {
+		w.pathChanges++
+	}
+	ws.way, ws.since, ws.answered, ws.why = v, now, false, why
+	if v != wayRelay {
+		ws.relay, ws.relayAddr = netip.Prefix{}, netip.AddrPort{}
+		if c := w.base[key][0]; c != nil {
+			w.node.SetRoute(relay.Key(c.key), netip.AddrPort{})
+		}
+	}
+	w.log.Info("peer path", zap.Stringer("subnet", key), zap.Stringer("way", v), zap.String("why", why))
+	w.apply(key, w.onWay(key, w.base[key]), w.log.With(zap.Stringer("subnet", key)))
+}
+
+// PeerState is told by the probes whether a peer answers on the way we took.
+func (w *backend) PeerState(subnet netip.Prefix, up bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for key, l := range w.leases {
+		if l.Subnet != subnet && l.IPv6Subnet != subnet {
 			continue
 		}
-		cc := *c
-		cc.allowed = slices.Clone(c.allowed)
-		for _, sn := range w.relaySubnets {
-			if w.devFor(w.family(sn)) == i {
-				cc.allowed = append(cc.allowed, sn)
-			}
+		ws := w.ways[key]
+		if ws == nil || subnet.Addr().Is6() {
+			return
 		}
-		out[i] = &cc
+		if up {
+			ws.answered = true
+		} else {
+			ws.answered, ws.downAt = false, time.Now()
+		}
+		return
+	}
+}
+
+// candidates are the hosts we say hello to, which may relay for us and tell us how
+// they see us: peers outside our site we reach directly and that answer, dialable at
+// their PublicIP on the path port, the lowest subnets first. w.mu is held.
+func (w *backend) candidates() []netip.Prefix {
+	var out []netip.Prefix
+	for key, ws := range w.ways {
+		if ws.way == wayDirect && ws.answered && directAddr(w.leases[key]).Is4() && w.base[key][0] != nil {
+			out = append(out, key)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	if len(out) > maxRelays {
+		out = out[:maxRelays]
 	}
 	return out
 }
 
-// PeerState is told by the probes whether a peer is reachable: a relay found down is
-// given up for another.
-func (w *backend) PeerState(subnet netip.Prefix, up bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	key := subnet
-	for k, l := range w.leases {
-		if l.Subnet == subnet || l.IPv6Subnet == subnet {
-			key = k
+// pathAddr is peer key's path port.
+func (w *backend) pathAddr(key netip.Prefix) netip.AddrPort {
+	return netip.AddrPortFrom(directAddr(w.leases[key]), uint16(w.pathPort))
+}
+
+// choose is one tick of the choice: hellos to the candidates, our NAT's outside
+// address from their answers, and each peer's way moved on evidence. w.mu is held.
+func (w *backend) choose(now time.Time) {
+	cands := w.candidates()
+	if now.Sub(w.helloAt) >= relay.HelloEvery || len(cands) != w.helloCands {
+		w.helloAt, w.helloCands = now, len(cands)
+		for _, key := range cands {
+			if err := w.node.Hello(relay.Key(w.base[key][0].key), w.pathAddr(key)); err != nil {
+				w.log.Debug("hello", zap.Stringer("to", key), zap.Error(err))
+			}
 		}
 	}
-	if w.down[key] == !up {
+	w.learnOutside(now)
+	status := w.status()
+	for key, ws := range w.ways {
+		w.step(key, ws, cands, status, now)
+	}
+}
+
+// learnOutside reads what the candidates see of our WireGuard socket: one address
+// and port is our NAT's outside (published when it is not our own); different ports
+// for different hosts mean a NAT that maps each destination anew. w.mu is held.
+func (w *backend) learnOutside(now time.Time) {
+	type view struct {
+		by  netip.Prefix
+		see netip.AddrPort
+	}
+	var views []view
+	byKey := map[relay.Key]netip.Prefix{}
+	for key, confs := range w.base {
+		if confs[0] != nil {
+			byKey[relay.Key(confs[0].key)] = key
+		}
+	}
+	for k, s := range w.node.Seen() {
+		if key, ok := byKey[k]; ok && now.Sub(s.At) < seenFresh && s.WireGuard.IsValid() {
+			views = append(views, view{key, s.WireGuard})
+		}
+	}
+	if len(views) == 0 {
 		return
 	}
-	if up {
-		delete(w.down, key)
-	} else {
-		w.down[key] = true
+	slices.SortFunc(views, func(a, b view) int { return a.by.Addr().Compare(b.by.Addr()) })
+	out := views[0].see
+	w.mapsPerDestination = ""
+	for _, v := range views[1:] {
+		if v.see != out {
+			w.mapsPerDestination = fmt.Sprintf("our NAT gives each destination a port of its own (%v seen by %v, %v by %v)",
+				out, views[0].by, v.see, v.by)
+		}
 	}
-	w.reroute()
+	if out == netip.AddrPortFrom(w.ext.PublicIP, uint16(w.opts.ListenPort)) {
+		out = netip.AddrPort{} // no NAT on the way
+	}
+	if out != w.outside {
+		w.log.Info("our WireGuard socket as the hosts we say hello to see it", zap.Stringer("outside", out),
+			zap.String("nat", w.mapsPerDestination))
+		w.outside = out
+	}
+}
+
+// status is what the IPv4 device knows of its peers now (nil when it cannot say).
+// w.mu is held.
+func (w *backend) status() map[wgtypes.Key]peerStatus {
+	if w.devs[0] == nil {
+		return nil
+	}
+	st, err := w.devs[0].Peers()
+	if err != nil {
+		return nil
+	}
+	return st
+}
+
+// step moves peer key's way on the evidence. w.mu is held.
+func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, status map[wgtypes.Key]peerStatus, now time.Time) {
+	l, c := w.leases[key], w.base[key][0]
+	if c == nil {
+		return
+	}
+	pk := relay.Key(c.key)
+	// The peer relays to us: its datagrams come through a relay, and our device took
+	// our loopback socket as its endpoint. Take that way too, and say so.
+	if st, ok := status[c.key]; ok && ws.way != wayRelay {
+		if k, ok := w.node.IsEndpoint(st.endpoint); ok && k == pk {
+			via := w.node.Route(pk)
+			ws.relay, ws.relayAddr = w.relayAt(via), via
+			w.take(key, wayRelay, fmt.Sprintf("relay via %v: the peer's datagrams come to us through it", ws.relay), now)
+			ws.answered = true
+			return
+		}
+	}
+	failed := !ws.answered && (now.Sub(ws.since) >= tryFor || ws.downAt.After(ws.since))
+	if failed {
+		lost := fmt.Sprintf("no answer for %d s", int(now.Sub(ws.since).Seconds()))
+		if ws.downAt.After(ws.since) {
+			lost = "the probes found it down"
+		}
+		switch ws.way {
+		case wayDirect:
+			ws.directAfter = now
+			if l.Attrs.Outside.IsValid() && l.Attrs.Outside != c.endpoint {
+				w.take(key, wayPunched, fmt.Sprintf("punched: direct (%v) gave %s; both dial each other's NAT", c.endpoint, lost), now)
+				return
+			}
+			w.take(key, wayRelay, fmt.Sprintf("relay: direct (%v) gave %s and the peer publishes no NAT address to punch", c.endpoint, lost), now)
+		case wayPunched:
+			why := fmt.Sprintf("relay: punched (%v) gave %s", l.Attrs.Outside, lost)
+			if w.mapsPerDestination != "" {
+				why += "; " + w.mapsPerDestination
+			}
+			w.take(key, wayRelay, why, now)
+		}
+	}
+	if ws.way == wayRelay {
+		w.measureRelays(key, ws, pk, cands, now)
+	}
+	if ws.way != wayDirect && directAddr(l).Is4() && !now.Before(ws.directAfter) && now.Sub(ws.directPinged) >= directEvery {
+		m := w.node.Measured(pk, netip.AddrPort{})
+		if !ws.directPinged.IsZero() && m.At.After(ws.directPinged) {
+			ws.directOK++
+		} else {
+			ws.directOK = 0
+		}
+		if ws.directOK >= directAnswers {
+			ws.directOK, ws.directPinged = 0, time.Time{}
+			ws.directAfter = now.Add(directBackoff) // if it fails again, not before this
+			w.take(key, wayDirect, fmt.Sprintf("direct: answers again (%d pings on the path port in a row)", directAnswers), now)
+			return
+		}
+		ws.directPinged = now
+		_ = w.node.Ping(pk, netip.AddrPort{}, w.pathAddr(key))
+	}
+}
+
+// measureRelays pings peer key through every candidate and keeps, or changes, its
+// relay: the one with the shortest round trip through it, until it stops answering.
+// w.mu is held.
+func (w *backend) measureRelays(key netip.Prefix, ws *wayState, pk relay.Key, cands []netip.Prefix, now time.Time) {
+	type option struct {
+		key  netip.Prefix
+		addr netip.AddrPort
+		rtt  time.Duration
+	}
+	var best *option
+	for _, r := range cands {
+		if r == key {
+			continue
+		}
+		addr := w.pathAddr(r)
+		m := w.node.Measured(pk, addr)
+		if now.Sub(m.At) < relayStale && m.NoPeer.Before(m.At) && (best == nil || m.RTT < best.rtt) {
+			best = &option{r, addr, m.RTT}
+		}
+	}
+	cur := w.node.Measured(pk, ws.relayAddr)
+	curOK := ws.relayAddr.IsValid() && slices.Contains(cands, ws.relay) &&
+		(now.Sub(cur.At) < relayStale || now.Sub(ws.since) < relayStale) && !cur.NoPeer.After(cur.At)
+	switch {
+	case curOK:
+	case best != nil:
+		why := fmt.Sprintf("relay via %v: the shortest round trip through a relay (%v)", best.key, best.rtt.Round(10*time.Microsecond))
+		if ws.relay.IsValid() {
+			why = fmt.Sprintf("relay via %v: %v stopped answering; the shortest round trip now (%v)", best.key, ws.relay, best.rtt.Round(10*time.Microsecond))
+		} else if ws.why != "" {
+			why += "; " + ws.why
+		}
+		ws.relay, ws.relayAddr = best.key, best.addr
+		w.pathChanges++
+		ws.why = why
+		w.node.SetRoute(pk, best.addr)
+		w.log.Info("peer relay", zap.Stringer("subnet", key), zap.Stringer("relay", best.key), zap.Duration("rtt", best.rtt))
+	}
+	if now.Sub(ws.measured) >= measureEvery {
+		ws.measured = now
+		for _, r := range cands {
+			if r != key {
+				_ = w.node.Ping(pk, w.pathAddr(r), netip.AddrPort{})
+			}
+		}
+	}
+}
+
+// relayAt is the lease whose path port is addr.
+func (w *backend) relayAt(addr netip.AddrPort) netip.Prefix {
+	for key, l := range w.leases {
+		if directAddr(l).IsValid() && netip.AddrPortFrom(directAddr(l), uint16(w.pathPort)) == addr {
+			return key
+		}
+	}
+	return netip.Prefix{}
+}
+
+// Outside is our WireGuard socket's outside address and port, as the hosts we say
+// hello to see it (invalid: none seen, or our own: no NAT).
+func (w *backend) Outside() netip.AddrPort {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.outside
+}
+
+// countWays counts the peers on each way, for the report.
+func (w *backend) countWays() (punched, relayed int) {
+	for _, ws := range w.ways {
+		switch {
+		case ws.way == wayPunched && ws.answered:
+			punched++
+		case ws.way == wayRelay:
+			relayed++
+		}
+	}
+	return punched, relayed
 }

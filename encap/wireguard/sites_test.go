@@ -4,26 +4,34 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/netip"
-	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zaptest"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/transport/relay"
 )
 
 // sitesBackend is a backend without devices (apply configures none) whose own lease
-// is own, for the logic of sites alone.
+// is own, with a real path socket on a free port, for the logic of ways alone.
 func sitesBackend(t *testing.T, own lease.Attrs) *backend {
 	cfg := &lease.Config{Network: netip.MustParsePrefix("198.18.0.0/16"), SubnetLen: 24, EnableIPv4: true,
 		BackendType: wireguardType}
+	priv, _ := wgtypes.GeneratePrivateKey()
+	n, err := relay.Listen(relay.Config{Private: priv, WGPort: 51820})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
 	return &backend{cfg: cfg, opts: wireguardOptions{ListenPort: 51820, Mode: wgModeAuto}, log: zaptest.NewLogger(t),
 		own:     lease.Lease{Subnet: netip.MustParsePrefix("198.18.1.0/24"), Attrs: own},
 		applied: map[netip.Prefix][2]*wgPeerConf{}, owner: [2]map[wgtypes.Key]netip.Prefix{{}, {}},
 		repairs: map[string]uint64{}, mtus: map[netip.Prefix]int{},
 		leases: map[netip.Prefix]lease.Lease{}, base: map[netip.Prefix][2]*wgPeerConf{},
-		relayed: map[netip.Prefix]lease.Lease{}, down: map[netip.Prefix]bool{}, relays: &relayCounter{},
+		ways: map[netip.Prefix]*wayState{}, node: n, pathPort: relay.DefaultPort, priv: priv,
 	}
 }
 
@@ -41,86 +49,100 @@ func sitePeer(t *testing.T, n int, pub, site, siteIP string, nat bool) lease.Lea
 	return lease.Lease{Subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(n), 0}), 24), Attrs: a}
 }
 
-func TestSitesFromBehindNAT(t *testing.T) {
-	w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10"), NAT: true})
+// endpointOf is the IPv4 device's endpoint for peer l now (learnt: invalid).
+func endpointOf(w *backend, l lease.Lease) netip.AddrPort {
+	c := w.onWay(l.Subnet, w.base[l.Subnet])[0]
+	if c == nil || c.learn {
+		return netip.AddrPort{}
+	}
+	return c.endpoint
+}
+
+// TestWaysOnEvidence: a host of site a dials every peer outside its site at what it
+// publishes; a peer with no answer for tryFor is punched at its NAT's address when
+// it publishes one, then relayed; one the probes find down moves on at once; the
+// peers of its site are dialed on their site address, never chosen.
+func TestWaysOnEvidence(t *testing.T) {
+	w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10")})
 	p := sitePeer(t, 5, "203.0.113.10", "", "", false)
-	q := sitePeer(t, 6, "203.0.113.11", "", "", false)
-	a2 := sitePeer(t, 2, "192.0.2.11", "a", "192.0.2.11", true)
-	b1 := sitePeer(t, 3, "198.51.100.10", "b", "198.51.100.10", true)
+	a2 := sitePeer(t, 2, "192.0.2.11", "a", "192.0.2.11", false)
+	b1 := sitePeer(t, 3, "198.51.100.10", "b", "198.51.100.10", false)
+	b1.Attrs.Outside = netip.MustParseAddrPort("203.0.113.3:1024")
+	c1 := sitePeer(t, 4, "198.51.100.20", "c", "198.51.100.20", false) // publishes no NAT address
 	var evs []lease.Event
-	for _, l := range []lease.Lease{p, q, a2, b1} {
+	for _, l := range []lease.Lease{p, a2, b1, c1} {
 		evs = append(evs, lease.Event{Type: lease.Added, Lease: l})
 	}
 	w.HandleEvents(t.Context(), evs)
-
-	for _, tc := range []struct {
-		l         lease.Lease
-		want      reach
-		endpoint  string
-		keepalive bool
-	}{
-		{p, reachDirect, "203.0.113.10:51820", true},
-		{a2, reachSite, "192.0.2.11:51820", false},
-		{b1, reachRelay, "", false},
-	} {
-		if got := w.reachOf(tc.l); got != tc.want {
-			t.Errorf("%v: reach %v, want %v", tc.l.Subnet, got, tc.want)
-		}
-		c := w.base[tc.l.Subnet][0]
-		if tc.endpoint == "" {
-			if c != nil {
-				t.Errorf("%v: a peer of its own %+v, want none (relayed)", tc.l.Subnet, c)
-			}
-			continue
-		}
-		if c == nil || c.endpoint.String() != tc.endpoint || c.learn || (c.keepalive == natKeepalive) != tc.keepalive {
-			t.Errorf("%v: conf %+v, want endpoint %s keepalive %v", tc.l.Subnet, c, tc.endpoint, tc.keepalive)
+	if w.ways[a2.Subnet] != nil || endpointOf(w, a2).String() != "192.0.2.11:51820" || w.base[a2.Subnet][0].keepalive != 0 {
+		t.Fatalf("a2 (our site): way %v, conf %+v", w.ways[a2.Subnet], w.base[a2.Subnet][0])
+	}
+	for _, l := range []lease.Lease{p, b1, c1} {
+		ws := w.ways[l.Subnet]
+		if ws == nil || ws.way != wayDirect || endpointOf(w, l) != netip.AddrPortFrom(l.Attrs.PublicIP, 51820) ||
+			w.base[l.Subnet][0].keepalive != natKeepalive {
+			t.Fatalf("%v: way %+v, conf %+v; want direct to its PublicIP with a keepalive", l.Subnet, ws, w.base[l.Subnet][0])
 		}
 	}
-	// B1 goes through the lowest dialable subnet, P.
-	if w.relay != p.Subnet || !slices.Contains(w.applied[p.Subnet][0].allowed, b1.Subnet) {
-		t.Fatalf("relay %v with %v, want P %v carrying %v", w.relay, w.applied[p.Subnet][0].allowed, p.Subnet, b1.Subnet)
-	}
-	// P found down: Q takes over, P gets its own AllowedIPs back.
-	w.PeerState(p.Subnet, false)
-	if w.relay != q.Subnet || !slices.Contains(w.applied[q.Subnet][0].allowed, b1.Subnet) || slices.Contains(w.applied[p.Subnet][0].allowed, b1.Subnet) {
-		t.Fatalf("after P down: relay %v, P %v, Q %v", w.relay, w.applied[p.Subnet][0].allowed, w.applied[q.Subnet][0].allowed)
-	}
-	// P back: it is the lowest again.
+	start := w.ways[p.Subnet].since
 	w.PeerState(p.Subnet, true)
-	if w.relay != p.Subnet {
-		t.Fatalf("after P up: relay %v", w.relay)
+	w.choose(start.Add(tryFor - time.Second))
+	if w.ways[b1.Subnet].way != wayDirect {
+		t.Fatalf("b1 left direct before tryFor: %+v", w.ways[b1.Subnet])
 	}
-	// B1's lease gone: nothing to relay, P keeps only its own subnet.
+	w.choose(start.Add(tryFor + time.Millisecond))
+	if ws := w.ways[p.Subnet]; ws.way != wayDirect {
+		t.Fatalf("p answered, yet: %+v", ws)
+	}
+	if ws := w.ways[b1.Subnet]; ws.way != wayPunched || endpointOf(w, b1) != b1.Attrs.Outside || !strings.Contains(ws.why, "punched: direct") {
+		t.Fatalf("b1 after %v without an answer: %+v endpoint %v, want punched at %v", tryFor, ws, endpointOf(w, b1), b1.Attrs.Outside)
+	}
+	ws := w.ways[c1.Subnet]
+	if ws.way != wayRelay || !strings.Contains(ws.why, "no NAT address") {
+		t.Fatalf("c1 (no NAT address to punch): %+v, want relayed", ws)
+	}
+	if ep := endpointOf(w, c1); !ep.Addr().IsLoopback() {
+		t.Fatalf("c1 relayed: endpoint %v, want our loopback socket", ep)
+	}
+	// The punched way fails too: relayed, and the reason says punched.
+	w.choose(w.ways[b1.Subnet].since.Add(tryFor + time.Millisecond))
+	if ws := w.ways[b1.Subnet]; ws.way != wayRelay || !strings.Contains(ws.why, "punched (203.0.113.3:1024)") {
+		t.Fatalf("b1: %+v, want relayed after punching failed", ws)
+	}
+	// A way that answered and then is found down moves on at once.
+	w.PeerState(p.Subnet, false)
+	w.choose(time.Now())
+	if ws := w.ways[p.Subnet]; ws.way != wayRelay || !strings.Contains(ws.why, "found it down") {
+		t.Fatalf("p found down: %+v, want relayed (it publishes no NAT address)", ws)
+	}
+	if pc := w.pathChanges; pc != 4 {
+		t.Fatalf("%d path changes, want 4", pc)
+	}
+	// b1's lease gone: nothing kept of it.
 	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Removed, Lease: b1}})
-	if w.relay.IsValid() || len(w.applied[p.Subnet][0].allowed) != 1 {
-		t.Fatalf("after B1 gone: relay %v, P %v", w.relay, w.applied[p.Subnet][0].allowed)
+	if w.ways[b1.Subnet] != nil || w.base[b1.Subnet][0] != nil {
+		t.Fatalf("after b1 gone: %+v", w.ways[b1.Subnet])
 	}
 }
 
-func TestSitesFromDialable(t *testing.T) {
-	w := sitesBackend(t, lease.Attrs{}) // P: no site
-	a1 := sitePeer(t, 2, "192.0.2.10", "a", "192.0.2.10", true)
-	d := sitePeer(t, 4, "203.0.113.12", "c", "10.0.0.4", false) // a site host with --public-ip
-	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: a1}, {Type: lease.Added, Lease: d}})
-	if c := w.base[a1.Subnet][0]; c == nil || !c.learn || w.peerConfig(c).Endpoint != nil {
-		t.Fatalf("a host behind NAT: conf %+v, want its endpoint learnt, none configured", c)
-	}
-	if c := w.base[d.Subnet][0]; c == nil || c.learn || c.endpoint.String() != "203.0.113.12:51820" || c.keepalive != 0 {
-		t.Fatalf("a dialable site host: conf %+v", c)
-	}
-	if w.relay.IsValid() {
-		t.Fatalf("relay %v with nothing to relay", w.relay)
-	}
-}
-
-func TestSitesNoneAnywhere(t *testing.T) {
+// TestWaysNoSite: a host without a site dials every peer at its PublicIP and waits
+// for one that says never dial it; it chooses nothing.
+func TestWaysNoSite(t *testing.T) {
 	w := sitesBackend(t, lease.Attrs{})
-	l := sitePeer(t, 2, "192.0.2.2", "", "", false)
-	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: l}})
-	c := w.base[l.Subnet][0]
-	if c == nil || c.endpoint.String() != "192.0.2.2:51820" || c.learn || c.keepalive != 0 {
-		t.Fatalf("conf %+v, want flanneld's", c)
+	a1 := sitePeer(t, 2, "192.0.2.10", "a", "192.0.2.10", true)
+	d := sitePeer(t, 4, "203.0.113.12", "c", "10.0.0.4", false)
+	l := sitePeer(t, 6, "192.0.2.2", "", "", false)
+	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: a1}, {Type: lease.Added, Lease: d}, {Type: lease.Added, Lease: l}})
+	if c := w.base[a1.Subnet][0]; c == nil || !c.learn || w.peerConfig(c).Endpoint != nil {
+		t.Fatalf("a host that says never dial it: conf %+v, want its endpoint learnt, none configured", c)
+	}
+	for _, x := range []lease.Lease{d, l} {
+		if c := w.base[x.Subnet][0]; c == nil || c.learn || c.endpoint != netip.AddrPortFrom(x.Attrs.PublicIP, 51820) || c.keepalive != 0 {
+			t.Fatalf("%v: conf %+v, want flanneld's", x.Subnet, c)
+		}
+	}
+	if len(w.ways) != 0 {
+		t.Fatalf("ways chosen without a site: %v", w.ways)
 	}
 }
 
@@ -139,25 +161,6 @@ func TestParseUAPIPeers(t *testing.T) {
 	}
 	if len(got) != 2 {
 		t.Errorf("%d peers, want 2", len(got))
-	}
-}
-
-func TestRelayCounter(t *testing.T) {
-	c := &relayCounter{networks: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}}
-	own := []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")}
-	c.own.Store(&own)
-	pkt := func(src string) []byte {
-		b := make([]byte, 40)
-		b[0] = 0x45
-		a := netip.MustParseAddr(src).As4()
-		copy(b[12:], a[:])
-		return b
-	}
-	for _, p := range [][]byte{pkt("198.18.1.2"), pkt("192.0.2.1"), pkt("198.18.3.0"), {0x45}, nil} {
-		c.count(p)
-	}
-	if c.packets.Load() != 1 || c.bytes.Load() != 40 {
-		t.Fatalf("counted %d packets %d bytes, want the one from 198.18.3.0", c.packets.Load(), c.bytes.Load())
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/transport/relay"
 )
 
 // wireguardType is the BackendType of the wireguard backend's leases.
@@ -83,6 +84,12 @@ type Tuning struct {
 	SocketDir string
 	// KeyFile is the private key's file (DefaultKeyFile when empty).
 	KeyFile string
+	// PathPort is the UDP port of the path socket (relay.DefaultPort when 0;
+	// negative: none, and no way to a peer but direct).
+	PathPort int
+	// NoPathChoice keeps every peer on the direct way (the probes, its evidence, are
+	// off).
+	NoPathChoice bool
 }
 
 // backend is flannel's "wireguard" backend: a WireGuard device per address family
@@ -118,17 +125,23 @@ type backend struct {
 	// mtus are the route MTUs SetRouteMTU set, by subnet.
 	mtus map[netip.Prefix]int
 
-	// Sites (sites.go): every peer lease (by peerKey), each one's own configuration
-	// (base), the peers reached through a relay, the peers the probes found down,
-	// and the relay chosen with the subnets it carries for us.
-	leases       map[netip.Prefix]lease.Lease
-	base         map[netip.Prefix][2]*wgPeerConf
-	relayed      map[netip.Prefix]lease.Lease
-	down         map[netip.Prefix]bool
-	relay        netip.Prefix
-	relaySubnets []netip.Prefix
-	// relays counts what the userspace devices relay between peers.
-	relays *relayCounter
+	// Sites and ways (sites.go): every peer lease (by peerKey), each one's own
+	// configuration (base), and how we reach the peers outside our site (ways).
+	leases map[netip.Prefix]lease.Lease
+	base   map[netip.Prefix][2]*wgPeerConf
+	ways   map[netip.Prefix]*wayState
+	// The path socket (nil: none) on pathPort; noChoice keeps every peer direct.
+	node     *relay.Node
+	pathPort int
+	noChoice bool
+	// Our NAT's outside address for our WireGuard socket, as the hosts we say hello
+	// to see it, and why punching cannot work from here when a NAT maps each
+	// destination anew.
+	outside            netip.AddrPort
+	mapsPerDestination string
+	helloAt            time.Time
+	helloCands         int
+	pathChanges        uint64
 }
 
 // New returns the wireguard backend. It reads (or makes, once) the private
@@ -174,13 +187,13 @@ func New(cfg *lease.Config, ext encap.ExternalInterface, tuning Tuning, log *zap
 		owner:     [2]map[wgtypes.Key]netip.Prefix{{}, {}},
 		repairs:   map[string]uint64{}, mtus: map[netip.Prefix]int{},
 		leases: map[netip.Prefix]lease.Lease{}, base: map[netip.Prefix][2]*wgPeerConf{},
-		relayed: map[netip.Prefix]lease.Lease{}, down: map[netip.Prefix]bool{},
-		relays: &relayCounter{},
+		ways: map[netip.Prefix]*wayState{}, pathPort: tuning.PathPort, noChoice: tuning.NoPathChoice,
 	}
-	for _, f := range []encap.Family{encap.V4(cfg), encap.V6(cfg)} {
-		if f.On() {
-			w.relays.networks = append(w.relays.networks, f.Network)
-		}
+	if w.pathPort == 0 {
+		w.pathPort = relay.DefaultPort
+	}
+	if w.pathPort > 65535 {
+		return nil, fmt.Errorf("%w: wireguard backend: path port %d is not in 1-65535", encap.ErrBadOption, w.pathPort)
 	}
 	if w.socketDir == "" {
 		w.socketDir = DefaultSocketDir
@@ -261,13 +274,6 @@ func (w *backend) Register(ctx context.Context, own lease.Lease) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.own = own
-	ownNets := []netip.Prefix{}
-	for _, sn := range []netip.Prefix{own.Subnet, own.IPv6Subnet} {
-		if sn.IsValid() && sn.Bits() > 0 {
-			ownNets = append(ownNets, sn)
-		}
-	}
-	w.relays.own.Store(&ownNets)
 	var errs []error
 	for _, f := range []encap.Family{encap.V4(w.cfg), encap.V6(w.cfg)} {
 		if f.On() {
@@ -309,6 +315,10 @@ func (w *backend) Close() error {
 			errs = append(errs, d.Close())
 			w.devs[i] = nil
 		}
+	}
+	if w.node != nil {
+		errs = append(errs, w.node.Close())
+		w.node = nil
 	}
 	return errors.Join(errs...)
 }

@@ -34,13 +34,15 @@ const (
 )
 
 // Weft's own annotations, under a prefix of weft's own (flanneld ignores them): a host's
-// site, the address hosts of its site dial, and whether it is behind NAT. Written only
-// for a host with a site.
+// site, the address hosts of its site dial, whether it is never to be dialed from
+// outside its site, and its NAT's outside address and port when it has one. Written
+// only for a host with a site.
 const (
 	weftAnnPrefix = "weft.weftnet.io/"
 	annSite       = weftAnnPrefix + "site"
 	annSiteIP     = weftAnnPrefix + "site-ip"
 	annNAT        = weftAnnPrefix + "nat"
+	annOutside    = weftAnnPrefix + "outside"
 )
 
 // DefaultSiteLabel is the node label a node's site is read from by default, as Kilo

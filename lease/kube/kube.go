@@ -489,6 +489,9 @@ func (m *Manager) wanted(n *corev1.Node, attrs lease.Attrs) map[string]string {
 	}
 	if attrs.Site != "" {
 		w[annSite], w[annSiteIP], w[annNAT] = attrs.Site, attrs.SiteIP.String(), strconv.FormatBool(attrs.NAT)
+		if attrs.Outside.IsValid() {
+			w[annOutside] = attrs.Outside.String()
+		}
 	}
 	return w
 }
@@ -528,9 +531,11 @@ func (m *Manager) published(n *corev1.Node, attrs lease.Attrs) bool {
 			return false
 		}
 	}
-	if _, ok := want[annSite]; !ok {
-		if _, had := n.Annotations[annSite]; had {
-			return false
+	for _, k := range []string{annSite, annOutside} {
+		if _, ok := want[k]; !ok {
+			if _, had := n.Annotations[k]; had {
+				return false
+			}
 		}
 	}
 	return true
@@ -549,7 +554,7 @@ func (m *Manager) annotate(ctx context.Context, n *corev1.Node, attrs lease.Attr
 		anns[k] = v
 	}
 	// A site given up: its annotations go (null removes a key in a merge patch).
-	for _, k := range []string{annSite, annSiteIP, annNAT} {
+	for _, k := range []string{annSite, annSiteIP, annNAT, annOutside} {
 		if _, ok := want[k]; !ok {
 			if _, had := n.Annotations[k]; had {
 				anns[k] = nil

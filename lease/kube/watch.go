@@ -45,6 +45,13 @@ func (m *Manager) leaseOf(n *corev1.Node) (lease.Lease, bool) {
 			m.log.Error("skipping a node's bad "+annSiteIP+" annotation", zap.String("node", n.Name), zap.Error(err))
 		} else {
 			l.Attrs.Site, l.Attrs.SiteIP, l.Attrs.NAT = site, ip.Unmap(), n.Annotations[annNAT] == "true"
+			if v := n.Annotations[annOutside]; v != "" {
+				if out, err := netip.ParseAddrPort(v); err != nil {
+					m.log.Error("ignoring a node's bad "+annOutside+" annotation", zap.String("node", n.Name), zap.Error(err))
+				} else {
+					l.Attrs.Outside = netip.AddrPortFrom(out.Addr().Unmap(), out.Port())
+				}
+			}
 		}
 	}
 	if !l.Attrs.PublicIP.IsValid() {

@@ -174,7 +174,9 @@ func (n *Node) Close() error {
 }
 
 // Forwarded is what this host relayed for others: packets and bytes.
-func (n *Node) Forwarded() (packets, bytes uint64) { return n.forwarded.Load(), n.forwardedBytes.Load() }
+func (n *Node) Forwarded() (packets, bytes uint64) {
+	return n.forwarded.Load(), n.forwardedBytes.Load()
+}
 
 // Relayed is how many of our WireGuard datagrams went out through a relay and came
 // in through one.
