@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,9 +15,11 @@ import (
 )
 
 // TestSites: weftd's wireguard backend with --site across two NATed sites (see
-// siteHosts). Its subtests run in order on one lab: each takes seconds.
+// siteHosts), both NATs keeping one outside port per inside socket (Linux
+// masquerade): a1 and b1 try punching, then meet through a relay (see
+// sitesAcrossNAT). Its subtests run in order on one lab: each takes seconds.
 func TestSites(t *testing.T) {
-	s := newSiteLab(t, true)
+	s := newSiteLab(t, true, natSpec)
 	s.explain(t)
 	for _, st := range []struct {
 		name string
@@ -27,11 +28,10 @@ func TestSites(t *testing.T) {
 		{"leases", sitesLeases},
 		{"every pair", sitesMesh},
 		{"within a site, not through its router", sitesWithin},
-		{"across sites, through a relay", sitesRelayed},
+		{"across sites: punching tried, relayed", sitesAcrossNAT},
 		{"one NAT address, one port", sitesSamePort},
 		{"conntrack flushed", sitesConntrack},
 		{"weftd restarted behind NAT", sitesRestart},
-		{"relay gone", sitesRelayGone},
 	} {
 		if !t.Run(st.name, func(t *testing.T) { st.f(t, s) }) {
 			return // the next steps build on this one
@@ -39,37 +39,47 @@ func TestSites(t *testing.T) {
 	}
 }
 
-// sitesLeases: the site hosts' leases carry their site, their LAN address and, with
-// no --public-ip, WeftNAT; the public hosts' carry none of it.
+// sitesLeases: the site hosts' leases carry their site, their LAN address and, once
+// a public host has told them, their NAT's outside address and WireGuard port; never
+// WeftNAT (a site is no NAT). The public hosts' carry none of it.
 func sitesLeases(t *testing.T, s *siteLab) {
-	leases, err := s.lab.Leases(context.Background(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range siteHosts {
-		key := strings.Replace(s.subnet[name], "/", "-", 1)
-		var v map[string]any
-		if err := json.Unmarshal([]byte(leases[key]), &v); err != nil {
-			t.Fatalf("lease %s of %s: %v: %q", key, name, err, leases[key])
+	eventually(t, 20*time.Second, func() error {
+		leases, err := s.lab.Leases(context.Background(), "")
+		if err != nil {
+			return err
 		}
-		h := s.h[name]
-		want := map[string]any{"WeftSite": h.lh.LAN, "WeftSiteIP": h.ip, "WeftNAT": true}
-		for k, w := range want {
-			got, ok := v[k]
-			if h.lh.LAN == lab.Internet && ok {
-				t.Errorf("lease of %s (no site) has %s=%v: %s", name, k, got, leases[key])
+		for _, name := range s.names {
+			key := strings.Replace(s.subnet[name], "/", "-", 1)
+			var v map[string]any
+			if err := json.Unmarshal([]byte(leases[key]), &v); err != nil {
+				return fmt.Errorf("lease %s of %s: %w: %q", key, name, err, leases[key])
 			}
-			if h.lh.LAN != lab.Internet && got != w {
-				t.Errorf("lease of %s: %s=%v, want %v: %s", name, k, got, w, leases[key])
+			h := s.h[name]
+			if _, ok := v["WeftNAT"]; ok {
+				return fmt.Errorf("lease of %s has WeftNAT: %s", name, leases[key])
+			}
+			if h.lh.LAN == lab.Internet {
+				for _, k := range []string{"WeftSite", "WeftSiteIP", "WeftOutside"} {
+					if got, ok := v[k]; ok {
+						return fmt.Errorf("lease of %s (no site) has %s=%v: %s", name, k, got, leases[key])
+					}
+				}
+				continue
+			}
+			out, _ := v["WeftOutside"].(string)
+			ap, err := netip.ParseAddrPort(out)
+			if v["WeftSite"] != h.lh.LAN || v["WeftSiteIP"] != h.ip || err != nil || ap.Addr() != s.sites[h.lh.LAN].Outside {
+				return fmt.Errorf("lease of %s: want WeftSite %s, WeftSiteIP %s, WeftOutside on %v: %s", name, h.lh.LAN, h.ip, s.sites[h.lh.LAN].Outside, leases[key])
 			}
 		}
-	}
+		return nil
+	})
 }
 
 // sitesMesh: the pods of every host reach those of every other host.
 func sitesMesh(t *testing.T, s *siteLab) {
 	start := time.Now()
-	ok, failed := s.pingPairs(siteHosts, 30*time.Second)
+	ok, failed := s.pingPairs(s.names, 45*time.Second)
 	if len(failed) > 0 {
 		t.Fatalf("pairs that never answered: %v (answered: %v)", failed, ok)
 	}
@@ -157,29 +167,66 @@ func (s *siteLab) relayed(t *testing.T, name string) float64 {
 	return v
 }
 
-// sitesRelayed: a1 and b1, both behind NAT in different sites, talk through p or q:
-// GET /peers on both says which, and the relay counts both ways of every ping.
-func sitesRelayed(t *testing.T, s *siteLab) {
-	relay, err := s.relayOf("a1", "b1")
-	if err != nil {
-		t.Fatal(err)
+// awaitPath waits until GET /peers on from and to (both ways) says path for each
+// other, and returns the entry on from.
+func (s *siteLab) awaitPath(t *testing.T, from, to string, want func(string) bool, within time.Duration) sitePeer {
+	t.Helper()
+	var p sitePeer
+	eventually(t, within, func() error {
+		for _, pair := range [][2]string{{from, to}, {to, from}} {
+			e, err := s.peerOn(pair[0], pair[1])
+			if err != nil {
+				return err
+			}
+			if !want(e.Path) || e.State != "up" {
+				return fmt.Errorf("%s on %s: path %q (%s), state %q", pair[1], pair[0], e.Path, e.PathDetail, e.State)
+			}
+			if pair[0] == from {
+				p = e
+			}
+		}
+		return nil
+	})
+	return p
+}
+
+// relayedBy is how many datagrams p and q relayed together.
+func (s *siteLab) relayedBy(t *testing.T) float64 {
+	t.Helper()
+	n := 0.0
+	for _, name := range []string{"p", "q"} {
+		if h := s.h[name]; h != nil {
+			if exited, _ := h.daemon.Exited(); !exited {
+				n += s.relayed(t, name)
+			}
+		}
 	}
-	if back, err := s.relayOf("b1", "a1"); err != nil || back != relay {
-		t.Fatalf("b1 -> a1 relayed by %q (%v), a1 -> b1 by %s", back, err, relay)
+	return n
+}
+
+// sitesAcrossNAT: a1 and b1, behind two NATs in different sites: direct gives no
+// answer, punching is tried (GET /peers says so) and, here, gives none either, so
+// they meet through p or q, which relay their datagrams both ways.
+//
+// Punching cannot work in this lab: the two masquerading routers sit on one bridge,
+// so the first punching datagram of one side reaches the other router before that
+// side has sent its own; that router tracks it (as a packet to itself), and its
+// masquerade then gives its host's datagram to the first side another outside port
+// (the tuple is taken), which the first side's router does not expect. On the
+// internet, where a hop or more lies between the two NATs, datagrams sent together
+// cross in flight. docs/sites.md says what is and is not checked.
+func sitesAcrossNAT(t *testing.T, s *siteLab) {
+	p := s.awaitPath(t, "a1", "b1", func(p string) bool { return strings.HasPrefix(p, "relay via ") }, 45*time.Second)
+	t.Logf("b1 on a1: %s (%s)", p.Path, p.PathDetail)
+	if !strings.Contains(p.PathDetail, "punched") {
+		t.Fatalf("b1 on a1: pathDetail %q does not say punching was tried", p.PathDetail)
 	}
-	// On a1's device, b1's subnet is among the relay's AllowedIPs.
-	c := s.at(t)
-	key, _ := wgLeaseData(c, s.h[relay])
-	if wp := wgPeers(c, s.h["a1"], "flannel-wg")[key]; !slices.Contains(strings.Split(wp.allowed, ","), s.subnet["b1"]) {
-		t.Fatalf("%s on a1 (wg show): %+v, want %s among its allowed IPs", relay, wp, s.subnet["b1"])
-	}
-	before := s.relayed(t, relay)
+	before := s.relayedBy(t)
 	got := pingCount(t, s.h["a1"], s.pod["b1"], 200, false)
-	after := s.relayed(t, relay)
-	t.Logf("a1 -> b1 via %s: %d of 200 pings answered, %s relayed %v packets", relay, got, relay, after-before)
-	if got < 190 || after-before < float64(2*got) {
-		t.Fatalf("a1 -> b1 via %s: %d of 200 pings answered, weft_relay_forwarded_packets_total rose by %v (want at least %d)",
-			relay, got, after-before, 2*got)
+	relayed := s.relayedBy(t) - before
+	t.Logf("a1 -> b1: %d of 200 pings answered; p and q relayed %v datagrams", got, relayed)
+	if got < 190 || relayed < float64(2*got) {
+		t.Fatalf("a1 -> b1: %d of 200 answered, %v datagrams relayed (want at least %d)", got, relayed, 2*got)
 	}
 }
 
@@ -222,11 +269,13 @@ func sitesConntrack(t *testing.T, s *siteLab) {
 	if err := s.sites["a"].FlushConntrack(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	took, err := awaitPing(s.h["p"].pod, s.pod["a1"], 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	flushed := time.Now()
+	for _, pair := range [][2]string{{"p", "a1"}, {"a1", "b1"}, {"b1", "a1"}} {
+		if _, err := awaitPing(s.h[pair[0]].pod, s.pod[pair[1]], 30*time.Second-time.Since(flushed)); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s -> %s answered %v after the flush", pair[0], pair[1], time.Since(flushed).Round(time.Millisecond))
 	}
-	t.Logf("p -> a1 answered %v after the flush", took.Round(time.Millisecond))
 }
 
 // sitesRestart: weftd on a1 stopped and started again is back in the mesh (its pod
@@ -239,17 +288,17 @@ func sitesRestart(t *testing.T, s *siteLab) {
 	c.waitSubnetEnv(s.h["a1"])
 	for _, to := range []string{"p", "a2", "b1"} {
 		left := 10*time.Second - time.Since(started)
+		if to == "b1" {
+			left = 30*time.Second - time.Since(started) // direct first: tried for 8 s, then punched
+		}
 		if _, err := awaitPing(s.h["a1"].pod, s.pod[to], left); err != nil {
 			t.Fatalf("%v after the restart: %v", time.Since(started).Round(time.Millisecond), err)
 		}
 		t.Logf("a1 -> %s answered %v after weftd on a1 started again", to, time.Since(started).Round(time.Millisecond))
 	}
 	// Its GET /peers lists every peer again, b1 relayed.
-	eventually(t, 10*time.Second-time.Since(started), func() error {
-		_, err := s.relayOf("a1", "b1")
-		return err
-	})
-	t.Logf("a1's GET /peers names b1's relay %v after weftd on a1 started again", time.Since(started).Round(time.Millisecond))
+	s.awaitPath(t, "a1", "b1", func(p string) bool { return strings.HasPrefix(p, "relay via ") }, 30*time.Second-time.Since(started))
+	t.Logf("a1's GET /peers says b1 relayed %v after weftd on a1 started again", time.Since(started).Round(time.Millisecond))
 }
 
 // sitesRelayGone: the relay's weftd killed, the other public host takes over

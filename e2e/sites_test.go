@@ -30,6 +30,7 @@ const sitesConfig = `{"Network":"198.18.0.0/16","SubnetLen":24,"Backend":{"Type"
 
 type siteLab struct {
 	*cluster
+	names   []string // the hosts, public first
 	sites   map[string]*lab.Site
 	h       map[string]*host
 	pod     map[string]string // pod address by host
@@ -37,32 +38,38 @@ type siteLab struct {
 	useSite bool
 }
 
-// newSiteLab builds the sites lab and runs weftd (wireguard, userspace device) on
-// every host, with --site on the site hosts when useSite, and a pod on every host
-// attached by the flannel CNI plugin.
-func newSiteLab(t *testing.T, useSite bool) *siteLab {
+// natSpec is the sites lab of siteHosts: both sites behind masquerading routers.
+var natSpec = lab.NATSpec{Public: []string{"p", "q"},
+	Sites: []lab.SiteSpec{{Name: "a", Hosts: []string{"a1", "a2"}}, {Name: "b", Hosts: []string{"b1"}}}}
+
+// newSiteLab builds the sites lab of spec (natSpec: siteHosts) and runs weftd
+// (wireguard, userspace device) on every host, with --site on the site hosts when
+// useSite, and a pod on every host attached by the flannel CNI plugin.
+func newSiteLab(t *testing.T, useSite bool, spec lab.NATSpec) *siteLab {
 	t.Helper()
 	testenv.NeedTools(t, "wg", "unshare", "nft", "conntrack", "ping", "etcd")
 	l := labtest.New(t, lab.Spec{Prefix: "ws", NoEtcd: true})
-	sites, err := l.BuildNAT(context.Background(), lab.NATSpec{Public: []string{"p", "q"},
-		Sites: []lab.SiteSpec{{Name: "a", Hosts: []string{"a1", "a2"}}, {Name: "b", Hosts: []string{"b1"}}}})
+	sites, err := l.BuildNAT(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &cluster{t: t, lab: l, router: l.Router(), etcd: l.Etcd(), api: "v3", bin: weftd(t)}
 	s := &siteLab{cluster: c, sites: sites, h: map[string]*host{}, pod: map[string]string{},
-		subnet: map[string]string{}, useSite: useSite}
-	for _, name := range siteHosts {
+		subnet: map[string]string{}, useSite: useSite, names: slices.Clone(spec.Public)}
+	for _, ss := range spec.Sites {
+		s.names = append(s.names, ss.Hosts...)
+	}
+	for _, name := range s.names {
 		lh := l.Host(name)
 		h := &host{name: name, ns: lh.NS, ip: lh.Addr.String(), lh: lh}
 		c.hosts = append(c.hosts, h)
 		s.h[name] = h
 	}
 	c.putConfig(sitesConfig)
-	for _, name := range siteHosts {
+	for _, name := range s.names {
 		s.start(c, name)
 	}
-	for _, name := range siteHosts {
+	for _, name := range s.names {
 		h := s.h[name]
 		s.subnet[name] = c.waitSubnetEnv(h).Subnet.String()
 		h.pod, s.pod[name] = c.cniPod(h)
@@ -107,6 +114,7 @@ type sitePeer struct {
 	State         string `json:"state"`
 	Reason        string `json:"reason"`
 	Path          string `json:"path"`
+	PathDetail    string `json:"pathDetail"`
 	Endpoint      string `json:"endpoint"`
 	LastHandshake string `json:"lastHandshake"`
 }
@@ -154,7 +162,7 @@ func (s *siteLab) explain(t *testing.T) {
 		if !t.Failed() {
 			return
 		}
-		for _, name := range siteHosts {
+		for _, name := range s.names {
 			h := s.h[name]
 			if exited, _ := h.daemon.Exited(); exited {
 				t.Logf("%s: weftd not running", name)
@@ -221,7 +229,7 @@ func (s *siteLab) pingPairs(names []string, within time.Duration) (ok, failed []
 // site a never reach b1 (each dials the other's private address, which no route
 // leads to). Every pair is given 15 s.
 func TestSitesWithoutSite(t *testing.T) {
-	s := newSiteLab(t, false)
+	s := newSiteLab(t, false, natSpec)
 	s.explain(t)
 	ok, failed := s.pingPairs(siteHosts, 15*time.Second)
 	t.Logf("without --site: answered %v; not answered %v", ok, failed)

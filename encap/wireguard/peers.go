@@ -49,6 +49,7 @@ func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 		}
 		log := w.log.With(zap.Stringer("subnet", key), zap.Stringer("public-ip", l.Attrs.PublicIP))
 		var want [2]*wgPeerConf
+		old := w.leases[key]
 		delete(w.leases, key)
 		if ev.Type == lease.Added {
 			if l.Attrs.BackendType != wireguardType {
@@ -75,6 +76,8 @@ func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 				delete(w.ways, key)
 			} else if w.ways[key] == nil {
 				w.ways[key] = &wayState{since: time.Now(), why: "direct: what the peer publishes"}
+			} else {
+				w.newOutside(key, old, l)
 			}
 		}
 		w.apply(key, w.onWay(key, want), log)

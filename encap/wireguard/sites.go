@@ -51,8 +51,10 @@ const (
 	seenFresh = 35 * time.Second
 	// maxRelays is how many hosts we say hello to (our relays and reflectors).
 	maxRelays = 8
-	// chooseEvery is the chooser's tick.
+	// chooseEvery is the chooser's tick; helloSoon how often we say hello until a
+	// host has told us where it sees our WireGuard.
 	chooseEvery = time.Second
+	helloSoon   = 2 * time.Second
 )
 
 // wayState is how we reach one peer outside our site, and the evidence for it.
@@ -145,6 +147,13 @@ func directAddr(l lease.Lease) netip.Addr {
 
 // take moves peer key to way v, saying why, and configures the device. w.mu is held.
 func (w *backend) take(key netip.Prefix, v way, why string, now time.Time) {
+	w.setWay(key, v, why, now)
+	w.apply(key, w.onWay(key, w.base[key]), w.log.With(zap.Stringer("subnet", key)))
+}
+
+// setWay moves peer key to way v, saying why; the caller configures the device.
+// w.mu is held.
+func (w *backend) setWay(key netip.Prefix, v way, why string, now time.Time) {
 	ws := w.ways[key]
 	if ws.way != v {
 		w.pathChanges++
@@ -157,7 +166,17 @@ func (w *backend) take(key netip.Prefix, v way, why string, now time.Time) {
 		}
 	}
 	w.log.Info("peer path", zap.Stringer("subnet", key), zap.Stringer("way", v), zap.String("why", why))
-	w.apply(key, w.onWay(key, w.base[key]), w.log.With(zap.Stringer("subnet", key)))
+}
+
+// newOutside is what a peer's lease publishing a new NAT address does to its way: a
+// relayed peer tries punching there (the address may have come after the direct way
+// failed, or changed with a new NAT mapping). w.mu is held.
+func (w *backend) newOutside(key netip.Prefix, old, l lease.Lease) {
+	ws := w.ways[key]
+	if ws == nil || ws.way != wayRelay || !l.Attrs.Outside.IsValid() || l.Attrs.Outside == old.Attrs.Outside {
+		return
+	}
+	w.setWay(key, wayPunched, fmt.Sprintf("punched: the peer publishes a new NAT address (%v); both dial each other's NAT", l.Attrs.Outside), time.Now())
 }
 
 // PeerState is told by the probes whether a peer answers on the way we took.
@@ -207,7 +226,11 @@ func (w *backend) pathAddr(key netip.Prefix) netip.AddrPort {
 // address from their answers, and each peer's way moved on evidence. w.mu is held.
 func (w *backend) choose(now time.Time) {
 	cands := w.candidates()
-	if now.Sub(w.helloAt) >= relay.HelloEvery || len(cands) != w.helloCands {
+	every := relay.HelloEvery
+	if !w.seenWG(now) {
+		every = helloSoon // until a host has told us where it sees our WireGuard
+	}
+	if now.Sub(w.helloAt) >= every || len(cands) != w.helloCands {
 		w.helloAt, w.helloCands = now, len(cands)
 		for _, key := range cands {
 			if err := w.node.Hello(relay.Key(w.base[key][0].key), w.pathAddr(key)); err != nil {
@@ -220,6 +243,17 @@ func (w *backend) choose(now time.Time) {
 	for key, ws := range w.ways {
 		w.step(key, ws, cands, status, now)
 	}
+}
+
+// seenWG reports whether a host we said hello to told us lately where it sees our
+// WireGuard socket. w.mu is held.
+func (w *backend) seenWG(now time.Time) bool {
+	for _, s := range w.node.Seen() {
+		if now.Sub(s.At) < seenFresh && s.WireGuard.IsValid() {
+			return true
+		}
+	}
+	return false
 }
 
 // learnOutside reads what the candidates see of our WireGuard socket: one address
@@ -290,7 +324,11 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 		if k, ok := w.node.IsEndpoint(st.endpoint); ok && k == pk {
 			via := w.node.Route(pk)
 			ws.relay, ws.relayAddr = w.relayAt(via), via
-			w.take(key, wayRelay, fmt.Sprintf("relay via %v: the peer's datagrams come to us through it", ws.relay), now)
+			why := fmt.Sprintf("relay via %v: the peer's datagrams come to us through it", ws.relay)
+			if ws.why != "" {
+				why += "; before: " + ws.why
+			}
+			w.take(key, wayRelay, why, now)
 			ws.answered = true
 			return
 		}
@@ -310,7 +348,11 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 			}
 			w.take(key, wayRelay, fmt.Sprintf("relay: direct (%v) gave %s and the peer publishes no NAT address to punch", c.endpoint, lost), now)
 		case wayPunched:
-			why := fmt.Sprintf("relay: punched (%v) gave %s", l.Attrs.Outside, lost)
+			ep := l.Attrs.Outside
+			if a := w.applied[key][0]; a != nil {
+				ep = a.endpoint // the address we punched at
+			}
+			why := fmt.Sprintf("relay: punched (%v) gave %s", ep, lost)
 			if w.mapsPerDestination != "" {
 				why += "; " + w.mapsPerDestination
 			}

@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"context"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftnet/weft/bench/lab"
+)
+
+// symmetricSpec: both sites behind NATs that give each destination a port of its own
+// (masquerade random-fully): punching cannot work, a1 and b1 meet through p or q.
+var symmetricSpec = lab.NATSpec{Public: []string{"p", "q"},
+	Sites: []lab.SiteSpec{{Name: "a", Hosts: []string{"a1"}, Mode: lab.NATRandom}, {Name: "b", Hosts: []string{"b1"}, Mode: lab.NATRandom}}}
+
+// routedSpec: two sites routed to each other without NAT (one cloud network across
+// two regions), with public hosts or, routedAloneSpec, none at all.
+var (
+	routedSpec = lab.NATSpec{Public: []string{"p", "q"},
+		Sites: []lab.SiteSpec{{Name: "a", Hosts: []string{"a1"}, Mode: lab.Routed}, {Name: "b", Hosts: []string{"b1"}, Mode: lab.Routed}}}
+	routedAloneSpec = lab.NATSpec{
+		Sites: []lab.SiteSpec{{Name: "a", Hosts: []string{"a1"}, Mode: lab.Routed}, {Name: "b", Hosts: []string{"b1"}, Mode: lab.Routed}}}
+)
+
+func isRelayed(p string) bool { return strings.HasPrefix(p, "relay via ") }
+func isDirect(p string) bool  { return p == "direct" }
+
+// TestSitesSymmetric: a1 and b1 behind NATs that map each destination anew are
+// relayed within 30 s of the start, GET /peers says why, the relay forwards their
+// WireGuard datagrams without seeing a packet of their pods, and a relay killed is
+// replaced within 30 s.
+func TestSitesSymmetric(t *testing.T) {
+	s := newSiteLab(t, true, symmetricSpec)
+	s.explain(t)
+	for _, st := range []struct {
+		name string
+		f    func(*testing.T, *siteLab)
+	}{
+		{"every pair", sitesMesh},
+		{"relayed, and why", sitesSymmetricWhy},
+		{"the relay sees no traffic", sitesRelayBlind},
+		{"relay gone", sitesRelayGone},
+	} {
+		if !t.Run(st.name, func(t *testing.T) { st.f(t, s) }) {
+			return
+		}
+	}
+}
+
+// sitesSymmetricWhy: a1 and b1 say relay via p or q, and why: punching gave no answer,
+// and a1's NAT gives each destination a port of its own.
+func sitesSymmetricWhy(t *testing.T, s *siteLab) {
+	p := s.awaitPath(t, "a1", "b1", isRelayed, 30*time.Second)
+	t.Logf("b1 on a1: %s (%s)", p.Path, p.PathDetail)
+	if !strings.Contains(p.PathDetail, "punched") {
+		t.Fatalf("b1 on a1: pathDetail %q does not say punching was tried", p.PathDetail)
+	}
+}
+
+// sitesRelayBlind: on the relay, an nftables counter of every packet between a1's
+// and b1's subnets (on any device, WireGuard's included, both hooks a packet of theirs
+// would pass) stays at 0 while 200 pings go between their pods, the relay's forward
+// counter rises with them, and `wg show` on the relay has no AllowedIPs of one for the
+// other.
+func sitesRelayBlind(t *testing.T, s *siteLab) {
+	relay, err := s.relayOf("a1", "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := s.h[relay]
+	a, b := s.subnet["a1"], s.subnet["b1"]
+	ruleset := `table inet weftspy {
+	counter pods {}
+	chain pre { type filter hook prerouting priority -400; ip saddr { ` + a + `, ` + b + ` } ip daddr { ` + a + `, ` + b + ` } counter name "pods"; }
+	chain out { type filter hook output priority -400; ip saddr { ` + a + `, ` + b + ` } ip daddr { ` + a + `, ` + b + ` } counter name "pods"; }
+}
+`
+	ctx := context.Background()
+	cmd := r.ns.Command(ctx, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(ruleset)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft on %s: %v: %s", relay, err, out)
+	}
+	t.Cleanup(func() { _, _ = r.ns.Run(context.Background(), "nft", "delete", "table", "inet", "weftspy") })
+	before := s.relayed(t, relay)
+	got := pingCount(t, s.h["a1"], s.pod["b1"], 200, false)
+	after := s.relayed(t, relay)
+	out, err := r.ns.Run(ctx, "nft", "list", "counter", "inet", "weftspy", "pods")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := counterPackets(t, out)
+	t.Logf("a1 -> b1 via %s: %d of 200 pings answered; %s relayed %v datagrams and saw %d packets of their pods", relay, got, relay, after-before, seen)
+	if got < 190 || after-before < float64(2*got) {
+		t.Fatalf("a1 -> b1 via %s: %d of 200 answered, relayed %v", relay, got, after-before)
+	}
+	if seen != 0 {
+		t.Fatalf("the relay %s saw %d packets between a1's and b1's pods", relay, seen)
+	}
+	c := s.at(t)
+	for _, pair := range [][2]string{{"a1", "b1"}, {"b1", "a1"}} {
+		key, _ := wgLeaseData(c, s.h[pair[0]])
+		if wp := wgPeers(c, r, "flannel-wg")[key]; wp.allowed != s.subnet[pair[0]] {
+			t.Fatalf("%s on %s (wg show): allowed IPs %q, want its own subnet %s only", pair[0], relay, wp.allowed, s.subnet[pair[0]])
+		}
+	}
+}
+
+// counterPackets reads the packets of an `nft list counter` output.
+func counterPackets(t *testing.T, out string) uint64 {
+	t.Helper()
+	m := regexp.MustCompile(`packets (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no counter in %q", out)
+	}
+	n, err := strconv.ParseUint(m[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestSitesRouted: two sites routed to each other, no NAT, --site on their hosts:
+// a1 and b1 dial each other directly (as flanneld would), the public hosts relay
+// nothing; UDP between them blocked mid-flow, they are relayed within 30 s; the block
+// lifted, direct again within 60 s.
+func TestSitesRouted(t *testing.T) {
+	s := newSiteLab(t, true, routedSpec)
+	s.explain(t)
+	for _, st := range []struct {
+		name string
+		f    func(*testing.T, *siteLab)
+	}{
+		{"every pair", sitesMesh},
+		{"direct", sitesRoutedDirect},
+		{"blocked, then free", sitesRoutedBlocked},
+	} {
+		if !t.Run(st.name, func(t *testing.T) { st.f(t, s) }) {
+			return
+		}
+	}
+}
+
+// sitesRoutedDirect: a1 and b1 direct at each other's address; 1,000 pings between
+// their pods and nothing relayed.
+func sitesRoutedDirect(t *testing.T, s *siteLab) {
+	p := s.awaitPath(t, "a1", "b1", isDirect, 20*time.Second)
+	if p.Endpoint != s.h["b1"].ip+":51820" {
+		t.Fatalf("b1 on a1: direct to %q, want %s:51820", p.Endpoint, s.h["b1"].ip)
+	}
+	before := s.relayedBy(t)
+	got := pingCount(t, s.h["a1"], s.pod["b1"], 1000, true)
+	relayed := s.relayedBy(t) - before
+	t.Logf("a1 -> b1 direct: %d of 1000 pings answered, %v relayed", got, relayed)
+	if got < 990 || relayed > 0 {
+		t.Fatalf("a1 -> b1: %d of 1000 answered, %v datagrams relayed", got, relayed)
+	}
+}
+
+// sitesRoutedBlocked: UDP between a1 and b1 dropped on the way: pings between their
+// pods pass again within 30 s, through a relay (GET /peers says so, and why); the
+// drop lifted, direct again within 60 s.
+func sitesRoutedBlocked(t *testing.T, s *siteLab) {
+	ctx := context.Background()
+	a1, b1 := netip.MustParseAddr(s.h["a1"].ip), netip.MustParseAddr(s.h["b1"].ip)
+	unblock, err := s.lab.BlockUDP(ctx, a1, b1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unblock(context.Background()) })
+	blocked := time.Now()
+	for _, pair := range [][2]string{{"a1", "b1"}, {"b1", "a1"}} {
+		if _, err := awaitPing(s.h[pair[0]].pod, s.pod[pair[1]], 30*time.Second-time.Since(blocked)); err != nil {
+			t.Fatalf("blocked %v ago: %v", time.Since(blocked).Round(time.Millisecond), err)
+		}
+	}
+	p := s.awaitPath(t, "a1", "b1", isRelayed, 30*time.Second-time.Since(blocked))
+	t.Logf("blocked: a1 <-> b1 answer again %v after the block: %s (%s)", time.Since(blocked).Round(time.Millisecond), p.Path, p.PathDetail)
+	if !strings.Contains(p.PathDetail, "direct (") {
+		t.Fatalf("b1 on a1: pathDetail %q does not say the direct way failed", p.PathDetail)
+	}
+	if err := unblock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	freed := time.Now()
+	p = s.awaitPath(t, "a1", "b1", isDirect, 60*time.Second)
+	t.Logf("freed: a1 <-> b1 direct again %v after: %s", time.Since(freed).Round(time.Millisecond), p.PathDetail)
+	if got := pingCount(t, s.h["a1"], s.pod["b1"], 50, false); got < 45 {
+		t.Fatalf("a1 -> b1 direct again: %d of 50 answered", got)
+	}
+}
+
+// TestSitesRoutedAlone: two routed sites and no public host at all: a1 and b1 meet
+// directly (before, with no host both could dial, they never met).
+func TestSitesRoutedAlone(t *testing.T) {
+	s := newSiteLab(t, true, routedAloneSpec)
+	s.explain(t)
+	sitesMesh(t, s)
+	p := s.awaitPath(t, "a1", "b1", isDirect, 20*time.Second)
+	if p.Endpoint != s.h["b1"].ip+":51820" {
+		t.Fatalf("b1 on a1: direct to %q, want %s:51820", p.Endpoint, s.h["b1"].ip)
+	}
+}
