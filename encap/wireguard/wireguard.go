@@ -228,14 +228,6 @@ func (w *backend) MTU() int { return w.opts.MTU - wgOverhead }
 // single reports whether one device carries both families (every Mode but separate).
 func (w *backend) single() bool { return w.opts.Mode != wgSeparate }
 
-// family is the family of the network sn is in.
-func (w *backend) family(sn netip.Prefix) encap.Family {
-	if sn.Addr().Is6() {
-		return encap.V6(w.cfg)
-	}
-	return encap.V4(w.cfg)
-}
-
 // devFor is the index in devs of the device carrying family f.
 func (w *backend) devFor(f encap.Family) int {
 	if f.Is6() && !w.single() {
