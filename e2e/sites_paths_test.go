@@ -21,10 +21,7 @@ import (
 func TestSites(t *testing.T) {
 	s := newSiteLab(t, true, natSpec)
 	s.explain(t)
-	for _, st := range []struct {
-		name string
-		f    func(*testing.T, *siteLab)
-	}{
+	s.steps(t, []siteStep{
 		{"leases", sitesLeases},
 		{"every pair", sitesMesh},
 		{"within a site, not through its router", sitesWithin},
@@ -32,9 +29,22 @@ func TestSites(t *testing.T) {
 		{"one NAT address, one port", sitesSamePort},
 		{"conntrack flushed", sitesConntrack},
 		{"weftd restarted behind NAT", sitesRestart},
-	} {
+	})
+}
+
+// siteStep is one subtest of a sites lab.
+type siteStep struct {
+	name string
+	f    func(*testing.T, *siteLab)
+}
+
+// steps runs steps in order on s, each a subtest; a failed one ends the run, as the
+// next steps build on it.
+func (s *siteLab) steps(t *testing.T, steps []siteStep) {
+	t.Helper()
+	for _, st := range steps {
 		if !t.Run(st.name, func(t *testing.T) { st.f(t, s) }) {
-			return // the next steps build on this one
+			return
 		}
 	}
 }

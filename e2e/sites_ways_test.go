@@ -36,19 +36,12 @@ func isDirect(p string) bool  { return p == "direct" }
 func TestSitesSymmetric(t *testing.T) {
 	s := newSiteLab(t, true, symmetricSpec)
 	s.explain(t)
-	for _, st := range []struct {
-		name string
-		f    func(*testing.T, *siteLab)
-	}{
+	s.steps(t, []siteStep{
 		{"every pair", sitesMesh},
 		{"relayed, and why", sitesSymmetricWhy},
 		{"the relay sees no traffic", sitesRelayBlind},
 		{"relay gone", sitesRelayGone},
-	} {
-		if !t.Run(st.name, func(t *testing.T) { st.f(t, s) }) {
-			return
-		}
-	}
+	})
 }
 
 // sitesSymmetricWhy: a1 and b1 say relay via p or q, and why: punching gave no answer,
@@ -135,18 +128,11 @@ func counterPackets(t *testing.T, out string) uint64 {
 func TestSitesRouted(t *testing.T) {
 	s := newSiteLab(t, true, routedSpec)
 	s.explain(t)
-	for _, st := range []struct {
-		name string
-		f    func(*testing.T, *siteLab)
-	}{
+	s.steps(t, []siteStep{
 		{"every pair", sitesMesh},
 		{"direct", sitesRoutedDirect},
 		{"blocked, then free", sitesRoutedBlocked},
-	} {
-		if !t.Run(st.name, func(t *testing.T) { st.f(t, s) }) {
-			return
-		}
-	}
+	})
 }
 
 // sitesRoutedDirect: a1 and b1 direct at each other's address; 1,000 pings between

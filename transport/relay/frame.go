@@ -79,7 +79,19 @@ func frameType(b []byte) (byte, error) {
 	if len(b) < headerLen || [4]byte(b[:4]) != magic {
 		return 0, fmt.Errorf("%w: no magic", ErrMalformed)
 	}
-	need := map[byte]int{tHello: helloLen, tHelloAck: ackLen, tRelay: relayHdr + 1, tDeliver: deliverHd + 1, tNoPeer: headerLen + 32}[b[4]]
+	need := 0
+	switch b[4] {
+	case tHello:
+		need = helloLen
+	case tHelloAck:
+		need = ackLen
+	case tRelay:
+		need = relayHdr + 1
+	case tDeliver:
+		need = deliverHd + 1
+	case tNoPeer:
+		need = headerLen + 32
+	}
 	if need == 0 {
 		return 0, fmt.Errorf("%w: type %d", ErrMalformed, b[4])
 	}

@@ -72,7 +72,7 @@ type Node struct {
 
 	forwarded, forwardedBytes atomic.Uint64
 	dropped                   atomic.Uint64
-	relayedOut, relayedIn     atomic.Uint64
+	swept                     time.Time // registrations last swept of the expired (n.mu)
 }
 
 type registration struct {
@@ -177,10 +177,6 @@ func (n *Node) Close() error {
 func (n *Node) Forwarded() (packets, bytes uint64) {
 	return n.forwarded.Load(), n.forwardedBytes.Load()
 }
-
-// Relayed is how many of our WireGuard datagrams went out through a relay and came
-// in through one.
-func (n *Node) Relayed() (out, in uint64) { return n.relayedOut.Load(), n.relayedIn.Load() }
 
 // Dropped counts frames dropped: malformed, unauthenticated, unroutable.
 func (n *Node) Dropped() uint64 { return n.dropped.Load() }
@@ -287,7 +283,17 @@ func (n *Node) onHello(b []byte, src netip.AddrPort) {
 		return
 	}
 	n.lastTS[from] = ts
-	n.regs[from] = registration{addr: src, at: time.Now()}
+	now := time.Now()
+	n.regs[from] = registration{addr: src, at: now}
+	if now.Sub(n.swept) > regTTL {
+		// Hosts gone (or with a new key) leave their registration: swept once a TTL.
+		n.swept = now
+		for k, r := range n.regs {
+			if now.Sub(r.at) > regTTL {
+				delete(n.regs, k)
+			}
+		}
+	}
 	n.mu.Unlock()
 	var wgSeen netip.AddrPort
 	if n.cfg.SeenAt != nil {
@@ -374,7 +380,6 @@ func (n *Node) onDeliver(b []byte, src netip.AddrPort) {
 			n.dropped.Add(1)
 			return
 		}
-		n.relayedIn.Add(1)
 		_, _ = l.conn.WriteToUDPAddrPort(p, n.wg)
 	case len(p) >= pingLen && p[0] == pPing:
 		var pong [pingLen]byte
@@ -467,16 +472,5 @@ func (n *Node) Forget(k Key) {
 	n.mu.Unlock()
 	if l != nil {
 		_ = l.close()
-	}
-}
-
-// Expire forgets registrations and measures older than regTTL.
-func (n *Node) Expire(now time.Time) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for k, r := range n.regs {
-		if now.Sub(r.at) > regTTL {
-			delete(n.regs, k)
-		}
 	}
 }
