@@ -114,7 +114,11 @@ func (d *daemon) run(ctx context.Context) error {
 		return err
 	}
 	d.be.Store(&be)
-	defer be.Close()
+	defer func() {
+		if err := be.Close(); err != nil {
+			d.log.Warn("closing the backend", zap.Error(err))
+		}
+	}()
 
 	attrs, err := leaseAttrs(ctx, be, ext)
 	if err != nil {

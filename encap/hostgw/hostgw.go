@@ -45,7 +45,7 @@ func New(cfg *lease.Config, ext encap.ExternalInterface, log *zap.Logger) (encap
 func (h *backend) Type() string                                         { return "host-gw" }
 func (h *backend) BackendData(context.Context) (json.RawMessage, error) { return nil, nil }
 func (h *backend) MTU() int                                             { return h.k.External().MTU }
-func (h *backend) Close() error                                         { h.k.Close(); return nil }
+func (h *backend) Close() error                                         { return h.k.Close() }
 
 func (h *backend) Register(_ context.Context, own lease.Lease) error {
 	h.k.SetOwn(own)

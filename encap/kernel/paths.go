@@ -31,7 +31,7 @@ func (k *Peers) Paths(path PathFunc) []encap.Path {
 				own = k.own6
 			}
 			if p, ok := path(f, l, own); ok && p.Subnet.IsValid() {
-				p.RouteMTU = k.mtus[p.Subnet]
+				p.RouteMTU = k.mtus.Get(p.Subnet)
 				out = append(out, p)
 			}
 		}
@@ -43,15 +43,10 @@ func (k *Peers) Paths(path PathFunc) []encap.Path {
 // the route again in the next pass: the passes give every route its recorded MTU and
 // the full pass puts back one changed under weft.
 func (k *Peers) SetRouteMTU(sn netip.Prefix, mtu int) error {
-	if mtu < 0 {
-		return fmt.Errorf("route MTU %d for %v: %w", mtu, sn, encap.ErrBadOption)
+	if err := k.mtus.Record(sn, mtu); err != nil {
+		return err
 	}
 	k.mu.Lock()
-	if mtu == 0 {
-		delete(k.mtus, sn)
-	} else {
-		k.mtus[sn] = mtu
-	}
 	for key, l := range k.peers {
 		if l.Subnet == sn || l.IPv6Subnet == sn {
 			k.dirty[key] = struct{}{}
@@ -63,11 +58,7 @@ func (k *Peers) SetRouteMTU(sn netip.Prefix, mtu int) error {
 }
 
 // RouteMTU is the MTU the route to sn should have (0: the device's).
-func (k *Peers) RouteMTU(sn netip.Prefix) int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.mtus[sn]
-}
+func (k *Peers) RouteMTU(sn netip.Prefix) int { return k.mtus.Get(sn) }
 
 // SetLinkRouteMTU gives the route to sn on link an MTU of its own: a route more
 // specific than the network's, which the device's route covers; mtu 0 removes it.

@@ -60,8 +60,8 @@ type Peers struct {
 	applied map[netip.Prefix]Programmed
 	routed  map[netip.Prefix]netip.Prefix
 	macs    [2]map[string]int
-	// mtus are the route MTUs SetRouteMTU set, by subnet.
-	mtus map[netip.Prefix]int
+	// mtus are the route MTUs SetRouteMTU set, by subnet; the passes write them.
+	mtus RouteMTUs
 	// repairs and inPlace: see SettleIn.
 	repairs map[string]uint64
 	inPlace map[string]map[string]bool
@@ -108,15 +108,23 @@ func New(typ string, cfg *lease.Config, ext encap.ExternalInterface, passes Pass
 		applied: map[netip.Prefix]Programmed{}, routed: map[netip.Prefix]netip.Prefix{},
 		macs:    [2]map[string]int{{}, {}},
 		repairs: map[string]uint64{}, inPlace: map[string]map[string]bool{},
-		mtus: map[netip.Prefix]int{},
 	}, nil
 }
 
 // NL is the netlink handle the backend programs the kernel with.
 func (k *Peers) NL() *netlink.Handle { return k.nl }
 
-// Close closes the netlink handle. What the passes put in the kernel stays.
-func (k *Peers) Close() { k.nl.Close() }
+// Close gives the routes whose MTU SetRouteMTU lowered their device's MTU again and
+// closes the netlink handle. What the passes put in the kernel stays, as flanneld
+// leaves it. Call it once Run has returned.
+func (k *Peers) Close() error {
+	err := k.mtus.Reset(k.nl)
+	k.nl.Close()
+	if err != nil {
+		return fmt.Errorf("%s backend: %w", k.typ, err)
+	}
+	return nil
+}
 
 // External is the external interface as last set.
 func (k *Peers) External() encap.ExternalInterface {

@@ -31,6 +31,21 @@ type v6Pair struct {
 	pods   [2]*lab.Pod
 	leases [2]lease.Lease
 	bes    [2]encap.Backend
+	stops  [2]func() // stop(i): host i's Run ends, then its backend is closed
+}
+
+// stop ends host i's backend as weftd does when it stops: Run returns, then Close,
+// whose error it returns.
+func (p *v6Pair) stop(i int) error {
+	stop := p.stops[i]
+	p.stops[i] = nil
+	if stop == nil {
+		return nil
+	}
+	stop()
+	be := p.bes[i]
+	p.bes[i] = nil
+	return be.Close()
 }
 
 var (
@@ -105,11 +120,16 @@ func newV6Pair(t *testing.T, cfg *lease.Config, v4on bool) *v6Pair {
 		if err != nil {
 			t.Fatalf("host %s: %v", h.Name, err)
 		}
+		hctx, hcancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		p.stops[i] = func() { hcancel(); <-done }
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer close(done)
 			// Run in the host's namespace, as weftd runs in its host's.
-			if err := h.NS.Do(func() error { return p.bes[i].Run(ctx) }); err != nil {
+			be := p.bes[i]
+			if err := h.NS.Do(func() error { return be.Run(hctx) }); err != nil {
 				t.Errorf("run: %v", err)
 			}
 		}()

@@ -8,7 +8,6 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/weftnet/weft/encap"
-	"github.com/weftnet/weft/encap/kernel"
 )
 
 // Paths lists a path per peer subnet in the table: through flannel0 from our
@@ -16,7 +15,7 @@ import (
 // holds (flanneld's as weftd's).
 func (b *backend) Paths() []encap.Path {
 	b.mu.Lock()
-	own, mtus := b.own, b.mtus
+	own := b.own
 	b.mu.Unlock()
 	proto := "UDP " + strconv.Itoa(b.opts.Port)
 	routes := b.table.Load().Routes()
@@ -32,7 +31,7 @@ func (b *backend) Paths() []encap.Path {
 		out = append(out, encap.Path{Backend: "udp", Subnet: r.Subnet, PublicIP: r.PublicIP,
 			Overlay: r.Subnet.Masked().Addr(), Local: local.Masked().Addr(),
 			Endpoint: netip.AddrPortFrom(r.PublicIP, uint16(b.opts.Port)), Proto: proto,
-			MTU: b.opts.MTU, RouteMTU: mtus[r.Subnet]})
+			MTU: b.opts.MTU, RouteMTU: b.mtus.Get(r.Subnet)})
 	}
 	return out
 }
@@ -44,21 +43,9 @@ func (b *backend) SetRouteMTU(sn netip.Prefix, mtu int) error {
 	if err != nil {
 		return fmt.Errorf("udp backend: %s: %w", UDPDevice, err)
 	}
-	if err := kernel.SetLinkRouteMTU(link.Attrs().Index, sn, mtu); err != nil {
+	if err := b.mtus.SetOn(link.Attrs().Index, sn, mtu); err != nil {
 		return fmt.Errorf("udp backend: %w", err)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	next := make(map[netip.Prefix]int, len(b.mtus)+1) // copied: Paths reads the old one unlocked
-	for k, v := range b.mtus {
-		next[k] = v
-	}
-	if mtu > 0 {
-		next[sn] = mtu
-	} else {
-		delete(next, sn)
-	}
-	b.mtus = next
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/encap/kernel"
 	"github.com/weftnet/weft/lease"
 	"github.com/weftnet/weft/proxy"
 	"github.com/weftnet/weft/tun"
@@ -40,8 +41,8 @@ type backend struct {
 	// ends the running proxy's Run (nil when none runs).
 	rebind bool
 	stop   context.CancelFunc
-	// mtus are the route MTUs SetRouteMTU set, by subnet (replaced, never changed).
-	mtus map[netip.Prefix]int
+	// mtus are the route MTUs SetRouteMTU set, by subnet.
+	mtus kernel.RouteMTUs
 }
 
 // New returns the udp backend. It opens nothing: Register opens flannel0 and the

@@ -131,7 +131,7 @@ func (v *backend) MTU() int {
 	return v.devMTU(v.dev4)
 }
 
-func (v *backend) Close() error { v.k.Close(); return nil }
+func (v *backend) Close() error { return v.k.Close() }
 
 // Paths lists a path per peer and family: through flannel.<VNI> (or flannel-v6.<VNI>)
 // from our subnet's first address, which the device holds, to the peer's, which its

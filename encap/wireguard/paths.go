@@ -9,7 +9,6 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/weftnet/weft/encap"
-	"github.com/weftnet/weft/encap/kernel"
 )
 
 // Paths lists a path per peer subnet on the devices: from our subnet's first
@@ -49,7 +48,7 @@ func (w *backend) Paths() []encap.Path {
 					ep = st.endpoint
 				}
 				p := encap.Path{Backend: wireguardType, Subnet: sn, Overlay: sn.Masked().Addr(),
-					Local: local.Masked().Addr(), MTU: w.MTU(), RouteMTU: w.mtus[sn], LastHandshake: st.handshake}
+					Local: local.Masked().Addr(), MTU: w.MTU(), RouteMTU: w.mtus.Get(sn), LastHandshake: st.handshake}
 				if c.learn {
 					// The lease's address of a peer that dials us is none we send to.
 					pub = ep.Addr()
@@ -93,13 +92,8 @@ func (w *backend) SetRouteMTU(sn netip.Prefix, mtu int) error {
 	if err != nil {
 		return fmt.Errorf("device %s: %w", d.Name(), err)
 	}
-	if err := kernel.SetLinkRouteMTU(link.Attrs().Index, sn, mtu); err != nil {
+	if err := w.mtus.SetOn(link.Attrs().Index, sn, mtu); err != nil {
 		return fmt.Errorf("device %s: %w", d.Name(), err)
-	}
-	if mtu > 0 {
-		w.mtus[sn] = mtu
-	} else {
-		delete(w.mtus, sn)
 	}
 	return nil
 }

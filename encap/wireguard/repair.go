@@ -168,6 +168,10 @@ func (w *backend) remake(i int) error {
 	for _, f := range []encap.Family{encap.V4(w.cfg), encap.V6(w.cfg)} {
 		if f.On() && w.devFor(f) == i {
 			errs = append(errs, w.setUp(f))
+			// The routes path repair gave their own MTU went with the old device.
+			if link, err := d.Link(); err == nil && w.mtus.Len() > 0 {
+				errs = append(errs, w.mtus.ApplyOn(link.Attrs().Index, f.Network))
+			}
 		}
 	}
 	w.log.Info("WireGuard device made again", zap.String("device", d.Name()), zap.String("implementation", d.Kind()),

@@ -29,8 +29,8 @@ func sitesBackend(t *testing.T, own lease.Attrs) *backend {
 	return &backend{cfg: cfg, opts: wireguardOptions{ListenPort: 51820, Mode: wgModeAuto}, log: zaptest.NewLogger(t),
 		own:     lease.Lease{Subnet: netip.MustParsePrefix("198.18.1.0/24"), Attrs: own},
 		applied: map[netip.Prefix][2]*wgPeerConf{}, owner: [2]map[wgtypes.Key]netip.Prefix{{}, {}},
-		repairs: map[string]uint64{}, mtus: map[netip.Prefix]int{},
-		leases: map[netip.Prefix]lease.Lease{}, base: map[netip.Prefix][2]*wgPeerConf{},
+		repairs: map[string]uint64{},
+		leases:  map[netip.Prefix]lease.Lease{}, base: map[netip.Prefix][2]*wgPeerConf{},
 		ways: map[netip.Prefix]*wayState{}, node: n, pathPort: relay.DefaultPort, priv: priv,
 	}
 }

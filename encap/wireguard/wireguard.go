@@ -19,6 +19,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/encap/kernel"
 	"github.com/weftnet/weft/lease"
 	"github.com/weftnet/weft/transport/relay"
 )
@@ -122,8 +123,8 @@ type backend struct {
 	owner   [2]map[wgtypes.Key]netip.Prefix
 	// repairs counts what Run put back, by object ("device", "route").
 	repairs map[string]uint64
-	// mtus are the route MTUs SetRouteMTU set, by subnet.
-	mtus map[netip.Prefix]int
+	// mtus are the route MTUs SetRouteMTU set, by subnet; remake writes them again.
+	mtus kernel.RouteMTUs
 
 	// Sites and ways (sites.go): every peer lease (by peerKey), each one's own
 	// configuration (base), and how we reach the peers outside our site (ways).
@@ -185,8 +186,8 @@ func New(cfg *lease.Config, ext encap.ExternalInterface, tuning Tuning, log *zap
 		keepalive: time.Duration(o.PersistentKeepaliveInterval) * time.Second,
 		applied:   map[netip.Prefix][2]*wgPeerConf{},
 		owner:     [2]map[wgtypes.Key]netip.Prefix{{}, {}},
-		repairs:   map[string]uint64{}, mtus: map[netip.Prefix]int{},
-		leases: map[netip.Prefix]lease.Lease{}, base: map[netip.Prefix][2]*wgPeerConf{},
+		repairs:   map[string]uint64{},
+		leases:    map[netip.Prefix]lease.Lease{}, base: map[netip.Prefix][2]*wgPeerConf{},
 		ways: map[netip.Prefix]*wayState{}, pathPort: tuning.PathPort, noChoice: tuning.NoPathChoice,
 	}
 	if w.pathPort == 0 {
