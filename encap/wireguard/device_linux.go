@@ -101,6 +101,7 @@ func (k *kernelWG) Close() error {
 type userWG struct {
 	name string
 	dev  *device.Device
+	bind *nsBind
 	uapi net.Listener
 	path string // the UAPI socket
 	wg   sync.WaitGroup
@@ -115,7 +116,12 @@ func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log
 	dlog := log.Named("wireguard-go").With(zap.String("device", name))
 	// The device's verbose lines are counted when they tell of a drop, and formatted
 	// only when debug is on: a flood of junk makes one for each datagram.
-	dev := device.NewDevice(t, conn.NewDefaultBind(), &device.Logger{
+	bind, err := newNSBind(conn.NewDefaultBind())
+	if err != nil {
+		_ = t.Close()
+		return nil, err
+	}
+	dev := device.NewDevice(t, bind, &device.Logger{
 		Verbosef: func(format string, args ...any) {
 			drops.count(format)
 			if dlog.Core().Enabled(zapcore.DebugLevel) {
@@ -124,9 +130,10 @@ func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log
 		},
 		Errorf: func(format string, args ...any) { dlog.Warn(fmt.Sprintf(format, args...)) },
 	})
-	u := &userWG{name: name, dev: dev, path: filepath.Join(socketDir, name+".sock"), kick: &kicker{dev: dev}}
+	u := &userWG{name: name, dev: dev, bind: bind, path: filepath.Join(socketDir, name+".sock"), kick: &kicker{dev: dev}}
 	if u.uapi, err = listenUAPI(name, socketDir); err != nil {
 		dev.Close()
+		bind.release()
 		return nil, fmt.Errorf("UAPI socket: %w", err)
 	}
 	u.wg.Go(func() {
@@ -218,6 +225,7 @@ func (u *userWG) Close() error {
 	err := u.uapi.Close()
 	u.wg.Wait()
 	u.dev.Close()
+	u.bind.release()
 	if rerr := os.Remove(u.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 		err = errors.Join(err, rerr)
 	}

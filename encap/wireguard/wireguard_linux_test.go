@@ -3,6 +3,7 @@ package wireguard
 import (
 	"context"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -89,17 +90,8 @@ func TestWireGuardUserspacePair(t *testing.T) {
 			}
 		}
 	}
-	// The first packets wait for the handshake. Two initiations that cross leave both
-	// sides without a session until WireGuard's retry 5 s later: allow for two rounds.
-	deadline := time.Now().Add(12 * time.Second)
-	for {
-		out, err := a.ns.Run(ctx, "ping", "-c", "1", "-W", "1", "198.18.2.0")
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ping through the tunnel: %v: %s", err, out)
-		}
+	if err := awaitTunnelPing(ctx, a.ns, "198.18.2.0"); err != nil {
+		t.Fatalf("ping through the tunnel: %v", err)
 	}
 	if got := a.be.(*backend).Report().WireGuard.Devices; got[Device] != Userspace {
 		t.Fatalf("devices %v", got)
@@ -111,8 +103,11 @@ func TestWireGuardUserspacePair(t *testing.T) {
 	}
 
 	// The device deleted from under the backend, and a peer added meanwhile: a repair
-	// pass makes the device again with both peers, its address and route, and the
-	// tunnel carries a ping again.
+	// pass makes the device again with both peers, its address and route, the route
+	// MTU path repair had set, and the tunnel carries a ping again.
+	if err := a.ns.Do(func() error { return a.be.(*backend).SetRouteMTU(netip.MustParsePrefix("198.18.2.0/24"), 1300) }); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := a.ns.Run(ctx, "ip", "link", "del", "flannel-wg"); err != nil {
 		t.Fatalf("ip link del: %v: %s", err, out)
 	}
@@ -131,8 +126,13 @@ func TestWireGuardUserspacePair(t *testing.T) {
 	if out, err := a.ns.Run(ctx, "ip", "-4", "-o", "addr", "show", "dev", "flannel-wg"); err != nil || !strings.Contains(out, "198.18.1.0/32") {
 		t.Fatalf("address after the repair: %q (%v)", out, err)
 	}
-	if out, err := a.ns.Run(ctx, "ping", "-c", "2", "-W", "2", "198.18.2.0"); err != nil {
-		t.Fatalf("ping through the device made again: %v: %s", err, out)
+	if out, err := a.ns.Run(ctx, "ip", "-4", "route", "show", "198.18.2.0/24"); err != nil || !strings.Contains(out, "dev flannel-wg") ||
+		!strings.Contains(out, "mtu 1300") {
+		t.Fatalf("route to the peer's subnet after the repair: %q (%v), want its mtu 1300 again", out, err)
+	}
+	// The new device has no session: a handshake again, as at the start.
+	if err := awaitTunnelPing(ctx, a.ns, "198.18.2.0"); err != nil {
+		t.Fatalf("ping through the device made again: %v", err)
 	}
 	if got := a.be.(*backend).Report().Repairs; got["device"] != 1 || got["route"] != 0 {
 		t.Fatalf("repairs %v, want one device", got)
@@ -162,6 +162,23 @@ func TestWireGuardUserspacePair(t *testing.T) {
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("UAPI socket left after Close: %v", err)
+	}
+}
+
+// awaitTunnelPing pings dst from ns until one is answered. The first packets wait for
+// a handshake; two initiations that cross leave both sides without a session until
+// WireGuard's retry 5 s later (a loaded machine makes that likelier): it allows for
+// two rounds, 12 s.
+func awaitTunnelPing(ctx context.Context, ns *netns.NS, dst string) error {
+	deadline := time.Now().Add(12 * time.Second)
+	for {
+		out, err := ns.Run(ctx, "ping", "-c", "1", "-W", "1", dst)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no answer for 12 s: %w: %s", err, out)
+		}
 	}
 }
 
