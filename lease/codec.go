@@ -16,6 +16,18 @@ var (
 	ErrBadValue = errors.New("bad lease value")
 )
 
+// IgnoredFieldsError is what DecodeAttrs returns beside a lease it could read when
+// some of weft's own optional fields (WeftSiteIP, WeftOutside) could not be: they
+// are left out, the rest of the lease stands, as flanneld, which reads none of
+// them, takes it. Readers log it and keep the lease.
+type IgnoredFieldsError struct {
+	Fields []string // "WeftOutside: <why>", one per field left out
+}
+
+func (e *IgnoredFieldsError) Error() string {
+	return "lease value: left out " + strings.Join(e.Fields, "; ")
+}
+
 // SubnetKey is the name of p under <prefix>/subnets/: "198.18.5.0-24".
 func SubnetKey(p netip.Prefix) string {
 	return p.Addr().String() + "-" + strconv.Itoa(p.Bits())
@@ -129,11 +141,29 @@ func EncodeAttrs(a Attrs) ([]byte, error) {
 	return json.Marshal(w)
 }
 
-// DecodeAttrs parses a lease value as flanneld or weftd write it.
+// decodedAttrs reads weft's optional address fields raw, to leave out a bad one
+// alone (the outer fields shadow Attrs' of the same JSON name).
+type decodedAttrs struct {
+	Attrs
+	SiteIP  json.RawMessage `json:"WeftSiteIP"`
+	Outside json.RawMessage `json:"WeftOutside"`
+}
+
+// DecodeAttrs parses a lease value as flanneld or weftd write it. A value flanneld
+// would take whose WeftSiteIP or WeftOutside is malformed is returned without them,
+// with an *IgnoredFieldsError; any other error means no lease.
 func DecodeAttrs(data []byte) (Attrs, error) {
-	var a Attrs
-	if err := json.Unmarshal(data, &a); err != nil {
+	var d decodedAttrs
+	if err := json.Unmarshal(data, &d); err != nil {
 		return Attrs{}, fmt.Errorf("%w: %w", ErrBadValue, err)
+	}
+	a := d.Attrs
+	var ignored []string
+	if err := optionalField(d.SiteIP, &a.SiteIP); err != nil {
+		ignored = append(ignored, "WeftSiteIP: "+err.Error())
+	}
+	if err := optionalField(d.Outside, &a.Outside); err != nil {
+		ignored = append(ignored, "WeftOutside: "+err.Error())
 	}
 	if !a.PublicIP.Is4() {
 		return Attrs{}, fmt.Errorf("%w: PublicIP missing or not IPv4", ErrBadValue)
@@ -147,5 +177,22 @@ func DecodeAttrs(data []byte) (Attrs, error) {
 	if string(a.BackendV6Data) == "null" {
 		a.BackendV6Data = nil
 	}
+	if ignored != nil {
+		return a, &IgnoredFieldsError{Fields: ignored}
+	}
 	return a, nil
+}
+
+// optionalField decodes raw (absent or null: the zero value) into v; on error v
+// stays zero.
+func optionalField[T any](raw json.RawMessage, v *T) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var x T
+	if err := json.Unmarshal(raw, &x); err != nil {
+		return err
+	}
+	*v = x
+	return nil
 }

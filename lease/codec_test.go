@@ -3,6 +3,7 @@ package lease
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"sort"
@@ -125,6 +126,13 @@ func TestDecodeAttrs(t *testing.T) {
 		{"null backend data", `{"PublicIP":"192.0.2.1","BackendType":"host-gw","BackendData":null}`,
 			&Attrs{PublicIP: addr("192.0.2.1"), BackendType: "host-gw"}},
 		{"weft host id", `{"PublicIP":"192.0.2.1","WeftHostID":"abc"}`, &Attrs{PublicIP: addr("192.0.2.1"), HostID: "abc"}},
+		{"weft site", `{"PublicIP":"192.0.2.1","WeftSite":"a","WeftSiteIP":"10.0.0.1","WeftOutside":"203.0.113.2:40000"}`,
+			&Attrs{PublicIP: addr("192.0.2.1"), Site: "a", SiteIP: addr("10.0.0.1"), Outside: netip.MustParseAddrPort("203.0.113.2:40000")}},
+		{"bad WeftOutside left out", `{"PublicIP":"192.0.2.1","WeftSite":"a","WeftOutside":"203.0.113.2"}`,
+			&Attrs{PublicIP: addr("192.0.2.1"), Site: "a"}},
+		{"bad WeftSiteIP and WeftOutside left out", `{"PublicIP":"192.0.2.1","WeftSiteIP":7,"WeftOutside":{}}`,
+			&Attrs{PublicIP: addr("192.0.2.1")}},
+		{"null WeftOutside", `{"PublicIP":"192.0.2.1","WeftOutside":null}`, &Attrs{PublicIP: addr("192.0.2.1")}},
 		{"empty", ``, nil},
 		{"not JSON", `garbage`, nil},
 		{"no PublicIP", `{"BackendType":"udp"}`, nil},
@@ -143,6 +151,14 @@ func TestDecodeAttrs(t *testing.T) {
 					t.Errorf("DecodeAttrs(%s) = %+v, %v; want ErrBadValue", tc.value, got, err)
 				}
 				return
+			}
+			// fields left out with an *IgnoredFieldsError
+			ignored := map[string]int{"bad WeftOutside left out": 1, "bad WeftSiteIP and WeftOutside left out": 2}[tc.name]
+			var ign *IgnoredFieldsError
+			if errors.As(err, &ign) && len(ign.Fields) == ignored {
+				err = nil
+			} else if err == nil && ignored > 0 {
+				err = fmt.Errorf("no field left out, want %d", ignored)
 			}
 			if err != nil || !reflect.DeepEqual(got, *tc.want) {
 				t.Errorf("DecodeAttrs(%s) = %+v, %v; want %+v", tc.value, got, err, *tc.want)

@@ -105,7 +105,7 @@ func (e *etcd2) List(ctx context.Context) (Listing, error) {
 			e.log.Error("skipping malformed subnet key", zap.String("key", n.Key), zap.Error(err))
 			continue
 		}
-		a, err := lease.DecodeAttrs([]byte(n.Value))
+		a, err := decodeLease(e.log, n.Key, []byte(n.Value))
 		if err != nil {
 			e.log.Error("skipping malformed lease", zap.String("key", n.Key), zap.Error(err))
 			l.Unreadable = append(l.Unreadable, lease.Key{Subnet: subnet, IPv6Subnet: subnet6})
@@ -187,7 +187,7 @@ func (e *etcd2) Watch(ctx context.Context, rev int64, changes func([]Change)) er
 		case "delete", "expire", "compareAndDelete":
 			changes([]Change{{Type: lease.Removed, Lease: lease.Lease{Subnet: subnet, IPv6Subnet: subnet6}}})
 		default:
-			a, err := lease.DecodeAttrs([]byte(resp.Node.Value))
+			a, err := decodeLease(e.log, resp.Node.Key, []byte(resp.Node.Value))
 			l := lease.Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a, Reserved: resp.Node.Expiration == nil}
 			if resp.Node.Expiration != nil {
 				l.Expiration = *resp.Node.Expiration

@@ -142,7 +142,7 @@ func (e *etcd3) List(ctx context.Context) (Listing, error) {
 			e.log.Error("skipping malformed subnet key", zap.ByteString("key", kv.Key), zap.Error(err))
 			continue
 		}
-		a, err := lease.DecodeAttrs(kv.Value)
+		a, err := decodeLease(e.log, string(kv.Key), kv.Value)
 		if err != nil {
 			e.log.Error("skipping malformed lease", zap.ByteString("key", kv.Key), zap.Error(err))
 			l.Unreadable = append(l.Unreadable, lease.Key{Subnet: subnet, IPv6Subnet: subnet6})
@@ -269,7 +269,7 @@ func (e *etcd3) Watch(ctx context.Context, rev int64, changes func([]Change)) er
 				batch = append(batch, Change{Type: lease.Removed, Lease: lease.Lease{Subnet: subnet, IPv6Subnet: subnet6}})
 				continue
 			}
-			a, err := lease.DecodeAttrs(ev.Kv.Value)
+			a, err := decodeLease(e.log, string(ev.Kv.Key), ev.Kv.Value)
 			l := lease.Lease{Subnet: subnet, IPv6Subnet: subnet6, Attrs: a, Reserved: ev.Kv.Lease == 0}
 			batch = append(batch, Change{Type: lease.Added, Lease: l, Bad: err})
 		}

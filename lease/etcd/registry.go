@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/weftnet/weft/lease"
 )
 
@@ -52,4 +54,16 @@ type Registry interface {
 	// re-list is needed.
 	Watch(ctx context.Context, rev int64, changes func([]Change)) error
 	Close() error
+}
+
+// decodeLease is lease.DecodeAttrs for the value stored at key: weft's optional fields
+// that could not be read are logged and left out, and the lease stands; the error
+// returned means no lease.
+func decodeLease(log *zap.Logger, key string, value []byte) (lease.Attrs, error) {
+	a, err := lease.DecodeAttrs(value)
+	if ign, ok := errors.AsType[*lease.IgnoredFieldsError](err); ok {
+		log.Warn("lease value: leaving out what cannot be read", zap.String("key", key), zap.Strings("fields", ign.Fields))
+		return a, nil
+	}
+	return a, err
 }

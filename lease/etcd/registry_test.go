@@ -93,6 +93,8 @@ func TestRegistryConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.put(t, "/subnets/198.18.2.0-24", `{"PublicIP":"192.0.2.11"}`) // flanneld udp
+			// weft's own field unreadable: left out, the lease stands (flanneld takes it)
+			s.put(t, "/subnets/198.18.3.0-24", `{"PublicIP":"192.0.2.12","WeftSite":"a","WeftOutside":"nonsense"}`)
 			s.put(t, "/subnets/198.18.9.0-24", "garbage")
 			s.put(t, "/subnets/198.18.10.0-24", `{"PublicIP":""}`)
 			s.put(t, "/subnets/not-a-subnet", `{"PublicIP":"192.0.2.99"}`)
@@ -104,10 +106,13 @@ func TestRegistryConformance(t *testing.T) {
 			var got []netip.Prefix
 			for _, x := range l.Leases {
 				got = append(got, x.Subnet)
+				if x.Subnet == pfx("198.18.3.0/24") && (x.Attrs.Site != "a" || x.Attrs.Outside.IsValid()) {
+					t.Errorf("lease with an unreadable WeftOutside: %+v, want its site and no Outside", x.Attrs)
+				}
 			}
 			slices.SortFunc(got, netip.Prefix.Compare)
 			slices.SortFunc(l.Unreadable, func(a, b lease.Key) int { return a.Subnet.Compare(b.Subnet) })
-			if want := []netip.Prefix{pfx("198.18.1.0/24"), pfx("198.18.2.0/24")}; !reflect.DeepEqual(got, want) {
+			if want := []netip.Prefix{pfx("198.18.1.0/24"), pfx("198.18.2.0/24"), pfx("198.18.3.0/24")}; !reflect.DeepEqual(got, want) {
 				t.Errorf("leases %v, want %v", got, want)
 			}
 			if want := []lease.Key{{Subnet: pfx("198.18.9.0/24")}, {Subnet: pfx("198.18.10.0/24")}}; !reflect.DeepEqual(l.Unreadable, want) {
