@@ -198,6 +198,7 @@ demo: deps build flanneld
 bench: deps build flanneld
 	$(GO) test -run '^$$' -bench . -benchmem ./proxy/
 	$(BIN)/weft-bench run --out bench/out --daemon flanneld=$(BIN)/flanneld
+	$(BIN)/weft-bench sites --out bench/out/sites
 
 clean:
 	rm -rf $(BIN) bench/out

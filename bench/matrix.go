@@ -29,6 +29,23 @@ type Options struct {
 	Progress io.Writer
 }
 
+// withDefaults is o with the defaults in place of zero values.
+func (o Options) withDefaults() Options {
+	if o.Reps <= 0 {
+		o.Reps = 3
+	}
+	if o.Duration <= 0 {
+		o.Duration = 5 * time.Second
+	}
+	if o.Pings <= 0 {
+		o.Pings = 200
+	}
+	if o.Family == 0 {
+		o.Family = 4
+	}
+	return o
+}
+
 // Order returns the subject order of repetition rep: a Latin square, so over n
 // repetitions every subject runs once in every position; odd repetitions run
 // backwards, so subjects also change neighbours.
@@ -48,18 +65,7 @@ func Order(n, rep int) []int {
 // workloads rep times in alternating order, tears everything down and returns the
 // report. A subject that fails is reported with its error; the others go on.
 func Run(ctx context.Context, o Options, log *zap.Logger) (*Report, error) {
-	if o.Reps <= 0 {
-		o.Reps = 3
-	}
-	if o.Duration <= 0 {
-		o.Duration = 5 * time.Second
-	}
-	if o.Pings <= 0 {
-		o.Pings = 200
-	}
-	if o.Family == 0 {
-		o.Family = 4
-	}
+	o = o.withDefaults()
 	if o.Family != 4 && o.Family != 6 {
 		return nil, fmt.Errorf("family %d: want 4 or 6", o.Family)
 	}

@@ -94,11 +94,17 @@ type Site struct {
 }
 
 // siteTable is the site router's nftables ruleset: a named counter of forwarded
-// packets and, in the NAT modes, masquerade of everything that leaves by eth0.
+// packets and, in the NAT modes, masquerade of everything that leaves by eth0 and
+// the firewall of a home or cloud NAT: what arrives from outside for the router
+// itself, unasked, is dropped. Dropped before conntrack confirms it, such a packet
+// leaves no entry behind; without the drop, a peer's first punching datagram would
+// be tracked as a connection to the router, take the tuple our host's own datagram
+// to that peer needs, and masquerade would give that one another port.
 func siteTable(mode SiteMode) string {
 	nat := ""
 	if rule, _ := mode.masquerade(); rule != "" {
-		nat = "\tchain postrouting { type nat hook postrouting priority srcnat; policy accept; " + rule + "; }\n"
+		nat = "\tchain postrouting { type nat hook postrouting priority srcnat; policy accept; " + rule + "; }\n" +
+			"\tchain input { type filter hook input priority 0; policy accept; iifname \"eth0\" ct state new drop; }\n"
 	}
 	return `table ip weftlab {
 	counter forwarded {}

@@ -47,6 +47,8 @@ const usage = `usage: weft-bench <command> [flags]
   lab down
   lab status
   run  [--reps N] [--duration D] [--out DIR] [--subjects a,b] [--family 4|6] [--daemon NAME=PATH]... [--weftd PATH]
+  sites [--reps N] [--duration D] [--out DIR] [--weftd PATH]
+        weftd's wireguard ways across two NATs: direct, punched, relayed
   demo [--weftd PATH] [--duration D] [--daemon NAME=PATH]...
   scale [--hosts N] [--sizes a,b] [--backend vxlan|host-gw|udp|alloc] [--churn D] [--rate R]
         [--idle D] [--no-restart] [--no-overtake] [--report-from scale.json] [--out DIR] [--daemon NAME=PATH]... [--weftd PATH]
@@ -70,6 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = labCmd(ctx, args[1:], stdout, stderr)
 	case "run":
 		err = runCmd(ctx, args[1:], stdout, stderr)
+	case "sites":
+		err = sitesCmd(ctx, args[1:], stdout, stderr)
 	case "demo":
 		err = demoCmd(ctx, args[1:], stdout, stderr)
 	case "scale":
@@ -190,6 +194,43 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Subjects: subjects, Reps: *reps, Duration: *dur, Pings: *pings, Family: *family,
 		StateFile: filepath.Join(stateDir(), "run.json"), Progress: stderr,
 	}, newLogger(stderr, *verbose))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if *out != "" {
+		if err := rep.WriteFiles(*out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "\nreports: %s/report.md, report.json, report.svg\n", *out)
+	}
+	return nil
+}
+
+// sitesCmd is `weft-bench sites`: bench.RunSites.
+func sitesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sites", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	reps := fs.Int("reps", 3, "repetitions of every row x workload")
+	dur := fs.Duration("duration", 5*time.Second, "length of each iperf3 workload")
+	pings := fs.Int("pings", 200, "pings per repetition (every 10 ms)")
+	out := fs.String("out", "", "directory for report.md, report.json and report.svg")
+	weftd := fs.String("weftd", defaultWeftd(), "weftd binary")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: sites takes no arguments, got %q", errUsage, fs.Args())
+	}
+	if err := needWeftd(*weftd); err != nil {
+		return err
+	}
+	rep, err := bench.RunSites(ctx, *weftd, bench.Options{Reps: *reps, Duration: *dur, Pings: *pings,
+		StateFile: filepath.Join(stateDir(), "run.json"), Progress: stderr}, newLogger(stderr, *verbose))
 	if err != nil {
 		return err
 	}

@@ -62,6 +62,7 @@ type wayState struct {
 	way      way
 	since    time.Time // when this way was taken
 	answered bool      // the probes found the peer answering since
+	upAt     time.Time // when the probes last found it answering
 	downAt   time.Time // when the probes last found it down
 	why      string    // why this way, for GET /peers
 	// The relay of wayRelay: its lease's key and its path port.
@@ -168,6 +169,18 @@ func (w *backend) setWay(key netip.Prefix, v way, why string, now time.Time) {
 	w.log.Info("peer path", zap.Stringer("subnet", key), zap.Stringer("way", v), zap.String("why", why))
 }
 
+// dialAgain configures peer key's endpoint again as we applied it: the device roamed
+// away from it. w.mu is held.
+func (w *backend) dialAgain(key netip.Prefix) {
+	c := w.applied[key][0]
+	if c == nil || c.learn || w.devs[0] == nil {
+		return
+	}
+	if err := w.devs[0].Configure(wgtypes.Config{Peers: []wgtypes.PeerConfig{w.peerConfig(c)}}); err != nil {
+		w.log.Warn("dialing the peer's NAT again", zap.Stringer("subnet", key), zap.Error(err))
+	}
+}
+
 // newOutside is what a peer's lease publishing a new NAT address does to its way: a
 // relayed peer tries punching there (the address may have come after the direct way
 // failed, or changed with a new NAT mapping). w.mu is held.
@@ -192,7 +205,7 @@ func (w *backend) PeerState(subnet netip.Prefix, up bool) {
 			return
 		}
 		if up {
-			ws.answered = true
+			ws.answered, ws.upAt = true, time.Now()
 		} else {
 			ws.answered, ws.downAt = false, time.Now()
 		}
@@ -295,6 +308,22 @@ func (w *backend) learnOutside(now time.Time) {
 		w.log.Info("our WireGuard socket as the hosts we say hello to see it", zap.Stringer("outside", out),
 			zap.String("nat", w.mapsPerDestination))
 		w.outside = out
+		if out.IsValid() {
+			w.punchWithPeers(out, now)
+		}
+	}
+}
+
+// punchWithPeers tries punching again with every relayed peer that publishes a NAT
+// address, our own NAT address being new (out): each of them sees it in our lease
+// within seconds and punches too (newOutside), so both sides dial together, which
+// punching needs. w.mu is held.
+func (w *backend) punchWithPeers(out netip.AddrPort, now time.Time) {
+	for key, ws := range w.ways {
+		if ws.way == wayRelay && w.leases[key].Attrs.Outside.IsValid() {
+			w.take(key, wayPunched, fmt.Sprintf("punched: our NAT address is new (%v), the peer punches with us at %v",
+				out, w.leases[key].Attrs.Outside), now)
+		}
 	}
 }
 
@@ -319,9 +348,14 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 	}
 	pk := relay.Key(c.key)
 	// The peer relays to us: its datagrams come through a relay, and our device took
-	// our loopback socket as its endpoint. Take that way too, and say so.
+	// our loopback socket as its endpoint. Take that way too, and say so; but while we
+	// punch (the peer may have moved to punching a moment after us, its last relayed
+	// datagrams still on their way), dial its NAT again instead, for tryFor.
 	if st, ok := status[c.key]; ok && ws.way != wayRelay {
-		if k, ok := w.node.IsEndpoint(st.endpoint); ok && k == pk {
+		k, relayed := w.node.IsEndpoint(st.endpoint)
+		if relayed && k == pk && ws.way == wayPunched && !ws.answered && now.Sub(ws.since) < tryFor {
+			w.dialAgain(key)
+		} else if relayed && k == pk {
 			via := w.node.Route(pk)
 			ws.relay, ws.relayAddr = w.relayAt(via), via
 			why := fmt.Sprintf("relay via %v: the peer's datagrams come to us through it", ws.relay)
@@ -333,7 +367,11 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 			return
 		}
 	}
-	failed := !ws.answered && (now.Sub(ws.since) >= tryFor || ws.downAt.After(ws.since))
+	// A new way is given tryFor: the probes call it down after a few silent rounds,
+	// sooner than a punched pair's two sides both dial. One that answered on this way
+	// and then is found down is left at once.
+	foundDown := ws.downAt.After(ws.since) && ws.upAt.After(ws.since) && ws.downAt.After(ws.upAt)
+	failed := !ws.answered && (now.Sub(ws.since) >= tryFor || foundDown)
 	if failed {
 		lost := fmt.Sprintf("no answer for %d s", int(now.Sub(ws.since).Seconds()))
 		if ws.downAt.After(ws.since) {
