@@ -166,18 +166,20 @@ func awaitWay(ctx context.Context, h *lab.Host, subnet string, want func(string)
 	deadline := time.Now().Add(within)
 	last := "no answer"
 	for {
-		var peers []struct {
-			Subnet, State, Path, PathDetail string
+		var body struct {
+			Peers []struct {
+				Subnet, State, Path, PathDetail string
+			}
 		}
 		resp, err := hc.Get("http://" + sitesHealthz + "/peers")
 		if err == nil {
-			err = json.NewDecoder(resp.Body).Decode(&peers)
+			err = json.NewDecoder(resp.Body).Decode(&body)
 			resp.Body.Close()
 		}
 		if err != nil {
 			last = err.Error()
 		}
-		for _, p := range peers {
+		for _, p := range body.Peers {
 			if p.Subnet == subnet {
 				if want(p.Path) && p.State == "up" {
 					return nil
