@@ -107,7 +107,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.etcdAPI, "etcd-api", "v3", "etcd API: v3 or v2 (weft)")
 	fs.Var(&o.ifaces, "iface", "interface (name or IP) for inter-host traffic; repeatable, the first found wins")
 	fs.Var(&o.ifaceRegex, "iface-regex", "regular expression matching an interface's IP or name; repeatable, tried after every --iface")
-	fs.StringVar(&o.canReach, "iface-can-reach", "", "use the interface of the route to this IPv4 address (as `ip route get`), after --iface and --iface-regex")
+	fs.StringVar(&o.canReach, "iface-can-reach", "", "use the interface (and source address) of the route to this IP, IPv4 or IPv6, as ip route get does; tried after --iface and --iface-regex")
 	fs.StringVar(&o.publicIP, "public-ip", "", "IP peers reach this host at (default: the interface's)")
 	fs.StringVar(&o.publicIPv6, "public-ipv6", "", "IPv6 address peers reach this host at on a dual-stack or IPv6-only network (default: the interface's)")
 	fs.StringVar(&o.site, "site", "", "this host's site (weft; wireguard): hosts of one site reach each other on their interface addresses; other peers are dialed directly, then through NAT or a relay on evidence (see docs/sites.md)")
