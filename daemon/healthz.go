@@ -18,8 +18,9 @@ import (
 
 // serveHealthz answers, as flanneld does for kube-flannel.yml's probes, GET /healthz
 // (liveness: 200 while weftd runs) and GET /readyz (200 when ready, else 503 with the
-// reason, see notReady); and GET /stats (the backend's counters as JSON, when it keeps
-// any).
+// reason, see notReady); GET /stats (the backend's counters as JSON, when it keeps
+// any); GET /metrics (Prometheus) and GET /peers (every peer's path as the probes see
+// it).
 func (d *daemon) serveHealthz() (stop func(), err error) {
 	addr := net.JoinHostPort(d.cfg.HealthzIP, strconv.Itoa(d.cfg.HealthzPort))
 	ln, err := net.Listen("tcp", addr)

@@ -77,7 +77,7 @@ type Config struct {
 	// Rate is the most probe packets sent per second (default 130); rounds are
 	// planned on 90 % of it: 5,000 peers at about 1.2 packets a round (the full-size
 	// probe every fifth round once rounds are longer than 5 s; 1.3 for peers down) are
-	// each probed every 51-57 s.
+	// each probed about every 51 s (55 s at most: rounds are never planned longer).
 	Rate int
 	// Timeout is how long a round waits for its answers (default 1 s).
 	Timeout time.Duration
