@@ -197,17 +197,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout)
-	if err := rep.WriteTable(stdout); err != nil {
-		return err
-	}
-	if *out != "" {
-		if err := rep.WriteFiles(*out); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "\nreports: %s/report.md, report.json, report.svg\n", *out)
-	}
-	return nil
+	return writeReport(rep, *out, stdout)
 }
 
 // sitesCmd is `weft-bench sites`: bench.RunSites.
@@ -234,15 +224,20 @@ func sitesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	return writeReport(rep, *out, stdout)
+}
+
+// writeReport prints rep's table to stdout and, with out set, writes its files there.
+func writeReport(rep *bench.Report, out string, stdout io.Writer) error {
 	fmt.Fprintln(stdout)
 	if err := rep.WriteTable(stdout); err != nil {
 		return err
 	}
-	if *out != "" {
-		if err := rep.WriteFiles(*out); err != nil {
+	if out != "" {
+		if err := rep.WriteFiles(out); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "\nreports: %s/report.md, report.json, report.svg\n", *out)
+		fmt.Fprintf(stdout, "\nreports: %s/report.md, report.json, report.svg\n", out)
 	}
 	return nil
 }
