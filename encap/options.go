@@ -12,6 +12,11 @@ import (
 
 var durationType = reflect.TypeFor[time.Duration]()
 
+// ErrUnknownOption is DecodeOptions' error for a key the backend does not have: it
+// wraps ErrBadOption, with the same words. flanneld ignores such a key; weftd refuses
+// it (docs/compatibility.md, strict-options), and `weftd check-config` says so.
+var ErrUnknownOption = fmt.Errorf("%w", ErrBadOption)
+
 // DecodeOptions decodes the network config's Backend object into dst, a pointer to a
 // struct whose exported fields are the options of backend typ; the values already in
 // dst are the defaults. It is strict where encoding/json is lenient and lenient where
@@ -20,7 +25,7 @@ var durationType = reflect.TypeFor[time.Duration]()
 //   - keys match field names case-insensitively, so {"type":"vxlan","vni":2} decodes
 //     as flanneld decodes it;
 //   - an unknown key, a key given twice (in any case) and a value of the wrong type
-//     are errors naming the key;
+//     are errors naming the key (an unknown key's wraps ErrUnknownOption too);
 //   - "Type" is always accepted and must name typ (in any case);
 //   - a time.Duration field takes a duration string such as "200us";
 //   - null leaves an option at its default, as encoding/json does.
@@ -70,7 +75,7 @@ func DecodeOptions(typ string, raw json.RawMessage, dst any) error {
 			if len(names) > 0 {
 				known = strings.Join(names, ", ")
 			}
-			return fmt.Errorf("%w: %s backend has no option %q (its options: %s)", ErrBadOption, typ, k, known)
+			return fmt.Errorf("%w: %s backend has no option %q (its options: %s)", ErrUnknownOption, typ, k, known)
 		}
 		f := v.Field(i)
 		name := v.Type().Field(i).Name

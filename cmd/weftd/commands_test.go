@@ -54,8 +54,8 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// TestCommandsListed: the commands are cleanup, peers, migrate-etcd and help, each with one
-// line that fits a terminal.
+// TestCommandsListed: the commands are cleanup, peers, check-config, migrate-etcd and help,
+// each with one line that fits a terminal.
 func TestCommandsListed(t *testing.T) {
 	var names []string
 	for _, c := range commands() {
@@ -64,7 +64,7 @@ func TestCommandsListed(t *testing.T) {
 			t.Errorf("%s: summary %q: one line under 100 columns, starting lower case", c.name, c.summary)
 		}
 	}
-	if got := strings.Join(names, " "); got != "cleanup peers migrate-etcd help" {
+	if got := strings.Join(names, " "); got != "cleanup peers check-config migrate-etcd help" {
 		t.Errorf("commands %q", got)
 	}
 }

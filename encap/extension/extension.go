@@ -64,18 +64,9 @@ type backend struct {
 
 // New returns the extension backend for cfg.
 func New(cfg *lease.Config, ext encap.ExternalInterface, log *zap.Logger) (encap.Backend, error) {
-	var o extensionOptions
-	if err := encap.DecodeOptions(extensionType, cfg.Backend, &o); err != nil {
+	o, err := parseOptions(cfg.Backend)
+	if err != nil {
 		return nil, err
-	}
-	for _, c := range []struct{ name, line string }{
-		{"PreStartupCommand", o.PreStartupCommand}, {"PostStartupCommand", o.PostStartupCommand},
-		{"SubnetAddCommand", o.SubnetAddCommand}, {"SubnetRemoveCommand", o.SubnetRemoveCommand},
-	} {
-		// flanneld runs a command that is not empty; one of blanks only makes it panic.
-		if c.line != "" && len(strings.Fields(c.line)) == 0 {
-			return nil, fmt.Errorf("%w: extension backend: %s %q names no program", encap.ErrBadOption, c.name, c.line)
-		}
 	}
 	return &backend{opts: o, network: cfg.Network, ext: ext, log: log}, nil
 }

@@ -43,15 +43,23 @@ func New(cfg *lease.Config, ext encap.ExternalInterface, tuning Tuning, log *zap
 		return extension.New(cfg, ext, log.Named("extension"))
 	case "wireguard":
 		return wireguard.New(cfg, ext, tuning.WireGuard, log.Named("wireguard"))
+	}
+	return nil, refusal(cfg.BackendType)
+}
+
+// refusal is New's error for a type it has no backend for: ipip and ipsec with why and
+// what to use instead, any other with the names of the backends weft has.
+func refusal(typ string) error {
+	switch strings.ToLower(typ) {
 	case "ipip":
-		return nil, fmt.Errorf("%w %q: weft has no ipip backend: it needs the kernel's ipip module (tunl0), "+
+		return fmt.Errorf("%w %q: weft has no ipip backend: it needs the kernel's ipip module (tunl0), "+
 			"which weft does not load or manage; use vxlan (any underlay) or host-gw (hosts on one L2 network)",
-			encap.ErrUnknownBackend, cfg.BackendType)
+			encap.ErrUnknownBackend, typ)
 	case "ipsec":
-		return nil, fmt.Errorf("%w %q: weft has no ipsec backend: it needs strongSwan's IKE daemon (charon) "+
+		return fmt.Errorf("%w %q: weft has no ipsec backend: it needs strongSwan's IKE daemon (charon) "+
 			"to run beside it, which weft does not ship or drive; to encrypt traffic between hosts, "+
 			"run vxlan over a WireGuard interface (wg-quick, then --iface=wg0)",
-			encap.ErrUnknownBackend, cfg.BackendType)
+			encap.ErrUnknownBackend, typ)
 	}
-	return nil, fmt.Errorf("%w %q: weft has udp, vxlan, host-gw, wireguard, alloc and extension", encap.ErrUnknownBackend, cfg.BackendType)
+	return fmt.Errorf("%w %q: weft has udp, vxlan, host-gw, wireguard, alloc and extension", encap.ErrUnknownBackend, typ)
 }

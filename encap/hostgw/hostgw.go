@@ -29,8 +29,7 @@ type backend struct {
 
 // New returns the host-gw backend.
 func New(cfg *lease.Config, ext encap.ExternalInterface, log *zap.Logger) (encap.Backend, error) {
-	var none struct{}
-	if err := encap.DecodeOptions("host-gw", cfg.Backend, &none); err != nil {
+	if err := checkOptions(cfg.Backend); err != nil {
 		return nil, err
 	}
 	h := &backend{cfg: cfg}

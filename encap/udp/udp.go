@@ -56,24 +56,12 @@ type backend struct {
 // IPv6-only network) flannel0 and the table have only the IPv6 side, and every peer
 // is reached over the IPv6 underlay.
 func New(cfg *lease.Config, ext encap.ExternalInterface, tuning Tuning, log *zap.Logger) (encap.Backend, error) {
-	extMTU := ext.MTU
-	if cfg.EnableIPv6 {
-		extMTU -= udp6ExtraHeader
-	}
-	opts, pcfg, err := parseUDPOptions(cfg.Backend, extMTU, tuning)
+	opts, pcfg, table, err := prepare(cfg, ext.MTU, tuning)
 	if err != nil {
 		return nil, err
 	}
 	pcfg.Addr, _ = bindAddrs(cfg, ext)
-	// An IPv6-only network has no Network: the table gets no IPv4 side.
-	table, err := proxy.NewTable(cfg.Network, cfg.SubnetLen)
-	if err != nil {
-		return nil, fmt.Errorf("udp backend: %w", err)
-	}
 	if cfg.EnableIPv6 {
-		if err := table.EnableIPv6(cfg.IPv6Network, cfg.IPv6SubnetLen); err != nil {
-			return nil, fmt.Errorf("udp backend: %w", err)
-		}
 		pcfg.IPv6 = true
 		_, pcfg.Addr6 = bindAddrs(cfg, ext)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/encap/kernel"
 	"github.com/weftnet/weft/lease"
-	"github.com/weftnet/weft/proxy"
 )
 
 // vxlanOptions are the vxlan backend's options in the network config's Backend object.
@@ -75,22 +74,9 @@ type backend struct {
 
 // New returns the vxlan backend.
 func New(cfg *lease.Config, ext encap.ExternalInterface, log *zap.Logger) (encap.Backend, error) {
-	o := vxlanOptions{VNI: 1, Port: 8472}
-	if err := encap.DecodeOptions("vxlan", cfg.Backend, &o); err != nil {
+	o, err := parseOptions(cfg.Backend, ext.MTU)
+	if err != nil {
 		return nil, err
-	}
-	if err := proxy.CheckPort(o.Port); err != nil {
-		return nil, fmt.Errorf("%w: vxlan backend: %w", encap.ErrBadOption, err)
-	}
-	switch {
-	case o.VNI < 0 || o.VNI > 1<<24-1:
-		return nil, fmt.Errorf("%w: vxlan VNI %d is not in 0..16777215", encap.ErrBadOption, o.VNI)
-	case o.MTU < 0 || o.MTU > 0 && o.MTU < minVXLANMTU:
-		return nil, fmt.Errorf("%w: vxlan MTU %d is below %d (the underlay's MTU; %s gets %d less)",
-			encap.ErrBadOption, o.MTU, minVXLANMTU, "flannel."+strconv.Itoa(o.VNI), vxlanOverhead)
-	}
-	if o.MTU == 0 {
-		o.MTU = ext.MTU
 	}
 	if o.MacPrefix != "" {
 		log.Info("vxlan MacPrefix is an option of flanneld's Windows backend; ignored, as flanneld on Linux does",

@@ -149,65 +149,25 @@ type backend struct {
 // key; the devices are made by BackendData, before the lease is acquired, as
 // flanneld makes them.
 func New(cfg *lease.Config, ext encap.ExternalInterface, tuning Tuning, log *zap.Logger) (encap.Backend, error) {
-	o := wireguardOptions{ListenPort: 51820, ListenPortV6: 51821, MTU: ext.MTU, Mode: wgSeparate, Device: Auto}
-	if err := encap.DecodeOptions(wireguardType, cfg.Backend, &o); err != nil {
+	o, psk, pathPort, err := parseOptions(cfg.Backend, ext.MTU, tuning)
+	if err != nil {
 		return nil, err
-	}
-	if tuning.Device != "" {
-		o.Device = tuning.Device
-	}
-	switch o.Mode {
-	case wgSeparate, wgModeAuto, wgModeIPv4, wgModeIPv6:
-	default:
-		return nil, fmt.Errorf("%w: wireguard backend: Mode %q is not separate, auto, ipv4 or ipv6", encap.ErrBadOption, o.Mode)
-	}
-	switch o.Device {
-	case Auto, Kernel, Userspace:
-	default:
-		return nil, fmt.Errorf("%w: wireguard backend: Device %q is not auto, kernel or userspace", encap.ErrBadOption, o.Device)
-	}
-	for _, p := range []struct {
-		name string
-		v    int
-	}{{"ListenPort", o.ListenPort}, {"ListenPortV6", o.ListenPortV6}} {
-		if p.v < 1 || p.v > 65535 {
-			return nil, fmt.Errorf("%w: wireguard backend: %s %d is not in 1-65535", encap.ErrBadOption, p.name, p.v)
-		}
-	}
-	if o.MTU-wgOverhead < 576 {
-		return nil, fmt.Errorf("%w: wireguard backend: MTU %d leaves %d for the device, less than 576", encap.ErrBadOption, o.MTU, o.MTU-wgOverhead)
-	}
-	if o.PersistentKeepaliveInterval < 0 || o.PersistentKeepaliveInterval > 65535 {
-		return nil, fmt.Errorf("%w: wireguard backend: PersistentKeepaliveInterval %d is not in 0-65535 (seconds)", encap.ErrBadOption, o.PersistentKeepaliveInterval)
 	}
 	w := &backend{
 		cfg: cfg, opts: o, ext: ext, log: log, device: o.Device,
-		socketDir: tuning.SocketDir, keyFile: tuning.KeyFile,
+		socketDir: tuning.SocketDir, keyFile: tuning.KeyFile, psk: psk,
 		keepalive: time.Duration(o.PersistentKeepaliveInterval) * time.Second,
 		applied:   map[netip.Prefix][2]*wgPeerConf{},
 		owner:     [2]map[wgtypes.Key]netip.Prefix{{}, {}},
 		repairs:   map[string]uint64{},
 		leases:    map[netip.Prefix]lease.Lease{}, base: map[netip.Prefix][2]*wgPeerConf{},
-		ways: map[netip.Prefix]*wayState{}, pathPort: tuning.PathPort, noChoice: tuning.NoPathChoice,
-	}
-	if w.pathPort == 0 {
-		w.pathPort = relay.DefaultPort
-	}
-	if w.pathPort > 65535 {
-		return nil, fmt.Errorf("%w: wireguard backend: path port %d is not in 1-65535", encap.ErrBadOption, w.pathPort)
+		ways: map[netip.Prefix]*wayState{}, pathPort: pathPort, noChoice: tuning.NoPathChoice,
 	}
 	if w.socketDir == "" {
 		w.socketDir = DefaultSocketDir
 	}
 	if w.keyFile == "" {
 		w.keyFile = DefaultKeyFile
-	}
-	if o.PSK != "" {
-		psk, err := wgtypes.ParseKey(o.PSK)
-		if err != nil {
-			return nil, fmt.Errorf("%w: wireguard backend: PSK: %w", encap.ErrBadOption, err)
-		}
-		w.psk = &psk
 	}
 	priv, made, err := loadOrMakeKey(w.keyFile)
 	if err != nil {

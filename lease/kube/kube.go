@@ -32,9 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/weftnet/weft/lease"
 )
@@ -119,19 +117,10 @@ var (
 
 // New returns the manager; it talks to the API server only when used.
 func New(opts Options, log *zap.Logger) (*Manager, error) {
-	var cfg *rest.Config
-	var err error
-	if opts.APIURL == "" && opts.Kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags(opts.APIURL, opts.Kubeconfig)
-	}
+	cfg, err := ClientConfig(opts.APIURL, opts.Kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("kube subnet manager: client config: %w", err)
+		return nil, fmt.Errorf("kube subnet manager: %w", err)
 	}
-	cfg.UserAgent = "weftd"
-	cfg.ContentType = protobufType
-	cfg.AcceptContentTypes = protobufType + ",application/json"
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kube subnet manager: %w", err)
