@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -67,10 +68,7 @@ func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
 	var errs []error
 	for _, l := range links {
 		name := l.Attrs().Name
-		ours := name == "flannel0" && l.Type() == "tuntap" ||
-			(strings.HasPrefix(name, "flannel.") || strings.HasPrefix(name, "flannel-v6.")) && l.Type() == "vxlan" ||
-			(name == factory.WireGuardDevice || name == factory.WireGuardDeviceV6) && (l.Type() == "wireguard" || l.Type() == "tuntap")
-		if !ours {
+		if !weftDevice(name, l.Type()) {
 			continue
 		}
 		if err := nl.LinkDel(l); err != nil {
@@ -80,6 +78,37 @@ func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
 		log.Info("removed device", zap.String("dev", name), zap.String("type", l.Type()))
 	}
 	return errors.Join(errs...)
+}
+
+// cleanupDevices are the devices removeDevices deletes: a name ("<VNI>" stands for
+// the VNI) and the link types it deletes under that name. TestCleanupDevicesDocumented
+// holds docs/operations.md to this list.
+var cleanupDevices = []struct {
+	name  string
+	types []string
+}{
+	{"flannel0", []string{"tuntap"}},
+	{"flannel.<VNI>", []string{"vxlan"}},
+	{"flannel-v6.<VNI>", []string{"vxlan"}},
+	{factory.WireGuardDevice, []string{"wireguard", "tuntap"}},
+	{factory.WireGuardDeviceV6, []string{"wireguard", "tuntap"}},
+}
+
+// weftDevice says whether a link of that name and type is one of cleanupDevices.
+func weftDevice(name, typ string) bool {
+	for _, d := range cleanupDevices {
+		if !slices.Contains(d.types, typ) {
+			continue
+		}
+		if prefix, ok := strings.CutSuffix(d.name, "<VNI>"); ok {
+			if strings.HasPrefix(name, prefix) {
+				return true
+			}
+		} else if name == d.name {
+			return true
+		}
+	}
+	return false
 }
 
 // removeOverlayRoutes deletes the routes weft adds outside its own devices: a subnet

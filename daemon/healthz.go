@@ -45,36 +45,49 @@ func (d *daemon) serveHealthz() (stop func(), err error) {
 	}, nil
 }
 
-// healthzMux serves /healthz, /readyz, /stats, /metrics (metrics.go) and /peers (paths.go).
+// healthzMux serves healthzRoutes.
 func (d *daemon) healthzMux() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "weftd is running")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := d.notReady(time.Now()); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	mux.Handle("/metrics", d.metricsHandler())
-	mux.HandleFunc("/peers", d.servePeers)
-	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
-		p := d.be.Load()
-		if p == nil {
-			http.Error(w, "no backend yet", http.StatusServiceUnavailable)
-			return
-		}
-		rp, ok := (*p).(encap.Reporter)
-		if !ok {
-			http.Error(w, "this backend keeps no statistics", http.StatusNotFound)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(rp.Report())
-	})
+	for path, h := range d.healthzRoutes() {
+		mux.Handle(path, h)
+	}
 	return mux
+}
+
+// healthzRoutes are the health port's endpoints by path: /healthz, /readyz, /stats,
+// /metrics (metrics.go) and /peers (paths.go). TestHealthEndpointsDocumented reads them.
+func (d *daemon) healthzRoutes() map[string]http.Handler {
+	return map[string]http.Handler{
+		"/healthz": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprintln(w, "weftd is running")
+		}),
+		"/readyz": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if err := d.notReady(time.Now()); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		}),
+		"/metrics": d.metricsHandler(),
+		"/peers":   http.HandlerFunc(d.servePeers),
+		"/stats":   http.HandlerFunc(d.serveStats),
+	}
+}
+
+// serveStats answers GET /stats: the backend's counters as JSON, when it keeps any.
+func (d *daemon) serveStats(w http.ResponseWriter, _ *http.Request) {
+	p := d.be.Load()
+	if p == nil {
+		http.Error(w, "no backend yet", http.StatusServiceUnavailable)
+		return
+	}
+	rp, ok := (*p).(encap.Reporter)
+	if !ok {
+		http.Error(w, "this backend keeps no statistics", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(rp.Report())
 }
 
 // Reasons for not being ready.

@@ -22,20 +22,26 @@ import (
 // path, the backend and the lease manager keep anyway, at scrape time.
 func (d *daemon) metricsHandler() http.Handler {
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(
+	reg.MustRegister(d.metricsCollectors()...)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      zap.NewStdLog(d.log),
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+// metricsCollectors are what GET /metrics serves (TestMetricsDocumented reads them).
+func (d *daemon) metricsCollectors() []prometheus.Collector {
+	cs := []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newWeftCollector(d),
 		newWireGuardCollector(d),
 		newPathsCollector(d),
-	)
-	if d.probeRTT != nil {
-		reg.MustRegister(d.probeRTT)
 	}
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:      zap.NewStdLog(d.log),
-		ErrorHandling: promhttp.ContinueOnError,
-	})
+	if d.probeRTT != nil {
+		cs = append(cs, d.probeRTT)
+	}
+	return cs
 }
 
 // weftCollector turns weftd's counters into metrics when scraped; nothing is counted
