@@ -83,7 +83,7 @@ image-lock: image-deps
 	$(GO) run ./cmd/weft-image lock
 
 # pin writes the tag and index digest of bin/weftd-image.tar into deploy/weft.yml,
-# deploy/weft-cleanup.yml and deploy/chart/weft/values.yaml; TestPinned (in make test)
+# deploy/weft-cleanup.yml, deploy/weft-uninstall.yml and deploy/chart/weft/values.yaml; TestPinned (in make test)
 # fails until it has been run after a change to the image.
 pin:
 	$(GO) run ./cmd/weft-image pin -image $(IMAGE_TAR)
@@ -91,7 +91,7 @@ pin:
 # release writes a release into RELEASE_DIR, all or nothing: for each of RELEASE_ARCHS,
 # weftd, weft-install and weft-cni (built as for the image) with an SBOM each (the Go
 # modules the binary embeds, by cyclonedx-gomod); the image tar tagged VERSION; the
-# chart (helm package, version and appVersion VERSION); weft.yml and weft-cleanup.yml;
+# chart (helm package, version and appVersion VERSION); weft.yml, weft-cleanup.yml and weft-uninstall.yml;
 # the chart and manifests naming the image by tag and digest; and SHA256SUMS. It
 # refuses a VERSION not given, not semantic, or without a `## [VERSION]` in CHANGELOG.
 RELEASE_DIR     ?= $(BIN)/release/$(VERSION)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -17,14 +18,12 @@ import (
 	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
 	"github.com/weftnet/weft/lease/etcd"
+	"github.com/weftnet/weft/lease/kube"
 )
 
 // Cleanup removes what weftd made on this host (`weftd cleanup`); it goes on past
 // errors and returns them all.
 func Cleanup(ctx context.Context, co CleanupConfig, log *zap.Logger) error {
-	if co.FirewallOnly {
-		return removeFirewall(ctx, log)
-	}
 	env, envErr := lease.ReadSubnetEnv(co.SubnetFile)
 	if envErr != nil && !errors.Is(envErr, os.ErrNotExist) {
 		log.Warn("subnet.env unreadable: overlay routes outside weft's devices are left alone", zap.Error(envErr))
@@ -35,6 +34,21 @@ func Cleanup(ctx context.Context, co CleanupConfig, log *zap.Logger) error {
 		return fmt.Errorf("netlink: %w", err)
 	}
 	defer nl.Close()
+	if co.Kube != nil {
+		errs = append(errs, forgetNode(ctx, co, log))
+	}
+	if co.FirewallOnly {
+		// flanneld takes over the devices and routes, but not the MTUs weft chose.
+		if envErr == nil {
+			for _, n := range []netip.Prefix{env.Network, env.IPv6Network} {
+				if n.IsValid() {
+					errs = append(errs, resetRouteMTUs(nl, n, log))
+				}
+			}
+		}
+		errs = append(errs, removeFirewall(ctx, log))
+		return errors.Join(errs...)
+	}
 	if envErr == nil {
 		for _, n := range []netip.Prefix{env.Network, env.IPv6Network} {
 			if n.IsValid() {
@@ -45,13 +59,93 @@ func Cleanup(ctx context.Context, co CleanupConfig, log *zap.Logger) error {
 	}
 	errs = append(errs, removeDevices(nl, log))
 	errs = append(errs, removeFirewall(ctx, log))
-	if co.ReleaseLease {
+	if (co.ReleaseLease || co.Uninstall) && co.Kube == nil {
 		errs = append(errs, releaseLease(ctx, co, env, envErr, log))
 	}
-	if err := os.Remove(co.SubnetFile); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
-	} else if err == nil {
-		log.Info("removed", zap.String("file", co.SubnetFile))
+	files := []string{co.SubnetFile}
+	if co.Uninstall {
+		files = append(files, co.Files...)
+		if co.LeaseStateFile != "" {
+			files = append(files, co.LeaseStateFile)
+		}
+	}
+	for _, f := range files {
+		errs = append(errs, removeFile(f, log))
+	}
+	if co.Uninstall && co.LeaseStateFile != "" {
+		// The state directory (systemd's StateDirectory, /var/lib/weft) goes once empty.
+		dir := filepath.Dir(co.LeaseStateFile)
+		if err := os.Remove(dir); err == nil {
+			log.Info("removed", zap.String("dir", dir))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeFile removes f; one that is not there is no error.
+func removeFile(f string, log *zap.Logger) error {
+	err := os.Remove(f)
+	switch {
+	case err == nil:
+		log.Info("removed", zap.String("file", f))
+	case !errors.Is(err, os.ErrNotExist):
+		return err
+	}
+	return nil
+}
+
+// forgetNode removes weft's annotations and condition from our node (and with
+// Uninstall the lease annotations).
+func forgetNode(ctx context.Context, co CleanupConfig, log *zap.Logger) error {
+	m, err := kube.New(*co.Kube, log)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	f, err := m.Forget(ctx, co.Uninstall, PeersConditionType)
+	if err != nil {
+		return err
+	}
+	log.Info("removed weft's marks from our node", zap.String("node", f.Node),
+		zap.Strings("annotations", f.Annotations), zap.Strings("conditions", f.Conditions))
+	return nil
+}
+
+// resetRouteMTUs writes the routes into network on weft's devices that carry an MTU
+// (path repair's, which neither flanneld nor the kernel sets) again without it; a
+// route of a subnet of its own on a device that routes the whole network (udp,
+// wireguard) is only there for its MTU and goes.
+func resetRouteMTUs(nl *netlink.Handle, network netip.Prefix, log *zap.Logger) error {
+	fam := netlink.FAMILY_V4
+	if network.Addr().Is6() {
+		fam = netlink.FAMILY_V6
+	}
+	routes, err := nl.RouteList(nil, fam)
+	if err != nil {
+		return fmt.Errorf("list routes: %w", err)
+	}
+	var errs []error
+	for _, r := range routes {
+		dst := routeKey(r)
+		if r.MTU == 0 || !dst.IsValid() || !network.Contains(dst.Addr()) || dst.Bits() <= network.Bits() {
+			continue
+		}
+		l, err := nl.LinkByIndex(r.LinkIndex)
+		if err != nil || !weftDevice(l.Attrs().Name, l.Type()) {
+			continue
+		}
+		mtu, name := r.MTU, l.Attrs().Name
+		if r.Gw == nil && (name == "flannel0" || name == factory.WireGuardDevice || name == factory.WireGuardDeviceV6) {
+			err = nl.RouteDel(&r)
+		} else {
+			r.MTU = 0
+			err = nl.RouteReplace(&r)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("route %v without mtu %d: %w", dst, mtu, err))
+			continue
+		}
+		log.Info("reset route MTU", zap.Stringer("dst", dst), zap.String("dev", name), zap.Int("mtu", mtu))
 	}
 	return errors.Join(errs...)
 }
@@ -153,6 +247,9 @@ func routeKey(r netlink.Route) netip.Prefix {
 // releaseLease deletes our lease (named by the subnets in subnet.env: IPv4, IPv6 or
 // both) from etcd.
 func releaseLease(ctx context.Context, co CleanupConfig, env lease.SubnetEnv, envErr error, log *zap.Logger) error {
+	if envErr != nil && errors.Is(envErr, os.ErrNotExist) && co.Uninstall && !co.ReleaseLease {
+		return nil // nothing names a lease: none to release
+	}
 	if envErr != nil {
 		return fmt.Errorf("--release-lease: which lease is ours comes from %s: %w", co.SubnetFile, envErr)
 	}

@@ -74,7 +74,17 @@ type CleanupConfig struct {
 	// ReleaseLease also deletes our lease, named by SubnetFile, from Etcd.
 	ReleaseLease bool
 	Etcd         etcd.Options
-	// FirewallOnly removes weft's firewall rules and nothing else (a node going back
-	// to flanneld).
+	// FirewallOnly hands the data path to flanneld (a node going back to it): weft's
+	// firewall rules and the route MTUs path repair set go, and on a Kubernetes node
+	// weft's annotations and condition; devices, routes and subnet.env stay.
 	FirewallOnly bool
+	// Kube, when set, finds our node: weft's annotations and WeftPeersReachable
+	// condition are removed from it.
+	Kube *kube.Options
+	// Uninstall removes the lease too (from Etcd, as ReleaseLease; in Kubernetes the
+	// node's lease annotations), LeaseStateFile (and its directory, when empty) and
+	// Files (the CNI config and plugin a DaemonSet installed): nothing of weft stays.
+	Uninstall      bool
+	LeaseStateFile string
+	Files          []string
 }

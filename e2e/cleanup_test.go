@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -95,17 +96,19 @@ func (s hostState) diff(o hostState) string {
 // rules, is killed with SIGKILL, so it removes nothing itself; `weftd cleanup` then
 // leaves the host exactly as before weftd started: devices, routes, permanent
 // neighbours, fdb, iptables and nftables. The lease stays in etcd unless
-// --release-lease.
+// --release-lease (udp) or --uninstall (host-gw), which also removes the lease state
+// file, as on a systemd host leaving weft for good.
 func TestCleanup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs root, network namespaces and etcd")
 	}
 	for _, backend := range []string{"vxlan", "udp", "host-gw"} {
-		t.Run(backend, func(t *testing.T) { testCleanup(t, backend, backend == "udp") })
+		// udp also releases the lease; host-gw uninstalls (lease, state file and all).
+		t.Run(backend, func(t *testing.T) { testCleanup(t, backend, backend == "udp", backend == "host-gw") })
 	}
 }
 
-func testCleanup(t *testing.T, backend string, release bool) {
+func testCleanup(t *testing.T, backend string, release, uninstall bool) {
 	c := newCluster(t, "v3")
 	c.putConfig(fmt.Sprintf(`{"Network":"198.18.0.0/16","SubnetLen":24,"Backend":{"Type":%q}}`, backend))
 	a, b := c.addHost("a", "lan1"), c.addHost("b", "lan1")
@@ -148,8 +151,16 @@ func testCleanup(t *testing.T, backend string, release bool) {
 
 	args := []string{"cleanup", "--subnet-file=" + a.subnetFile(),
 		"--etcd-endpoints=" + lab.EtcdEndpoint, "--etcd-prefix=" + prefix}
+	state := filepath.Join(a.daemon.Dir, "lease-state.json")
+	if _, err := os.Stat(state); err != nil {
+		t.Fatalf("weftd kept no lease state: %v", err)
+	}
 	if release {
 		args = append(args, "--release-lease")
+	}
+	if uninstall {
+		args = append(args, "--uninstall", "--lease-state-file="+state)
+		release = true
 	}
 	out, err := a.ns.Run(context.Background(), c.bin, args...)
 	if err != nil {
@@ -165,6 +176,9 @@ func testCleanup(t *testing.T, backend string, release bool) {
 	_, held := c.leases()[envA.Subnet.Masked()]
 	if held == release {
 		t.Errorf("lease %v in etcd after cleanup: %v, want %v (--release-lease %v)", envA.Subnet, held, !release, release)
+	}
+	if _, err := os.Stat(state); os.IsNotExist(err) != uninstall {
+		t.Errorf("lease state after cleanup: %v (--uninstall %v)", err, uninstall)
 	}
 	// Running it again finds nothing to do and succeeds.
 	if out, err := a.ns.Run(context.Background(), c.bin, "cleanup", "--subnet-file="+a.subnetFile()); err != nil {

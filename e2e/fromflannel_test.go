@@ -149,6 +149,14 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 			t.Fatalf("node %s: weft's rules gone before weft-cleanup.yml ran: the check below would prove nothing", n.Name)
 		}
 	}
+	// weftd set its WeftPeersReachable condition on the nodes; the cleanup removes it.
+	for _, n := range c.Nodes {
+		if node, err := c.Admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		} else if findCondition(node, "WeftPeersReachable") == nil {
+			t.Fatalf("node %s has no WeftPeersReachable before weft-cleanup.yml: the check below would prove nothing", n.Name)
+		}
+	}
 	cleanupYML := filepath.Join("..", "deploy", "weft-cleanup.yml")
 	applyManifest(t, ctx, c.Admin, cleanupYML, func(kruntime.Object) bool { return true })
 	await(t, ctx, "DaemonSet weft-cleanup ready", func() (bool, string) {
@@ -175,6 +183,18 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 		}
 		if rules := iptablesSave(t, ctx, n); !strings.Contains(rules, "-j FLANNEL-FWD") {
 			t.Errorf("node %s back on flanneld without its FLANNEL-FWD chain:\n%s", n.Name, rules)
+		}
+		node, err := c.Admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cond := findCondition(node, "WeftPeersReachable"); cond != nil {
+			t.Errorf("node %s after weft-cleanup.yml keeps %+v", n.Name, *cond)
+		}
+		for k := range node.Annotations {
+			if strings.HasPrefix(k, "weft.weftnet.io/") {
+				t.Errorf("node %s after weft-cleanup.yml keeps the annotation %s", n.Name, k)
+			}
 		}
 	}
 	for _, want := range []pod{a, b, d} {

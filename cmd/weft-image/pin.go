@@ -20,7 +20,7 @@ var errUnpinned = errors.New("not pinned to the built image")
 
 // pinFiles are the files that name weft's image, relative to the module's root; the
 // chart's values.yaml holds the digest alone, on a `digest: "sha256:…"` line.
-var pinFiles = []string{"deploy/weft.yml", "deploy/weft-cleanup.yml", "deploy/chart/weft/values.yaml"}
+var pinFiles = []string{"deploy/weft.yml", "deploy/weft-cleanup.yml", "deploy/weft-uninstall.yml", "deploy/chart/weft/values.yaml"}
 
 // archiveIndex returns the reference (by tag) and the index digest an archive written
 // by writeArchive holds, from its index.json.

@@ -20,7 +20,7 @@ import (
 
 // A release (make release VERSION=x.y.z) is one folder: per platform, weftd, weft-install
 // and weft-cni with an SBOM each; the image archive tagged with the version; the chart
-// packaged with that version and naming that image; weft.yml and weft-cleanup.yml
+// packaged with that version and naming that image; weft.yml, weft-cleanup.yml, weft-uninstall.yml
 // pinned to it; and SHA256SUMS over all of them.
 
 var (
@@ -74,7 +74,7 @@ func runRelease(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.image.bins, "bins", "", "directory with <GOARCH>/{weftd,weft-install,weft-cni} built for the version (required)")
 	fs.StringVar(&o.repo, "repo", imageRepo, "the image's repository; its tag is the version")
 	fs.StringVar(&o.chart, "chart", "deploy/chart/weft", "the Helm chart to package")
-	fs.StringVar(&manifests, "manifests", "deploy/weft.yml,deploy/weft-cleanup.yml", "manifests to pin to the release's image and ship")
+	fs.StringVar(&manifests, "manifests", "deploy/weft.yml,deploy/weft-cleanup.yml,deploy/weft-uninstall.yml", "manifests to pin to the release's image and ship")
 	fs.StringVar(&sbom, "sbom", "", "command that writes a binary's SBOM: it is given bin -json … -output FILE BINARY (required)")
 	addImageFlags(fs, &o.image, &archs)
 	if err := fs.Parse(args); err != nil {

@@ -103,7 +103,7 @@ func TestRelease(t *testing.T) {
 			bins = append(bins, b+"-linux-"+a)
 		}
 	}
-	want := []string{"SHA256SUMS", "weft-" + releaseVersion + ".tgz", "weft-cleanup.yml", "weft.yml", "weftd-image-" + releaseVersion + ".tar"}
+	want := []string{"SHA256SUMS", "weft-" + releaseVersion + ".tgz", "weft-cleanup.yml", "weft-uninstall.yml", "weft.yml", "weftd-image-" + releaseVersion + ".tar"}
 	for _, b := range bins {
 		want = append(want, b, b+".cdx.json")
 	}
@@ -161,7 +161,7 @@ func checkReleaseImage(t *testing.T, dir string) {
 	if want := imageRepo + ":" + releaseVersion; ref != want {
 		t.Errorf("the image archive is tagged %s, want %s", ref, want)
 	}
-	for _, m := range []string{"weft.yml", "weft-cleanup.yml"} {
+	for _, m := range []string{"weft.yml", "weft-cleanup.yml", "weft-uninstall.yml"} {
 		data, err := os.ReadFile(filepath.Join(dir, m))
 		if err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 )
 
@@ -15,9 +16,22 @@ func TestCleanupFlags(t *testing.T) {
 	if code := run([]string{"cleanup", "extra"}, func(string) string { return "" }, &out, &errOut); code != 2 {
 		t.Errorf("stray argument: exit %d, want 2", code)
 	}
-	// --firewall-only keeps the subnet for flanneld, so its lease cannot go.
-	if code := run([]string{"cleanup", "--firewall-only", "--release-lease"}, func(string) string { return "" }, &out, &errOut); code != 2 {
-		t.Errorf("--firewall-only with --release-lease: exit %d, want 2", code)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		// --firewall-only keeps the subnet for flanneld, so its lease cannot go.
+		{"firewall-only and release-lease", []string{"--firewall-only", "--release-lease"}, "keeps its subnet"},
+		{"firewall-only and uninstall", []string{"--firewall-only", "--uninstall"}, "keeps its subnet"},
+		{"remove-files alone", []string{"--remove-files=/etc/cni/net.d/10-flannel.conflist"}, "needs --uninstall"},
+		{"kube without a node", []string{"--kube-subnet-mgr"}, "needs the node"},
+	} {
+		errOut.Reset()
+		code := run(append([]string{"cleanup"}, tc.args...), func(string) string { return "" }, &out, &errOut)
+		if code != 2 || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%s: exit %d, %q; want 2 and %q", tc.name, code, errOut.String(), tc.want)
+		}
 	}
 	// FLANNELD_* fills what the command line leaves out; the command line wins.
 	o := &options{}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -197,4 +199,64 @@ func condition(t *testing.T, ctx context.Context, admin kubernetes.Interface, na
 		t.Fatalf("%d conditions %s on node %s: %s", len(found), typ, name, fmt.Sprint(n.Status.Conditions))
 	}
 	return found[0]
+}
+
+// TestKubeForget: with kube-flannel's rights only, Forget removes weft's annotations
+// and the named condition from our node and leaves flanneld's annotations, other
+// annotations and the kubelet's conditions; a second Forget finds nothing to remove.
+func TestKubeForget(t *testing.T) {
+	srv, admin := apiServer(t)
+	id := flannel(t, srv, admin)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kept := map[string]string{
+		"flannel.alpha.coreos.com/public-ip":    "192.0.2.10",
+		"flannel.alpha.coreos.com/backend-type": "wireguard",
+		"example.com/owner":                     "ops",
+	}
+	anns := map[string]string{annSite: "east", annSiteIP: "192.0.2.10", annOutside: "203.0.113.5:51820"}
+	for k, v := range kept {
+		anns[k] = v
+	}
+	createNode(t, admin, "n1", "198.18.1.0/24", anns)
+	kubelet := kubeletConditions(t, ctx, admin, "n1")
+	m := newManager(t, id, Options{NodeName: "n1"})
+	const typ = "WeftPeersReachable"
+	if err := m.SetNodeCondition(ctx, lease.NodeCondition{Type: typ, OK: true, Reason: "PeersReachable", Message: "all up"}); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, ctx, admin, "n1", kubelet, typ)
+
+	f, err := m.Forget(ctx, false, typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{annOutside, annSite, annSiteIP}
+	if f.Node != "n1" || !slices.Equal(f.Annotations, want) || !slices.Equal(f.Conditions, []string{typ}) {
+		t.Errorf("Forget removed %+v, want node n1, annotations %v, condition %s", f, want, typ)
+	}
+	n, err := admin.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(n.Annotations, kept) {
+		t.Errorf("annotations after Forget %v, want %v", n.Annotations, kept)
+	}
+	if !equality.Semantic.DeepEqual(n.Status.Conditions, kubelet) {
+		t.Errorf("conditions after Forget %+v, want the kubelet's %+v", n.Status.Conditions, kubelet)
+	}
+	f, err = m.Forget(ctx, false, typ)
+	if err != nil || len(f.Annotations)+len(f.Conditions) != 0 {
+		t.Errorf("second Forget: %+v, %v; want nothing removed", f, err)
+	}
+	// An uninstall takes the lease too: flanneld's annotations go, others stay.
+	if f, err = m.Forget(ctx, true, typ); err != nil || len(f.Annotations) != 2 {
+		t.Errorf("Forget with the lease: %+v, %v; want flanneld's 2 annotations removed", f, err)
+	}
+	if n, err = admin.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"example.com/owner": "ops"}; !maps.Equal(n.Annotations, want) {
+		t.Errorf("annotations after an uninstall %v, want %v", n.Annotations, want)
+	}
 }
