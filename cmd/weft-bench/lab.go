@@ -182,12 +182,16 @@ func labHold(ctx context.Context, args []string, stderr io.Writer) error {
 	return l.Close()
 }
 
-// startWeft runs weftd with backend bt on hosts, waits for every subnet.env and
-// attaches one pod per host.
+// labHealthzPort is the health port of the lab's weftd (deploy/weft.yml's), on each
+// host's loopback: `weftd peers --healthz-port=8081` in a host's namespace asks it.
+const labHealthzPort = 8081
+
+// startWeft runs weftd with backend bt on hosts, its health server on the host's
+// loopback, waits for every subnet.env and attaches one pod per host.
 func startWeft(ctx context.Context, l *lab.Lab, hosts []*lab.Host, weftd, bt string) ([]*lab.Daemon, []*lab.Pod, error) {
 	var ds []*lab.Daemon
 	for _, h := range hosts {
-		d, err := l.StartWeftd(ctx, h, weftd, bt)
+		d, err := l.StartWeftd(ctx, h, weftd, bt, "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", labHealthzPort))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -236,6 +240,9 @@ func labStatus(stdout io.Writer) error {
 	if len(s.Hosts) > 1 && s.Hosts[1].PodAddr != "" && s.Hosts[0].PodNS != "" {
 		fmt.Fprintf(stdout, "\ntry:  ip netns exec %s ping -c3 %s\n", s.Hosts[0].PodNS, s.Hosts[1].PodAddr)
 		fmt.Fprintf(stdout, "      ip netns exec %s ip route\n", s.Hosts[0].NS)
+		if s.Hosts[0].Subnet != "" {
+			fmt.Fprintf(stdout, "      ip netns exec %s bin/weftd peers --healthz-port=%d\n", s.Hosts[0].NS, labHealthzPort)
+		}
 	}
 	fmt.Fprintln(stdout, "remove with: weft-bench lab down")
 	return nil

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weftnet/weft/bench"
 	"github.com/weftnet/weft/bench/lab"
@@ -127,8 +129,29 @@ func TestLabUpStatusDown(t *testing.T) {
 	if _, err := pod.Run(context.Background(), "ping", "-c1", "-W2", s.Hosts[1].PodAddr); err != nil {
 		t.Errorf("pod a -> pod b: %v", err)
 	}
-	if out := cmd("lab", "status"); !strings.Contains(out, s.Hosts[1].PodAddr) || !strings.Contains(out, "running") {
-		t.Errorf("status:\n%s", out)
+	status := cmd("lab", "status")
+	if !strings.Contains(status, s.Hosts[1].PodAddr) || !strings.Contains(status, "running") {
+		t.Errorf("status:\n%s", status)
+	}
+	// The try: line's `weftd peers` answers from host a: b's subnet, up once probed.
+	try := fmt.Sprintf("ip netns exec %s bin/weftd peers --healthz-port=%d", s.Hosts[0].NS, labHealthzPort)
+	if !strings.Contains(status, try) {
+		t.Errorf("status lacks %q:\n%s", try, status)
+	}
+	host := &netns.NS{Name: s.Hosts[0].NS}
+	var peers string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := host.Run(context.Background(), wd, "peers", fmt.Sprintf("--healthz-port=%d", labHealthzPort))
+		peers = out
+		if err == nil && strings.Contains(out, s.Hosts[1].Subnet) && strings.Contains(out, " up ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("weftd peers on host a (%v) never showed %s up:\n%s", err, s.Hosts[1].Subnet, peers)
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // polling the daemon's probes: a condition, awaited
 	}
 	cmd("lab", "down")
 	if left := lab.Leftover(s.Namespaces); len(left) > 0 {
