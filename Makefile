@@ -58,8 +58,10 @@ $(BIN)/flanneld: test/flannel/go.mod test/flannel/go.sum
 # `docker load -i bin/weftd-image.tar` (deploy/README.md).
 IMAGE_TAR   := $(BIN)/weftd-image.tar
 IMAGE_DEBS  := apt dpkg debian-archive-keyring
-# VERSION is weftd's version (-X main.version) and the image's tag; releases set it.
-VERSION     := 0.1.0
+# VERSION is weftd's version (-X main.version) and the image's tag; releases set it
+# (make release VERSION=x.y.z). Otherwise it names a development build of the next
+# version, never a released one: TestPinnedVersion holds deploy/ to that.
+VERSION     := 0.2.0-dev
 IMAGE_REPO  := ghcr.io/weftnet/weftd
 IMAGE_BUILD := CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -buildvcs=false \
                -ldflags='-s -w -buildid= -X main.version=$(VERSION)'

@@ -162,9 +162,9 @@ func TestContainerdRunsImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo := builtRef[:strings.LastIndexByte(builtRef, ':')]
+	repo, version := builtRef[:strings.LastIndexByte(builtRef, ':')], builtRef[strings.LastIndexByte(builtRef, ':')+1:]
 	checkImported(t, c, []string{builtRef, repo + "@" + builtDigest.String()}, builtDigest, host.String())
-	if out, err := c.ctr(ctx, "run", "--rm", repo+"@"+builtDigest.String(), "weft-built", "/opt/bin/weftd", "--version"); err != nil || !strings.Contains(out, "0.1.0") {
+	if out, err := c.ctr(ctx, "run", "--rm", repo+"@"+builtDigest.String(), "weft-built", "/opt/bin/weftd", "--version"); err != nil || !strings.Contains(out, "weftd "+version+" ") {
 		t.Errorf("weftd --version in %s: %q %v", builtRef, out, err)
 	}
 
@@ -195,7 +195,7 @@ func TestContainerdRunsImage(t *testing.T) {
 		cmd  []string
 		want string
 	}{
-		{"weftd version", nil, []string{"/opt/bin/weftd", "--version"}, "0.1.0"},
+		{"weftd version", nil, []string{"/opt/bin/weftd", "--version"}, "weftd " + version + " "},
 		{"weftd help", nil, []string{"weftd", "--help"}, "-kube-subnet-mgr"},
 		// Without CNI_COMMAND the plugin names the spec versions it speaks.
 		{"CNI plugin versions", nil, []string{"/flannel"}, "CNI protocol versions supported: 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0"},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -75,6 +76,39 @@ func TestPinned(t *testing.T) {
 		}
 		if err := checkPinned(data, ref, digest); err != nil {
 			t.Errorf("%s: %v: run make pin (after make image) and commit it", f, err)
+		}
+	}
+}
+
+// TestPinnedVersion: the version deploy/ pins means what it says. A released version
+// (x.y.z) has its CHANGELOG section (checkRelease, as make release demands); a
+// development build (x.y.z-dev, what make image builds unless VERSION is given) is of
+// a version not released yet. The chart's version and appVersion are the same.
+func TestPinnedVersion(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "weft.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`image: \S+/weftd:(\S+)@sha256:`).FindSubmatch(data)
+	if m == nil {
+		t.Fatal("deploy/weft.yml names no weftd image by tag and digest")
+	}
+	tag := string(m[1])
+	changelog := filepath.Join("..", "..", "CHANGELOG.md")
+	if base, dev := strings.CutSuffix(tag, "-dev"); dev {
+		if err := checkRelease(base, changelog); err == nil {
+			t.Errorf("deploy/ pins %s, a development build of %s, which CHANGELOG.md says is released: build the next version's", tag, base)
+		}
+	} else if err := checkRelease(tag, changelog); err != nil {
+		t.Errorf("deploy/ pins %s as a release: %v (or pin a development build: make image && make pin)", tag, err)
+	}
+	chart, err := os.ReadFile(filepath.Join("..", "..", "deploy", "chart", "weft", "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"version: " + tag + "\n", `appVersion: "` + tag + `"`} {
+		if !strings.Contains(string(chart), want) {
+			t.Errorf("Chart.yaml lacks %q: the chart names the version deploy/ pins", want)
 		}
 	}
 }
