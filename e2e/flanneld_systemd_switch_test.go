@@ -130,6 +130,10 @@ FLANNEL_OPTIONS="-iface=eth0 -ip-masq"
 	sdWrite(t, sd, "/root/weft/bin/weftd", readFile(t, c.bin), 0o755)
 	sdWrite(t, sd, "/root/weft/deploy/weftd.service", readFile(t, filepath.Join("..", "deploy", "weftd.service")), 0o644)
 	sdWrite(t, sd, "/root/weft/deploy/weftd.service.d/flanneld-sysconfig.conf", dropIn, 0o644)
+	// First the page's check: weftd takes the config flanneld runs on.
+	if out := sdSh(t, sd, "cd /root/weft\n"+pageBlock(t, page, "weft:sysconfig-check-config")); !strings.Contains(out, "accepted") {
+		t.Fatalf("weftd check-config on flanneld's settings:\n%s", out)
+	}
 	sdSh(t, sd, "cd /root/weft\n"+pageBlock(t, page, "weft:sysconfig-install"))
 	checkDropInArgs(t, sd, string(dropIn))
 

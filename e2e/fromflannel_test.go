@@ -55,6 +55,12 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Step 1 of deploy/README.md: weftd takes the ConfigMap's net-conf.json.
+	check := exec.CommandContext(ctx, weftd(t), "check-config", "--kube-subnet-mgr", "--file", "-")
+	check.Stdin = strings.NewReader(cm.Data["net-conf.json"])
+	if out, err := check.CombinedOutput(); err != nil || !strings.Contains(string(out), "accepted") {
+		t.Fatalf("weftd check-config on flannel's ConfigMap: %v\n%s", err, out)
+	}
 	a := runPod(t, ctx, c, "pod-a", c.Nodes[0])
 	b := runPod(t, ctx, c, "pod-b", c.Nodes[1])
 	pingPod(t, ctx, c.Admin, a, b)
