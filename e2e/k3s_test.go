@@ -2,18 +2,30 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	"github.com/weftnet/weft/bench/kubecluster"
+	"github.com/weftnet/weft/bench/testenv"
 )
 
 // k3sDoc is the page whose commands and values TestK3sLayout runs.
@@ -200,4 +212,260 @@ func checkK3sFiles(t *testing.T, n *kubecluster.Node) {
 	if ents, err := os.ReadDir(k3sConf); err != nil || len(ents) != 0 {
 		t.Errorf("%s: /var/lib/rancher/k3s/agent/etc/cni/net.d: %d entries (%v), want it empty", n.Name, len(ents), err)
 	}
+}
+
+// canalConflist is a CNI config of the form Canal's install step writes on an RKE2 node
+// (rke2-canal; Calico's canal.yaml writes the same shape): Calico's plugin, with
+// host-local addresses from the node's podCIDR, then portmap and bandwidth. Written
+// for this test. The node has no calico plugin, as after Canal is gone: a pod given
+// this config gets no network, so pods that run prove the runtime took weft's.
+const canalConflist = `{
+  "name": "k8s-pod-network",
+  "cniVersion": "0.3.1",
+  "plugins": [
+    {
+      "type": "calico",
+      "log_level": "info",
+      "datastore_type": "kubernetes",
+      "mtu": 1450,
+      "ipam": {"type": "host-local", "subnet": "usePodCidr"},
+      "policy": {"type": "k8s"},
+      "kubernetes": {"kubeconfig": "/etc/cni/net.d/calico-kubeconfig"}
+    },
+    {"type": "portmap", "snat": true, "capabilities": {"portMappings": true}},
+    {"type": "bandwidth", "capabilities": {"bandwidth": true}}
+  ]
+}
+`
+
+// rke2CanalLeftovers lays out an RKE2 node that ran Canal before cni: none: the
+// plugins in /opt/cni/bin (Debian's standing in for those Canal's install step
+// copied), Canal's config and its kubeconfig in /etc/cni/net.d.
+const rke2CanalLeftovers = `mkdir -p /opt/cni/bin /etc/cni/net.d
+for p in bridge host-local portmap loopback bandwidth; do cp /usr/lib/cni/$p /opt/cni/bin/$p; done
+cat > /etc/cni/net.d/10-canal.conflist <<'WEFT_EOF'
+` + canalConflist + `WEFT_EOF
+echo 'apiVersion: v1' > /etc/cni/net.d/calico-kubeconfig
+`
+
+// TestRKE2Canal runs weft's chart with docs/k3s-rke2.md's RKE2 values on the real
+// two-node cluster with each node laid out as an RKE2 node that ran Canal: Canal's
+// 10-canal.conflist, which sorts before 10-flannel.conflist, is still in
+// /etc/cni/net.d. weft's install-cni step (weft-install, from this tree: the image
+// is weft's with it in place) must move it aside and say so in its log, so that the
+// config containerd's CNI loader picks (libcni's ConfFiles, sorted: the first) is
+// weft's, and pods on the two nodes ping each other. Then the page's way back: helm
+// uninstall, the page's node step run on each node, after which the loader picks
+// Canal's config again, byte for byte as it was.
+func TestRKE2Canal(t *testing.T) {
+	image := daemonSetPrereqs(t)
+	doc, err := os.ReadFile(k3sDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := labValues(t, docBlock(t, string(doc), "weft:rke2-values"))
+	back := docBlock(t, string(doc), "weft:rke2-canal-back")
+	treeImage := withTreeInstaller(t, image)
+
+	start := time.Now()
+	c := kubecluster.Start(t, kubecluster.Options{RepoRoot: "..", Images: []string{treeImage},
+		NodeSetup: rke2CanalLeftovers})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, n := range c.Nodes {
+		if got := cniPick(t, n); got != "10-canal.conflist" {
+			t.Fatalf("%s: containerd's CNI config before weft is %q, want Canal's", n.Name, got)
+		}
+	}
+	t.Logf("cluster with Canal's leftovers up in %v", time.Since(start).Round(time.Millisecond))
+
+	values["flannel"].(map[string]any)["image"] = map[string]any{"repository": treeImageRepo, "tag": treeImageTag, "digest": ""}
+	cfg, _ := helmInstall(t, ctx, c, yamlOf(t, values))
+	checkNodes(t, ctx, c)
+	checkDaemonSet(t, ctx, c.Admin, "weft")
+	for _, n := range c.Nodes {
+		if got := cniPick(t, n); got != "10-flannel.conflist" {
+			t.Errorf("%s: containerd's CNI config with weft is %q, want 10-flannel.conflist", n.Name, got)
+		}
+		if got := nodeFile(t, n, "/etc/cni/net.d/10-canal.conflist.weft-backup"); got != canalConflist {
+			t.Errorf("%s: Canal's config moved aside as %q, want it as it was", n.Name, got)
+		}
+	}
+	pods, err := c.Admin.CoreV1().Pods("kube-flannel").List(ctx, metav1.ListOptions{LabelSelector: "app=weft"})
+	if err != nil || len(pods.Items) != len(c.Nodes) {
+		t.Fatalf("weft's pods: %v (%v)", pods, err)
+	}
+	for _, p := range pods.Items {
+		log, err := c.Admin.CoreV1().Pods("kube-flannel").GetLogs(p.Name, &corev1.PodLogOptions{Container: "install-cni"}).DoRaw(ctx)
+		want := "moved /etc/cni/net.d/10-canal.conflist aside to 10-canal.conflist.weft-backup"
+		if err != nil || !strings.Contains(string(log), want) {
+			t.Errorf("%s: install-cni's log lacks %q (%v):\n%s", p.Spec.NodeName, want, err, log)
+		} else {
+			t.Logf("%s install-cni:\n%s", p.Spec.NodeName, strings.TrimSpace(string(log)))
+		}
+	}
+	a := runPod(t, ctx, c, "pod-a", c.Nodes[0])
+	b := runPod(t, ctx, c, "pod-b", c.Nodes[1])
+	pingPod(t, ctx, c.Admin, a, b)
+	pingPod(t, ctx, c.Admin, b, a)
+	t.Logf("RKE2 after Canal: pods %s and %s ping each other; %v after start", a.ip, b.ip, time.Since(start).Round(time.Millisecond))
+
+	// The way back: helm uninstall, then the page's node step on every node.
+	u := action.NewUninstall(cfg)
+	u.Wait, u.Timeout = true, 2*time.Minute
+	if _, err := u.Run("weft"); err != nil {
+		t.Fatalf("helm uninstall weft: %v", err)
+	}
+	awaitNoPods(t, ctx, c, "app=weft")
+	for _, n := range c.Nodes {
+		if out, err := nodeShell(ctx, t, n, back); err != nil {
+			t.Fatalf("%s: %s's way back: %v\n%s", n.Name, k3sDoc, err, out)
+		}
+		if got := cniPick(t, n); got != "10-canal.conflist" {
+			t.Errorf("%s: containerd's CNI config after the way back is %q, want Canal's", n.Name, got)
+		}
+		if got := nodeFile(t, n, "/etc/cni/net.d/10-canal.conflist"); got != canalConflist {
+			t.Errorf("%s: Canal's config after the way back: %q, want it as it was", n.Name, got)
+		}
+		for _, gone := range []string{"/etc/cni/net.d/10-canal.conflist.weft-backup", "/etc/cni/net.d/10-flannel.conflist", "/opt/cni/bin/flannel"} {
+			if _, err := os.Lstat(nodePath(t, n, gone)); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s: %s still there after the way back (%v)", n.Name, gone, err)
+			}
+		}
+	}
+}
+
+// The image TestRKE2Canal runs: weft's, with weft-install built from this tree.
+const (
+	treeImageRepo = "registry.weft.test/weftd"
+	treeImageTag  = "tree-install"
+)
+
+// withTreeInstaller writes weft's image with /opt/bin/weft-install replaced by one
+// built from this tree (static, as the image's) and returns the archive.
+func withTreeInstaller(t *testing.T, image string) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "weft-install")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/weft-install")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build weft-install: %v\n%s", err, out)
+	}
+	tar := filepath.Join(dir, "weftd-tree.tar")
+	if err := kubecluster.WriteImageOver(tar, image, treeImageRepo+":"+treeImageTag, map[string]string{"/opt/bin/weft-install": bin}); err != nil {
+		t.Fatal(err)
+	}
+	return tar
+}
+
+// nodeRoot is /proc/PID/root of node n's containerd: its files as containerd sees
+// them, through the node's own mount namespace.
+func nodeRoot(t *testing.T, n *kubecluster.Node) string {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "containerd\x00--config\x00" + filepath.Join(n.Dir, "containerd.toml") + "\x00"
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && string(b) == want {
+			return filepath.Join(filepath.Dir(p), "root")
+		}
+	}
+	t.Fatalf("%s: no containerd process", n.Name)
+	return ""
+}
+
+func nodePath(t *testing.T, n *kubecluster.Node, path string) string {
+	return filepath.Join(nodeRoot(t, n), path)
+}
+
+// nodeFile is the content of a file of node n ("" if it is missing).
+func nodeFile(t *testing.T, n *kubecluster.Node, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(nodePath(t, n, path))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// cniPick is the CNI config containerd (go-cni, max one network) loads from node n's
+// /etc/cni/net.d: the first of libcni's ConfFiles with go-cni's extensions, sorted.
+func cniPick(t *testing.T, n *kubecluster.Node) string {
+	t.Helper()
+	files, err := libcni.ConfFiles(nodePath(t, n, "/etc/cni/net.d"), []string{".conf", ".conflist", ".json"})
+	if err != nil {
+		t.Fatalf("%s: %v", n.Name, err)
+	}
+	if len(files) == 0 {
+		return ""
+	}
+	sort.Strings(files)
+	return filepath.Base(files[0])
+}
+
+// nodeShell runs script (sh -e) in node n's mount namespace, as root on the node.
+func nodeShell(ctx context.Context, t *testing.T, n *kubecluster.Node, script string) (string, error) {
+	t.Helper()
+	ns := filepath.Join(filepath.Dir(nodeRoot(t, n)), "ns", "mnt")
+	out, err := exec.CommandContext(ctx, "nsenter", "--mount="+ns, "--", "sh", "-ec", script).CombinedOutput()
+	return string(out), err
+}
+
+// TestK3sCarryOver renders weft's chart (as helm template does) with the values block
+// docs/k3s-rke2.md gives for k3s's --flannel-iface and --node-ip, and checks that the
+// DaemonSet runs weftd with exactly those arguments (the chart's health port after
+// them), and that weftd (WEFT_BIN/weftd) accepts them: it checks them with --version,
+// which exits once the flags are read and checked.
+func TestK3sCarryOver(t *testing.T) {
+	weftd := filepath.Join(os.Getenv("WEFT_BIN"), "weftd")
+	_, err := os.Stat(weftd)
+	testenv.Need(t, err == nil, "WEFT_BIN/weftd (make build; set WEFT_BIN)")
+	doc, err := os.ReadFile(k3sDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := labValues(t, docBlock(t, string(doc), "weft:k3s-iface-values"))
+	var want []string
+	for _, a := range values["flannel"].(map[string]any)["args"].([]any) {
+		want = append(want, a.(string))
+	}
+	for _, flag := range []string{"--ip-masq", "--kube-subnet-mgr", "--iface=", "--iface-can-reach="} {
+		if !slices.ContainsFunc(want, func(a string) bool { return strings.HasPrefix(a, flag) }) {
+			t.Errorf("%s: the carried-over args %q lack %s", k3sDoc, want, flag)
+		}
+	}
+	ch, err := loader.Load(filepath.Join("..", "deploy", "chart", "weft"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
+	inst.DryRun, inst.ClientOnly, inst.Replace = true, true, true
+	inst.ReleaseName, inst.Namespace = "weft", "kube-flannel"
+	rel, err := inst.Run(ch, values.AsMap())
+	if err != nil {
+		t.Fatalf("render the chart with %s's values: %v", k3sDoc, err)
+	}
+	var got []string
+	for _, doc := range strings.Split(rel.Manifest, "\n---") {
+		var ds appsv1.DaemonSet
+		if err := yaml.Unmarshal([]byte(doc), &ds); err != nil || ds.Kind != "DaemonSet" {
+			continue
+		}
+		got = ds.Spec.Template.Spec.Containers[0].Args
+	}
+	if wantAll := append(slices.Clone(want), "--healthz-port=8081"); !slices.Equal(got, wantAll) {
+		t.Errorf("weftd's args in the rendered DaemonSet:\n%q\nwant\n%q", got, wantAll)
+	}
+	// With the DaemonSet's environment (its pod), which --kube-subnet-mgr needs.
+	cmd := exec.Command(weftd, append(slices.Clone(want), "--version")...)
+	cmd.Env = append(os.Environ(), "POD_NAME=weft-test", "POD_NAMESPACE=kube-flannel")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("weftd %q --version: %v\n%s", want, err, out)
+	}
+	t.Logf("chart renders weftd %q; weftd accepts them (%s)", got, strings.TrimSpace(string(out)))
 }
