@@ -19,6 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -30,12 +31,16 @@ import (
 // weft's chart with the same values file, as deploy/README.md says: helm uninstall
 // flannel, helm install weft. The running pods keep their addresses and keep talking
 // (ping every 10 ms throughout: the loss is reported), and net-conf.json is the same.
+// Then the way back, as deploy/README.md and docs/quickstart.md say: helm uninstall
+// weft, helm install flannel's chart with the same values file, weft-cleanup.yml once;
+// the pods keep their addresses and talking again, net-conf.json is the same, and
+// weft's rules are gone while flanneld's are there.
 func TestHelmFromFlannelChart(t *testing.T) {
 	image := daemonSetPrereqs(t)
 	flannelTar, modDir := flannelTestImage(t, image)
 	start := time.Now()
 	c := kubecluster.Start(t, kubecluster.Options{RepoRoot: "..", Images: []string{image, flannelTar}})
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel",
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
@@ -123,6 +128,87 @@ func TestHelmFromFlannelChart(t *testing.T) {
 	tcpPods(t, a, b, 8<<20)
 	d := runPod(t, ctx, c, "pod-c", c.Nodes[0])
 	pingPod(t, ctx, c.Admin, d, b)
+
+	// The way back, as the docs say: helm uninstall weft, helm install flannel's chart
+	// with the same values file, then weft-cleanup.yml (weftd cleanup --firewall-only
+	// on every node) for the rules flanneld does not know.
+	back := time.Now()
+	p = startPing(t, ctx, a, b)
+	defer p.kill()
+	u = action.NewUninstall(cfg)
+	u.Wait, u.Timeout = true, 2*time.Minute
+	if _, err := u.Run("weft"); err != nil {
+		t.Fatalf("helm uninstall weft: %v", err)
+	}
+	awaitNoPods(t, ctx, c, "app=weft")
+	inst = action.NewInstall(cfg)
+	inst.ReleaseName, inst.Namespace, inst.Wait, inst.Timeout = "flannel", ns.Name, true, 4*time.Minute
+	inst.PostRenderer = flannelImageRenderer{}
+	vals = helmValuesFile(t, file)
+	vals["flannel"].(map[string]any)["image"] = map[string]any{"repository": "registry.weft.test/flannel", "tag": "v0.28.10"}
+	if _, err := inst.RunWithContext(ctx, flannelChart, vals); err != nil {
+		logNetPods(t, ctx, c.Admin)
+		t.Fatalf("helm install flannel's chart again: %v", err)
+	}
+	checkDaemonSet(t, ctx, c.Admin, "kube-flannel-ds")
+	for _, n := range c.Nodes {
+		if weftFirewall(t, ctx, n) == "" {
+			t.Fatalf("node %s: weft's rules gone before weft-cleanup.yml ran: the check below would prove nothing", n.Name)
+		}
+	}
+	runWeftCleanup(t, ctx, c)
+	sent, received, gap = p.stop(t, ctx)
+	t.Logf("weft's chart -> flannel's and weft-cleanup.yml: %d pings every 10 ms, %d answered, longest gap %v; took %v",
+		sent, received, gap, time.Since(back).Round(time.Millisecond))
+	if received == 0 {
+		t.Errorf("no ping answered during the switch back")
+	}
+	if after := clusterNetConf(t, ctx, c); after != before {
+		t.Errorf("net-conf.json changed in the switch back:\n%s\n->\n%s", before, after)
+	}
+	for _, n := range c.Nodes {
+		if left := weftFirewall(t, ctx, n); left != "" {
+			t.Errorf("node %s after weft-cleanup.yml still has weft's rules:\n%s", n.Name, left)
+		}
+		if rules := iptablesSave(t, ctx, n); !strings.Contains(rules, "-j FLANNEL-FWD") {
+			t.Errorf("node %s back on flannel's chart without flanneld's FLANNEL-FWD chain:\n%s", n.Name, rules)
+		}
+	}
+	for _, want := range []pod{a, b, d} {
+		got, err := c.Admin.CoreV1().Pods("default").Get(ctx, want.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.PodIP != want.ip.String() || got.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("pod %s back on flannel's chart: address %s (was %s), restarts %d", want.name, got.Status.PodIP, want.ip, got.Status.ContainerStatuses[0].RestartCount)
+		}
+	}
+	pingPod(t, ctx, c.Admin, a, b)
+	pingPod(t, ctx, c.Admin, b, d)
+	tcpPods(t, b, a, 1<<20)
+	e := runPod(t, ctx, c, "pod-e", c.Nodes[1])
+	pingPod(t, ctx, c.Admin, e, a)
+	t.Logf("back on flannel's chart: pod-e %s (started by flanneld's subnet.env) pings pod-a; %v after start", e.ip, time.Since(start).Round(time.Millisecond))
+}
+
+// runWeftCleanup runs deploy/weft-cleanup.yml as the docs say: apply it, wait until
+// its DaemonSet is ready on every node (rollout status), delete it.
+func runWeftCleanup(t *testing.T, ctx context.Context, c *kubecluster.Cluster) {
+	t.Helper()
+	applyManifest(t, ctx, c.Admin, filepath.Join("..", "deploy", "weft-cleanup.yml"), func(kruntime.Object) bool { return true })
+	await(t, ctx, "DaemonSet weft-cleanup ready", func() (bool, string) {
+		ds, err := c.Admin.AppsV1().DaemonSets("kube-flannel").Get(ctx, "weft-cleanup", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		n := int32(len(c.Nodes))
+		return ds.Status.ObservedGeneration == ds.Generation && ds.Status.DesiredNumberScheduled == n && ds.Status.NumberReady == n,
+			fmt.Sprintf("desired %d ready %d", ds.Status.DesiredNumberScheduled, ds.Status.NumberReady)
+	})
+	if err := c.Admin.AppsV1().DaemonSets("kube-flannel").Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	awaitNoPods(t, ctx, c, "app=weft-cleanup")
 }
 
 // helmValuesFile parses a values file's text as helm does.
