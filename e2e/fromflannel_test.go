@@ -24,6 +24,17 @@ import (
 // /opt/bin/flanneld added.
 const flannelImage = "registry.weft.test/flannel:v0.28.10"
 
+// checkConfigAccepts runs `weftd check-config --kube-subnet-mgr --file -` on netConf, as
+// the switch steps do first, and fails t unless weftd takes it (exit 0, "accepted").
+func checkConfigAccepts(t *testing.T, ctx context.Context, netConf string) {
+	t.Helper()
+	check := exec.CommandContext(ctx, weftd(t), "check-config", "--kube-subnet-mgr", "--file", "-")
+	check.Stdin = strings.NewReader(netConf)
+	if out, err := check.CombinedOutput(); err != nil || !strings.Contains(string(out), "accepted") {
+		t.Fatalf("weftd check-config on the running flannel's net-conf.json: %v\n%s", err, out)
+	}
+}
+
 // TestDaemonSetFromFlannel runs a cluster on the upstream kube-flannel.yml (v0.28.10,
 // vxlan) and switches it to weft as deploy/README.md says: delete flannel's DaemonSet,
 // create weft.yml's objects but its ConfigMap. The running pods keep their addresses
@@ -56,11 +67,7 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Step 1 of deploy/README.md: weftd takes the ConfigMap's net-conf.json.
-	check := exec.CommandContext(ctx, weftd(t), "check-config", "--kube-subnet-mgr", "--file", "-")
-	check.Stdin = strings.NewReader(cm.Data["net-conf.json"])
-	if out, err := check.CombinedOutput(); err != nil || !strings.Contains(string(out), "accepted") {
-		t.Fatalf("weftd check-config on flannel's ConfigMap: %v\n%s", err, out)
-	}
+	checkConfigAccepts(t, ctx, cm.Data["net-conf.json"])
 	a := runPod(t, ctx, c, "pod-a", c.Nodes[0])
 	b := runPod(t, ctx, c, "pod-b", c.Nodes[1])
 	pingPod(t, ctx, c.Admin, a, b)

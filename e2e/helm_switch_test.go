@@ -68,6 +68,7 @@ func TestHelmFromFlannelChart(t *testing.T) {
 	checkNodes(t, ctx, c)
 	checkDaemonSet(t, ctx, c.Admin, "kube-flannel-ds")
 	before := clusterNetConf(t, ctx, c)
+	checkConfigAccepts(t, ctx, before) // deploy/README.md's first command of the switch
 	a := runPod(t, ctx, c, "pod-a", c.Nodes[0])
 	b := runPod(t, ctx, c, "pod-b", c.Nodes[1])
 	pingPod(t, ctx, c.Admin, a, b)
