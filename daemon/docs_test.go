@@ -15,7 +15,6 @@ import (
 
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/encap/factory"
-	"github.com/weftnet/weft/encap/udp"
 	"github.com/weftnet/weft/lease"
 )
 
@@ -252,7 +251,7 @@ func TestCleanupDevicesDocumented(t *testing.T) {
 
 	// The backends' names: udp's and wireguard's constants, vxlan's as its errors
 	// name the devices it would make (VNI 7).
-	made := []string{udp.UDPDevice, factory.WireGuardDevice, factory.WireGuardDeviceV6}
+	made := []string{factory.UDPDevice, factory.WireGuardDevice, factory.WireGuardDeviceV6}
 	cfg := &lease.Config{EnableIPv4: true, Network: netip.MustParsePrefix("198.18.0.0/16"), SubnetLen: 24,
 		EnableIPv6: true, IPv6Network: netip.MustParsePrefix("fd00::/48"), IPv6SubnetLen: 64,
 		BackendType: "vxlan", Backend: json.RawMessage(`{"Type":"vxlan","VNI":7,"MTU":100}`)}

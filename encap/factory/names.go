@@ -1,11 +1,16 @@
 package factory
 
-import "github.com/weftnet/weft/encap/wireguard"
+import (
+	"github.com/weftnet/weft/encap/udp"
+	"github.com/weftnet/weft/encap/wireguard"
+)
 
-// What weftd names of the wireguard backend before it runs (its WEFT_WG_* and
-// WIREGUARD_KEY_FILE variables) and after (--cleanup removes its devices), given
-// here so that weftd imports no backend package.
+// What weftd names of the backends: the udp backend's device, and the wireguard
+// backend's before it runs (its WEFT_WG_* and WIREGUARD_KEY_FILE variables) and after
+// (cleanup removes their devices), given here so that weftd imports no backend package.
 const (
+	// UDPDevice is the udp backend's TUN device.
+	UDPDevice = udp.UDPDevice
 	// WireGuardDevice and WireGuardDeviceV6 are the wireguard backend's devices.
 	WireGuardDevice   = wireguard.Device
 	WireGuardDeviceV6 = wireguard.DeviceV6
