@@ -41,6 +41,12 @@ func TestPlatformsRun(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// weftd says the version the archive is tagged with (make image's VERSION).
+	ref, _, err := archiveIndex(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, version := splitRef(ref)
 	digest, err := writeLayout(archive, dir)
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +97,7 @@ func TestPlatformsRun(t *testing.T) {
 				cmd  string
 				want []string
 			}{
-				{"/opt/bin/weftd --version", []string{"0.1.0"}},
+				{"/opt/bin/weftd --version", []string{"weftd " + version + " "}},
 				{"/flannel", []string{"CNI protocol versions supported"}},
 				{"/usr/sbin/iptables-legacy --version", []string{"(legacy)"}},
 				{"/usr/sbin/ip6tables-legacy-save --version", []string{"(legacy)"}},
