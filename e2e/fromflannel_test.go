@@ -24,6 +24,43 @@ import (
 // /opt/bin/flanneld added.
 const flannelImage = "registry.weft.test/flannel:v0.28.10"
 
+// checkBackOnFlannel checks a cluster gone back to flanneld after weft-cleanup.yml ran:
+// on every node no weft rule and flanneld's FLANNEL-FWD chain, no WeftPeersReachable
+// condition and no weft.weftnet.io/ annotation; the pods keep their addresses and
+// were never restarted.
+func checkBackOnFlannel(t *testing.T, ctx context.Context, c *kubecluster.Cluster, pods ...pod) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		if left := weftFirewall(t, ctx, n); left != "" {
+			t.Errorf("node %s after weft-cleanup.yml still has weft's rules:\n%s", n.Name, left)
+		}
+		if rules := iptablesSave(t, ctx, n); !strings.Contains(rules, "-j FLANNEL-FWD") {
+			t.Errorf("node %s back on flanneld without its FLANNEL-FWD chain:\n%s", n.Name, rules)
+		}
+		node, err := c.Admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cond := findCondition(node, "WeftPeersReachable"); cond != nil {
+			t.Errorf("node %s after weft-cleanup.yml keeps %+v", n.Name, *cond)
+		}
+		for k := range node.Annotations {
+			if strings.HasPrefix(k, "weft.weftnet.io/") {
+				t.Errorf("node %s after weft-cleanup.yml keeps the annotation %s", n.Name, k)
+			}
+		}
+	}
+	for _, want := range pods {
+		got, err := c.Admin.CoreV1().Pods("default").Get(ctx, want.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.PodIP != want.ip.String() || got.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("pod %s back on flannel: address %s (was %s), restarts %d", want.name, got.Status.PodIP, want.ip, got.Status.ContainerStatuses[0].RestartCount)
+		}
+	}
+}
+
 // checkConfigAccepts runs `weftd check-config --kube-subnet-mgr --file -` on netConf, as
 // the switch steps do first, and fails t unless weftd takes it (exit 0, "accepted").
 func checkConfigAccepts(t *testing.T, ctx context.Context, netConf string) {
@@ -190,35 +227,7 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 	if received == 0 {
 		t.Errorf("no ping answered during the switch back")
 	}
-	for _, n := range c.Nodes {
-		if left := weftFirewall(t, ctx, n); left != "" {
-			t.Errorf("node %s after weft-cleanup.yml still has weft's rules:\n%s", n.Name, left)
-		}
-		if rules := iptablesSave(t, ctx, n); !strings.Contains(rules, "-j FLANNEL-FWD") {
-			t.Errorf("node %s back on flanneld without its FLANNEL-FWD chain:\n%s", n.Name, rules)
-		}
-		node, err := c.Admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cond := findCondition(node, "WeftPeersReachable"); cond != nil {
-			t.Errorf("node %s after weft-cleanup.yml keeps %+v", n.Name, *cond)
-		}
-		for k := range node.Annotations {
-			if strings.HasPrefix(k, "weft.weftnet.io/") {
-				t.Errorf("node %s after weft-cleanup.yml keeps the annotation %s", n.Name, k)
-			}
-		}
-	}
-	for _, want := range []pod{a, b, d} {
-		got, err := c.Admin.CoreV1().Pods("default").Get(ctx, want.name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Status.PodIP != want.ip.String() || got.Status.ContainerStatuses[0].RestartCount != 0 {
-			t.Errorf("pod %s back on flannel: address %s (was %s), restarts %d", want.name, got.Status.PodIP, want.ip, got.Status.ContainerStatuses[0].RestartCount)
-		}
-	}
+	checkBackOnFlannel(t, ctx, c, a, b, d)
 	pingPod(t, ctx, c.Admin, a, b)
 	pingPod(t, ctx, c.Admin, b, d)
 	tcpPods(t, b, a, 1<<20)

@@ -167,23 +167,7 @@ func TestHelmFromFlannelChart(t *testing.T) {
 	if after := clusterNetConf(t, ctx, c); after != before {
 		t.Errorf("net-conf.json changed in the switch back:\n%s\n->\n%s", before, after)
 	}
-	for _, n := range c.Nodes {
-		if left := weftFirewall(t, ctx, n); left != "" {
-			t.Errorf("node %s after weft-cleanup.yml still has weft's rules:\n%s", n.Name, left)
-		}
-		if rules := iptablesSave(t, ctx, n); !strings.Contains(rules, "-j FLANNEL-FWD") {
-			t.Errorf("node %s back on flannel's chart without flanneld's FLANNEL-FWD chain:\n%s", n.Name, rules)
-		}
-	}
-	for _, want := range []pod{a, b, d} {
-		got, err := c.Admin.CoreV1().Pods("default").Get(ctx, want.name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Status.PodIP != want.ip.String() || got.Status.ContainerStatuses[0].RestartCount != 0 {
-			t.Errorf("pod %s back on flannel's chart: address %s (was %s), restarts %d", want.name, got.Status.PodIP, want.ip, got.Status.ContainerStatuses[0].RestartCount)
-		}
-	}
+	checkBackOnFlannel(t, ctx, c, a, b, d)
 	pingPod(t, ctx, c.Admin, a, b)
 	pingPod(t, ctx, c.Admin, b, d)
 	tcpPods(t, b, a, 1<<20)
