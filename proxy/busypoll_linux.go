@@ -59,7 +59,7 @@ func (w *worker) busyPoll() error {
 		err = rc.Control(func(fd uintptr) { fds[0].Fd = int32(fd) })
 	}
 	if err == nil {
-		err = w.conn.fd(func(fd uintptr) { fds[1].Fd = int32(fd) })
+		err = w.conn.Control(func(fd uintptr) { fds[1].Fd = int32(fd) })
 	}
 	if err != nil {
 		return fmt.Errorf("busy poll: %w", err)
@@ -73,7 +73,7 @@ func (w *worker) busyPoll() error {
 		if err != nil {
 			return err
 		}
-		m, err := w.conn.tryRecv()
+		m, err := w.conn.TryRecv()
 		if m > 0 {
 			w.ingressBatch(m)
 		}

@@ -3,7 +3,10 @@ package proxy
 import (
 	"encoding/binary"
 	"errors"
+	"net/netip"
 	"time"
+
+	"github.com/weftnet/weft/transport"
 
 	"go.uber.org/zap"
 )
@@ -49,13 +52,13 @@ func (w *worker) egressBatch(n int) {
 				w.cnt.drops[DropSendError].Add(1)
 				continue
 			}
-			u.tx.dst6 = p.ip6
 		}
+		to := netip.AddrPortFrom(p.PublicIP, w.port)
 		if vh.gsoType == vnetGSONone {
-			if !u.room(1) {
+			if !u.Room(1) {
 				w.flush()
 			}
-			u.stageRun(pkt, p.ip)
+			_ = u.StageRun(pkt, to) // u is of to's family
 			w.tx.pendingDgrams++
 			w.tx.pending += len(pkt)
 			continue
@@ -63,9 +66,9 @@ func (w *worker) egressBatch(n int) {
 		ok := false
 		switch vh.gsoType &^ vnetGSOECN {
 		case vnetGSOTCPv4, vnetGSOTCPv6:
-			ok = w.stageTSO(u, pkt, p, int(vh.gsoSize))
+			ok = w.stageTSO(u, pkt, to, int(vh.gsoSize))
 		case vnetGSOUDPL4:
-			ok = w.stageUSO(u, pkt, p, int(vh.gsoSize))
+			ok = w.stageUSO(u, pkt, to, int(vh.gsoSize))
 		}
 		if !ok {
 			w.cnt.drops[DropMalformed].Add(1)
@@ -79,40 +82,40 @@ func (w *worker) egressBatch(n int) {
 // stageTSO cuts a TCP super packet (IPv4 or IPv6) into segments of gsoSize payload bytes, each a
 // datagram of its own headers (in seghdr) and a slice of pkt's payload. With UDP GSO
 // a run of them goes in one message and the kernel cuts the datagrams apart.
-func (w *worker) stageTSO(u *udpConn, pkt []byte, p *Peer, gsoSize int) bool {
+func (w *worker) stageTSO(u *transport.Conn, pkt []byte, to netip.AddrPort, gsoSize int) bool {
 	ihl, hl, ok := tsoLayout(pkt)
-	return ok && w.stageSegments(u, pkt, p, gsoSize, ihl, hl, false)
+	return ok && w.stageSegments(u, pkt, to, gsoSize, ihl, hl, false)
 }
 
 // stageUSO cuts a UDPv4 super packet (TUN USO: an application sent many datagrams
 // at once with UDP_SEGMENT) into its datagrams of gsoSize payload bytes, each one
 // UDP datagram on the wire as flannel sends it; with UDP GSO a run of them goes in
 // one message.
-func (w *worker) stageUSO(u *udpConn, pkt []byte, p *Peer, gsoSize int) bool {
+func (w *worker) stageUSO(u *transport.Conn, pkt []byte, to netip.AddrPort, gsoSize int) bool {
 	ihl, hl, ok := usoLayout(pkt)
-	return ok && w.stageSegments(u, pkt, p, gsoSize, ihl, hl, true)
+	return ok && w.stageSegments(u, pkt, to, gsoSize, ihl, hl, true)
 }
 
 // stageSegments stages pkt's payload after its hl bytes of IPv4 (ihl) and TCP or UDP
 // headers as segments of gsoSize bytes, each behind headers of its own written by
 // segmentUDPHeaders (udp) or segmentHeaders (TCP).
-func (w *worker) stageSegments(u *udpConn, pkt []byte, p *Peer, gsoSize, ihl, hl int, udp bool) bool {
+func (w *worker) stageSegments(u *transport.Conn, pkt []byte, to netip.AddrPort, gsoSize, ihl, hl int, udp bool) bool {
 	payload := pkt[hl:]
 	if gsoSize == 0 || len(payload) == 0 {
 		return false
 	}
 	segLen := hl + gsoSize
 	per := 1
-	if u.tx.gso {
-		per = max(1, min(udpMaxSegments, maxUDPPayload/segLen))
+	if u.GSO() {
+		per = max(1, min(transport.MaxSegments, transport.MaxUDPPayload/segLen))
 	}
 	nsegs := (len(payload) + gsoSize - 1) / gsoSize
 	for i := 0; i < nsegs; {
 		k := min(per, nsegs-i)
-		if !u.room(2*k) || w.tx.nhdr+k > len(w.tx.seghdr) {
+		if !u.Room(2*k) || w.tx.nhdr+k > len(w.tx.seghdr) {
 			w.flush()
 		}
-		u.begin(p.ip)
+		_ = u.Begin(to)
 		for range k {
 			off := i * gsoSize
 			seg := payload[off:min(off+gsoSize, len(payload))]
@@ -123,23 +126,16 @@ func (w *worker) stageSegments(u *udpConn, pkt []byte, p *Peer, gsoSize, ihl, hl
 			} else {
 				segmentHeaders(h, pkt, ihl, hl, i, off, seg, i == nsegs-1)
 			}
-			u.addIov(h)
-			u.addIov(seg)
+			u.AddIov(h)
+			u.AddIov(seg)
 			w.tx.pending += hl + len(seg)
 			i++
 		}
-		u.end(k, segLen)
+		u.End(k, segLen)
 		w.tx.pendingDgrams += k
 	}
 	return true
 }
-
-// UDP GSO limits: segments per send (UDP_MAX_SEGMENTS on older kernels) and the
-// largest UDP payload.
-const (
-	udpMaxSegments = 64
-	maxUDPPayload  = 65535 - 20 - 8
-)
 
 // flush sends the staged messages.
 func (w *worker) flush() {
@@ -147,13 +143,13 @@ func (w *worker) flush() {
 		return
 	}
 	c := w.cnt
-	gso := w.conn.tx.gso
-	failed, err := w.conn.send()
-	if gso && !w.conn.tx.gso {
+	gso := w.conn.GSO()
+	failed, err := w.conn.Send()
+	if gso && !w.conn.GSO() {
 		w.log.Warn("UDP GSO switched off", zap.Error(err))
 	}
-	if w.conn6 != nil && w.conn6.tx.n > 0 {
-		f6, err6 := w.conn6.send()
+	if w.conn6 != nil && w.conn6.Staged() > 0 {
+		f6, err6 := w.conn6.Send()
 		failed += f6
 		err = errors.Join(err, err6)
 	}

@@ -3,13 +3,15 @@ package proxy
 import (
 	"time"
 
+	"github.com/weftnet/weft/internal/ipconv"
+
 	"go.uber.org/zap"
 )
 
 // ingress forwards what the UDP socket gives until it fails (closed).
 func (w *worker) ingress() error {
 	for {
-		n, err := w.conn.recv()
+		n, err := w.conn.Recv()
 		if n > 0 {
 			w.ingressBatch(n)
 		}
@@ -22,11 +24,11 @@ func (w *worker) ingress() error {
 // ingressBatch takes the n messages the socket received and delivers them.
 func (w *worker) ingressBatch(n int) {
 	for i := range n {
-		w.rx.sizes[i], w.rx.src[i], w.rx.segs[i] = w.conn.size(i), w.conn.src(i), w.conn.segSize(i)
-	}
-	if w.under6 {
-		for i := range n {
-			w.rx.src6[i] = w.conn.src6(i)
+		w.rx.sizes[i], w.rx.segs[i] = w.conn.Size(i), w.conn.SegSize(i)
+		if from := w.conn.From(i).Addr(); w.under6 {
+			w.rx.src6[i] = from.As16()
+		} else {
+			w.rx.src[i] = ipconv.U32(from)
 		}
 	}
 	w.ingressProcess(n)

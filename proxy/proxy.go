@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weftnet/weft/transport"
 	"go.uber.org/zap"
 )
 
@@ -161,25 +162,26 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 		return nil, fmt.Errorf("%w: %d queues need SO_REUSEPORT", ErrConfig, len(queues))
 	}
 	p := &Proxy{cnts: make([]counters, len(queues)), log: log}
-	opts := sockOpts{addr: cfg.Addr, port: cfg.Port, reusePort: !cfg.NoReusePort, bufBytes: cfg.SocketBuffer, mmsg: !cfg.NoMmsg,
-		gso: !cfg.NoGSO}
+	opts := transport.Options{Addr: cfg.Addr, Port: cfg.Port, ReusePort: !cfg.NoReusePort, SocketBuffer: cfg.SocketBuffer, Mmsg: !cfg.NoMmsg,
+		GSO: !cfg.NoGSO}
 	for i, q := range queues {
 		w := newWorker(q, table, cfg.Batch, cfg.MTU, max(cfg.MTU, minIngressLen), !cfg.NoGRO, &p.cnts[i], log)
-		opts.gro = w.rx.udpGRO
+		opts.GRO, opts.Messages, opts.Iovecs = w.rx.udpGRO, w.tx.slots, 2*w.tx.slots
 		rb := make([][]byte, len(w.rx.bufs))
 		for j, b := range w.rx.bufs {
 			rb[j] = b[Headroom:]
 		}
-		w.conn, err = listenUDP(opts, w.tx.slots, 2*w.tx.slots, rb, log)
-		if err != nil && i == 0 && opts.reusePort && len(queues) == 1 {
+		w.conn, err = transport.Listen(opts, rb, log)
+		if err != nil && i == 0 && opts.ReusePort && len(queues) == 1 {
 			log.Warn("SO_REUSEPORT refused; one socket", zap.Error(err))
-			opts.reusePort = false
-			w.conn, err = listenUDP(opts, w.tx.slots, 2*w.tx.slots, rb, log)
+			opts.ReusePort = false
+			w.conn, err = transport.Listen(opts, rb, log)
 		}
 		if err != nil {
 			p.Close()
 			return nil, err
 		}
+		w.port = w.conn.LocalAddr().Port()
 		p.workers = append(p.workers, w)
 		if cfg.IPv6 {
 			w6, err := p.open6(cfg, opts, table, q, i)
@@ -203,27 +205,27 @@ func New(cfg Config, table *Table, queues []TUN, log *zap.Logger) (*Proxy, error
 			w.busy = bp
 		}
 	}
-	rcv, snd := p.workers[0].conn.bufSizes()
+	rcv, snd := p.workers[0].conn.BufSizes()
 	log.Info("udp data path ready", zap.Int("workers", len(p.workers)), zap.Int("port", cfg.Port),
 		zap.Int("batch", cfg.Batch), zap.Int("mtu", cfg.MTU), zap.Int("rcvbuf", rcv), zap.Int("sndbuf", snd),
-		zap.Bool("reuseport", opts.reusePort), zap.Bool("mmsg", opts.mmsg), zap.Bool("gso", p.workers[0].conn.tx.gso), zap.Bool("gro", p.workers[0].conn.rx.gro),
+		zap.Bool("reuseport", opts.ReusePort), zap.Bool("mmsg", opts.Mmsg), zap.Bool("gso", p.workers[0].conn.GSO()), zap.Bool("gro", p.workers[0].conn.GRO()),
 		zap.Bool("tun_offload", p.workers[0].vnet), zap.Duration("busy_poll", cfg.BusyPoll))
 	return p, nil
 }
 
 // open6 opens the IPv6 underlay socket of worker i and its receiving worker, which
 // shares the worker's TUN queue and counters.
-func (p *Proxy) open6(cfg Config, opts sockOpts, table *Table, q TUN, i int) (*worker, error) {
+func (p *Proxy) open6(cfg Config, opts transport.Options, table *Table, q TUN, i int) (*worker, error) {
 	w6 := newWorker(q, table, cfg.Batch, cfg.MTU, max(cfg.MTU, minIngressLen), !cfg.NoGRO, &p.cnts[i], p.log)
 	w6.under6 = true
 	w6.rx.src6 = make([][16]byte, len(w6.rx.bufs))
-	opts.v6, opts.addr, opts.gro = true, cfg.Addr6, w6.rx.udpGRO
+	opts.IPv6, opts.Addr, opts.GRO, opts.Messages, opts.Iovecs = true, cfg.Addr6, w6.rx.udpGRO, w6.tx.slots, 2*w6.tx.slots
 	rb := make([][]byte, len(w6.rx.bufs))
 	for j, b := range w6.rx.bufs {
 		rb[j] = b[Headroom:]
 	}
 	var err error
-	w6.conn, err = listenUDP(opts, w6.tx.slots, 2*w6.tx.slots, rb, p.log)
+	w6.conn, err = transport.Listen(opts, rb, p.log)
 	if err != nil {
 		return nil, fmt.Errorf("IPv6 underlay: %w", err)
 	}
@@ -295,11 +297,11 @@ func (p *Proxy) Close() error {
 	p.closed = true
 	var errs []error
 	for _, w := range p.recv6 {
-		errs = append(errs, w.conn.close())
+		errs = append(errs, w.conn.Close())
 	}
 	for _, w := range p.workers {
 		if w.conn != nil {
-			errs = append(errs, w.conn.close())
+			errs = append(errs, w.conn.Close())
 		}
 		if c, ok := w.tun.(io.Closer); ok {
 			errs = append(errs, c.Close())

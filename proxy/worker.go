@@ -3,6 +3,8 @@ package proxy
 import (
 	"time"
 
+	"github.com/weftnet/weft/transport"
+
 	"go.uber.org/zap"
 )
 
@@ -22,16 +24,17 @@ const icmpBufLen = ipv4HeaderLen + 8 + 60 + icmpQuoteLen
 // and owns rx. Both read the fields before tx, which do not change once New returns.
 type worker struct {
 	tun  TUN
-	conn *udpConn
+	conn *transport.Conn
 	// conn6 is the IPv6 underlay socket (nil without one): egress stages datagrams
 	// for peers with an IPv6 public address on it; its own ingress worker receives.
-	conn6 *udpConn
+	conn6 *transport.Conn
 	// under6: this worker only receives, from conn (an IPv6 socket)
 	under6 bool
 	vnet   bool // the queue has TUN offloads: virtio-net headers, super packets
 	uso    bool // and UDP segmentation offload: UDP runs are coalesced on ingress
 	table  *Table
 	cnt    *counters // both halves count here; padded off other workers' counters
+	port   uint16    // the udp port: ours, and every peer's
 	log    *zap.Logger
 	busy   *busyPoller // nil: one goroutine per direction, each waiting in the netpoller
 

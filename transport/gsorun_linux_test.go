@@ -1,8 +1,7 @@
-package proxy
+package transport
 
 import (
 	"bytes"
-	"net"
 	"net/netip"
 	"testing"
 
@@ -17,40 +16,41 @@ func TestStageRun(t *testing.T) {
 	for i := range rbufs {
 		rbufs[i] = make([]byte, 256)
 	}
-	rcv, err := listenUDP(sockOpts{addr: netip.MustParseAddr("127.0.0.2"), bufBytes: 1 << 20, mmsg: true}, 4, 4, rbufs, zap.NewNop())
+	rcv, err := Listen(Options{Addr: netip.MustParseAddr("127.0.0.2"), SocketBuffer: 1 << 20, Mmsg: true}, rbufs, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = rcv.close() })
-	port := rcv.c.LocalAddr().(*net.UDPAddr).Port
-	snd, err := listenUDP(sockOpts{addr: netip.MustParseAddr("127.0.0.1"), port: port, mmsg: true, gso: true}, 8, 128, rbufs[:1], zap.NewNop())
+	t.Cleanup(func() { _ = rcv.Close() })
+	snd, err := Listen(Options{Addr: netip.MustParseAddr("127.0.0.1"), Mmsg: true, GSO: true, Messages: 8, Iovecs: 128}, rbufs[:1], zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = snd.close() })
-	if !snd.tx.gso {
+	t.Cleanup(func() { _ = snd.Close() })
+	if !snd.GSO() {
 		t.Skip("kernel without UDP GSO")
 	}
-	lo2, other := uint32(127)<<24|2, uint32(127)<<24|3
+	lo2, other := rcv.LocalAddr(), netip.AddrPortFrom(netip.MustParseAddr("127.0.0.3"), rcv.LocalAddr().Port())
 	dg := func(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
 	type msg struct {
-		ip  uint32
+		ip  netip.AddrPort
 		pkt []byte
 	}
 	var sent [][]byte
 	in := []msg{{lo2, dg(100, 1)}, {lo2, dg(100, 2)}, {lo2, dg(100, 3)}, {lo2, dg(60, 4)}, // one run, closed by the short one
 		{lo2, dg(100, 5)}, {lo2, dg(120, 6)}, // longer: a new message
 		{other, dg(120, 7)}} // another host
-	for range udpMaxSegments + 1 {
+	for range MaxSegments + 1 {
 		in = append(in, msg{lo2, dg(50, byte(len(in)))}) // 64 in one message, then one more
 	}
 	for _, m := range in {
-		snd.stageRun(m.pkt, m.ip)
+		if err := snd.StageRun(m.pkt, m.ip); err != nil {
+			t.Fatal(err)
+		}
 		if m.ip == lo2 {
 			sent = append(sent, m.pkt)
 		}
 	}
-	wantSegs := []int{4, 1, 1, 1, udpMaxSegments, 1}
+	wantSegs := []int{4, 1, 1, 1, MaxSegments, 1}
 	if snd.tx.n != len(wantSegs) {
 		t.Fatalf("%d messages staged (segments %v), want %d", snd.tx.n, snd.tx.segs[:snd.tx.n], len(wantSegs))
 	}
@@ -59,18 +59,18 @@ func TestStageRun(t *testing.T) {
 			t.Fatalf("message %d: %d datagrams, want %d (all %v)", i, snd.tx.segs[i], w, snd.tx.segs[:snd.tx.n])
 		}
 	}
-	if failed, err := snd.send(); failed > 1 || (failed == 1 && err == nil) {
+	if failed, err := snd.Send(); failed > 1 || (failed == 1 && err == nil) {
 		// The message to 127.0.0.3 may fail (nothing listens); the others may not.
 		t.Fatalf("%d datagrams failed: %v", failed, err)
 	}
 	var got [][]byte
 	for len(got) < len(sent) {
-		n, err := rcv.recv()
+		n, err := rcv.Recv()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range n {
-			got = append(got, append([]byte(nil), rcv.rx.bufs[i][:rcv.size(i)]...))
+			got = append(got, append([]byte(nil), rbufs[i][:rcv.Size(i)]...))
 		}
 	}
 	for i := range sent {

@@ -1,4 +1,4 @@
-package proxy
+package transport
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// udpConn is a worker's UDP socket with sendmmsg/recvmmsg batches over vectors
-// allocated once. One goroutine sends, with tx, and one receives, with rx; they share
-// only what listenUDP sets (and mmsg).
+// Conn is a UDP socket with sendmmsg/recvmmsg batches over vectors allocated once.
+// One goroutine sends, with tx, and one receives, with rx; they share only what
+// Listen sets (and mmsg).
 //
 // It calls sendmmsg/recvmmsg itself rather than golang.org/x/net/ipv4's
 // PacketConn.WriteBatch/ReadBatch: BenchmarkBatchIO (batchio_linux_test.go, loopback,
@@ -33,18 +33,17 @@ import (
 // reads and writes are (see tun/raw_linux.go): a call that cannot sleep need not
 // enter the scheduler's syscall state, and skipping it keeps the runtime's monitor
 // thread asleep when a packet wakes an idle daemon.
-type udpConn struct {
-	c    *net.UDPConn
-	rc   syscall.RawConn
-	port uint16
-	v6   bool // an IPv6 socket (the IPv6 underlay)
+type Conn struct {
+	c  *net.UDPConn
+	rc syscall.RawConn
+	v6 bool // an IPv6 socket (the IPv6 underlay)
 	// mmsg: sendmmsg/recvmmsg in use (else one sendmsg/recvmsg per packet); the
 	// first side to find them missing (ENOSYS) switches both off for good.
 	mmsg bool
 
 	// tx is the send side: messages, each with its iovecs taken from one pool and,
-	// for UDP GSO, a control message giving the segment size. The worker's egress
-	// goroutine owns it, also on its IPv6 socket, which another worker receives on.
+	// for UDP GSO, a control message giving the segment size. The sending goroutine
+	// owns it.
 	tx struct {
 		gso    bool // UDP_SEGMENT in use
 		hdrs   []unix.Mmsghdr
@@ -54,7 +53,6 @@ type udpConn struct {
 		segs   []int // datagrams per message
 		iov    []unix.Iovec
 		fn     func(uintptr) bool // doSend, bound once so that send does not allocate
-		dst6   [16]byte           // where begin addresses the next message (IPv6 socket)
 		n      int                // messages staged
 		niov   int                // iovecs staged
 		done   int                // messages sent
@@ -62,8 +60,7 @@ type udpConn struct {
 		err    error
 		// the last staged message as a run that stageRun may extend (UDP GSO)
 		runOpen  bool
-		runIP    uint32
-		runIP6   [16]byte
+		runTo    netip.AddrPort
 		runSeg   int // datagram size of the run
 		runSegs  int
 		runBytes int
@@ -72,8 +69,7 @@ type udpConn struct {
 	// The goroutines write tx and rx: keep them off each other's cache lines.
 	_ [cacheLine]byte
 
-	// rx is the receive side, owned by the ingress goroutine of the worker that
-	// listens on this socket.
+	// rx is the receive side, owned by the receiving goroutine.
 	rx struct {
 		gro     bool // UDP_GRO in use: a message may hold many datagrams of one size
 		nameLen uint32
@@ -90,38 +86,27 @@ type udpConn struct {
 	}
 }
 
-// sockOpts are the socket features a worker asks for; each can be switched off.
-type sockOpts struct {
-	addr      netip.Addr // zero: every address
-	port      int
-	reusePort bool
-	bufBytes  int // <= 0: kernel default
-	mmsg      bool
-	gso       bool // try UDP_SEGMENT
-	gro       bool // try UDP_GRO
-	v6        bool // an IPv6 socket (IPV6_V6ONLY) instead of an IPv4 one
-}
-
 // ctrlLen is the room for one UDP_SEGMENT control message, rctrlLen for a UDP_GRO
 // one.
 var ctrlLen, rctrlLen = unix.CmsgSpace(2), unix.CmsgSpace(4)
 
-// listenUDP opens a socket with msgs send messages, iovs send iovecs, and rbufs to
-// receive into.
-func listenUDP(o sockOpts, msgs, iovs int, rbufs [][]byte, log *zap.Logger) (*udpConn, error) {
+// Listen opens a socket with room to stage o.Messages messages of o.Iovecs pieces in
+// all, receiving into rbufs (one message each; the caller owns them and reads
+// datagram i of a batch from rbufs[i][:Size(i)]).
+func Listen(o Options, rbufs [][]byte, log *zap.Logger) (*Conn, error) {
 	var serr error
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		err := c.Control(func(fd uintptr) {
-			if o.reusePort {
+			if o.ReusePort {
 				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
 				if serr != nil {
 					serr = fmt.Errorf("SO_REUSEPORT: %w", serr)
 					return
 				}
 			}
-			if o.bufBytes > 0 {
-				setBuf(int(fd), unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, o.bufBytes, log)
-				setBuf(int(fd), unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, o.bufBytes, log)
+			if o.SocketBuffer > 0 {
+				setBuf(int(fd), unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, o.SocketBuffer, log)
+				setBuf(int(fd), unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, o.SocketBuffer, log)
 			}
 		})
 		if err != nil {
@@ -129,30 +114,31 @@ func listenUDP(o sockOpts, msgs, iovs int, rbufs [][]byte, log *zap.Logger) (*ud
 		}
 		return serr
 	}}
-	laddr, network := fmt.Sprintf(":%d", o.port), "udp4"
-	if o.v6 {
-		laddr, network = fmt.Sprintf("[::]:%d", o.port), "udp6" // Go sets IPV6_V6ONLY for udp6
+	laddr, network := fmt.Sprintf(":%d", o.Port), "udp4"
+	if o.IPv6 {
+		laddr, network = fmt.Sprintf("[::]:%d", o.Port), "udp6" // Go sets IPV6_V6ONLY for udp6
 	}
-	if o.addr.IsValid() {
-		laddr = netip.AddrPortFrom(o.addr, uint16(o.port)).String()
+	if o.Addr.IsValid() {
+		laddr = netip.AddrPortFrom(o.Addr, uint16(o.Port)).String()
 	}
 	pc, err := lc.ListenPacket(context.Background(), network, laddr)
 	if err != nil {
 		return nil, fmt.Errorf("udp %s: listen: %w", laddr, err)
 	}
+	msgs, iovs := max(o.Messages, 1), max(o.Iovecs, 1)
 	c := pc.(*net.UDPConn)
 	rc, err := c.SyscallConn()
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("udp port %d: raw conn: %w", o.port, err)
+		return nil, fmt.Errorf("udp port %d: raw conn: %w", o.Port, err)
 	}
-	u := &udpConn{c: c, rc: rc, port: uint16(o.port), mmsg: o.mmsg, v6: o.v6}
+	u := &Conn{c: c, rc: rc, mmsg: o.Mmsg, v6: o.IPv6}
 	u.tx.hdrs, u.tx.iov = make([]unix.Mmsghdr, msgs), make([]unix.Iovec, iovs)
 	u.tx.names, u.tx.ctrl, u.tx.segs = make([]unix.RawSockaddrInet4, msgs), make([]byte, msgs*ctrlLen), make([]int, msgs)
 	u.rx.hdrs, u.rx.iov = make([]unix.Mmsghdr, len(rbufs)), make([]unix.Iovec, len(rbufs))
 	u.rx.names, u.rx.bufs = make([]unix.RawSockaddrInet4, len(rbufs)), rbufs
 	u.rx.ctrl, u.rx.nameLen = make([]byte, len(rbufs)*rctrlLen), unix.SizeofSockaddrInet4
-	if o.v6 {
+	if o.IPv6 {
 		u.rx.nameLen = unix.SizeofSockaddrInet6
 		u.tx.names6, u.rx.names6 = make([]unix.RawSockaddrInet6, msgs), make([]unix.RawSockaddrInet6, len(rbufs))
 	}
@@ -160,30 +146,28 @@ func listenUDP(o sockOpts, msgs, iovs int, rbufs [][]byte, log *zap.Logger) (*ud
 		u.tx.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.tx.names[i]))
 		u.tx.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet4
 		u.tx.names[i].Family = unix.AF_INET
-		if o.v6 {
+		if o.IPv6 {
 			u.tx.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.tx.names6[i]))
 			u.tx.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
 			u.tx.names6[i].Family = unix.AF_INET6
-			binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&u.tx.names6[i].Port))[:], u.port)
 		}
 		c := u.tx.ctrl[i*ctrlLen : (i+1)*ctrlLen]
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
 		h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
 		h.SetLen(unix.CmsgLen(2))
-		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&u.tx.names[i].Port))[:], u.port)
 	}
 	for i := range u.rx.hdrs {
 		u.rx.iov[i].Base = &rbufs[i][0]
 		u.rx.iov[i].SetLen(len(rbufs[i]))
 		u.rx.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.rx.names[i]))
-		if o.v6 {
+		if o.IPv6 {
 			u.rx.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.rx.names6[i]))
 		}
 		u.rx.hdrs[i].Hdr.Iov = &u.rx.iov[i]
 		u.rx.hdrs[i].Hdr.SetIovlen(1)
 	}
 	u.tx.fn, u.rx.fn = u.doSend, u.doRecv
-	if o.gro {
+	if o.GRO {
 		_ = rc.Control(func(fd uintptr) {
 			u.rx.gro = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) == nil
 		})
@@ -191,7 +175,7 @@ func listenUDP(o sockOpts, msgs, iovs int, rbufs [][]byte, log *zap.Logger) (*ud
 			log.Info("UDP GRO not available; one datagram per message")
 		}
 	}
-	if o.gso {
+	if o.GSO {
 		// Probe: kernels without UDP GSO (before 4.18) do not know the option.
 		_ = rc.Control(func(fd uintptr) {
 			_, err := unix.GetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT)
@@ -213,8 +197,8 @@ func setBuf(fd, force, plain, n int, log *zap.Logger) {
 	}
 }
 
-// bufSizes reports the kernel's receive and send buffer sizes.
-func (u *udpConn) bufSizes() (rcv, snd int) {
+// BufSizes reports the kernel's receive and send buffer sizes.
+func (u *Conn) BufSizes() (rcv, snd int) {
 	_ = u.rc.Control(func(fd uintptr) {
 		rcv, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
 		snd, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
@@ -222,55 +206,86 @@ func (u *udpConn) bufSizes() (rcv, snd int) {
 	return rcv, snd
 }
 
-// room reports whether one more message with iovs iovecs fits.
-func (u *udpConn) room(iovs int) bool {
+// LocalAddr is the socket's address.
+func (u *Conn) LocalAddr() netip.AddrPort { return u.c.LocalAddr().(*net.UDPAddr).AddrPort() }
+
+// GSO reports whether UDP GSO is in use: End may stage runs. A send the path refuses
+// switches it off for good.
+func (u *Conn) GSO() bool { return u.tx.gso }
+
+// GRO reports whether UDP GRO is in use: a received message may hold many datagrams.
+func (u *Conn) GRO() bool { return u.rx.gro }
+
+// Staged is the number of messages staged and not yet sent.
+func (u *Conn) Staged() int { return u.tx.n }
+
+// Room reports whether one more message with iovs pieces fits.
+func (u *Conn) Room(iovs int) bool {
 	return u.tx.n < len(u.tx.hdrs) && u.tx.niov+iovs <= len(u.tx.iov)
 }
 
-// stage adds a message of one datagram, pkt, for the host at ip (big-endian).
-func (u *udpConn) stage(pkt []byte, ip uint32) {
-	u.begin(ip)
-	u.addIov(pkt)
-	u.end(1, 0)
+// Stage adds a message of one datagram, pkt, to to. It fails, staging nothing, with
+// ErrFamily when to is not of the socket's family (IPv4-mapped IPv6 is IPv4).
+func (u *Conn) Stage(pkt []byte, to netip.AddrPort) error {
+	if err := u.Begin(to); err != nil {
+		return err
+	}
+	u.AddIov(pkt)
+	u.End(1, 0)
+	return nil
 }
 
-// stageRun adds pkt, one datagram for the host at ip, to the last staged message
+// StageRun adds pkt, one datagram to to, to the last staged message
 // when that is a run it may join, else as a message of its own. A run is a UDP GSO
 // message: datagrams to one host, all of one size but the last, which may be
 // shorter; the kernel sends them as separate datagrams (one inner packet each, as
 // flannel does), but they cross the sending and receiving stacks as one.
-func (u *udpConn) stageRun(pkt []byte, ip uint32) {
-	if u.tx.runOpen && u.tx.gso && u.tx.runIP == ip && (!u.v6 || u.tx.runIP6 == u.tx.dst6) && len(pkt) <= u.tx.runSeg && u.tx.runSegs < udpMaxSegments &&
-		u.tx.runBytes+len(pkt) <= maxUDPPayload && u.tx.niov < len(u.tx.iov) {
+func (u *Conn) StageRun(pkt []byte, to netip.AddrPort) error {
+	if u.tx.runOpen && u.tx.gso && u.tx.runTo == to && len(pkt) <= u.tx.runSeg && u.tx.runSegs < MaxSegments &&
+		u.tx.runBytes+len(pkt) <= MaxUDPPayload && u.tx.niov < len(u.tx.iov) {
 		u.tx.n-- // reopen the last message
-		u.addIov(pkt)
+		u.AddIov(pkt)
 		u.tx.runSegs++
 		u.tx.runBytes += len(pkt)
 		u.tx.runOpen = len(pkt) == u.tx.runSeg
-		u.end(u.tx.runSegs, u.tx.runSeg)
-		return
+		u.End(u.tx.runSegs, u.tx.runSeg)
+		return nil
 	}
-	u.stage(pkt, ip)
-	u.tx.runOpen, u.tx.runIP, u.tx.runSeg, u.tx.runSegs, u.tx.runBytes = true, ip, len(pkt), 1, len(pkt)
-	u.tx.runIP6 = u.tx.dst6
+	if err := u.Stage(pkt, to); err != nil {
+		return err
+	}
+	u.tx.runOpen, u.tx.runTo, u.tx.runSeg, u.tx.runSegs, u.tx.runBytes = true, to, len(pkt), 1, len(pkt)
+	return nil
 }
 
-// begin starts a message to ip (on an IPv6 socket: to tx.dst6); addIov appends to it; end ends it, with segs
+// Begin starts a message to to; AddIov appends a piece to it; End ends it, with segs
 // datagrams of segSize bytes each (the last may be shorter) when segs > 1, which
-// needs UDP GSO.
-func (u *udpConn) begin(ip uint32) {
+// needs UDP GSO. The caller checks Room first. Begin fails with ErrFamily, starting
+// nothing, when to is not of the socket's family.
+func (u *Conn) Begin(to netip.AddrPort) error {
+	a := to.Addr()
+	if u.v6 {
+		if !a.Is6() || a.Is4In6() {
+			return ErrFamily
+		}
+		u.tx.names6[u.tx.n].Addr = a.As16()
+		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&u.tx.names6[u.tx.n].Port))[:], to.Port())
+	} else {
+		if a = a.Unmap(); !a.Is4() {
+			return ErrFamily
+		}
+		u.tx.names[u.tx.n].Addr = a.As4()
+		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&u.tx.names[u.tx.n].Port))[:], to.Port())
+	}
 	u.tx.runOpen = false
 	m := &u.tx.hdrs[u.tx.n]
 	m.Hdr.Iov = &u.tx.iov[u.tx.niov]
 	m.Hdr.Iovlen = 0
-	if u.v6 {
-		u.tx.names6[u.tx.n].Addr = u.tx.dst6
-		return
-	}
-	binary.BigEndian.PutUint32(u.tx.names[u.tx.n].Addr[:], ip)
+	return nil
 }
 
-func (u *udpConn) addIov(b []byte) {
+// AddIov appends b, as it is (not copied), to the message Begin started.
+func (u *Conn) AddIov(b []byte) {
 	v := &u.tx.iov[u.tx.niov]
 	v.Base = &b[0]
 	v.SetLen(len(b))
@@ -278,7 +293,8 @@ func (u *udpConn) addIov(b []byte) {
 	u.tx.hdrs[u.tx.n].Hdr.Iovlen++
 }
 
-func (u *udpConn) end(segs, segSize int) {
+// End closes the message Begin started.
+func (u *Conn) End(segs, segSize int) {
 	m := &u.tx.hdrs[u.tx.n]
 	if segs > 1 {
 		c := u.tx.ctrl[u.tx.n*ctrlLen : (u.tx.n+1)*ctrlLen]
@@ -293,9 +309,10 @@ func (u *udpConn) end(segs, segSize int) {
 	u.tx.n++
 }
 
-// send sends the staged messages and empties the stage. It returns how many
-// datagrams failed and the first error.
-func (u *udpConn) send() (failed int, err error) {
+// Send sends the staged messages and empties the stage. It returns how many
+// datagrams failed and the first error; a failed message does not stop the ones
+// after it. A full socket buffer (EAGAIN) waits for room, as a blocking send would.
+func (u *Conn) Send() (failed int, err error) {
 	u.tx.done, u.tx.failed, u.tx.err = 0, 0, nil
 	if werr := u.rc.Write(u.tx.fn); werr != nil {
 		for i := u.tx.done; i < u.tx.n; i++ {
@@ -307,7 +324,7 @@ func (u *udpConn) send() (failed int, err error) {
 	return u.tx.failed, u.tx.err
 }
 
-func (u *udpConn) doSend(fd uintptr) bool {
+func (u *Conn) doSend(fd uintptr) bool {
 	for u.tx.done < u.tx.n {
 		var r uintptr
 		var e syscall.Errno
@@ -356,18 +373,21 @@ func (u *udpConn) doSend(fd uintptr) bool {
 	return true
 }
 
-// recv receives up to len(rx.bufs) datagrams, waiting for the first. Datagram i is
-// rx.bufs[i][:u.size(i)] from u.src(i); a size beyond the buffer (MSG_TRUNC gives
-// the datagram's real length) means the datagram did not fit and was cut.
-func (u *udpConn) recv() (int, error) { return u.receive(false) }
+// Recv receives up to len(rbufs) messages, waiting for the first. Message i is
+// rbufs[i][:Size(i)] from From(i); a size beyond the buffer (MSG_TRUNC gives the
+// datagram's real length) means the datagram did not fit and was cut. With GRO a
+// message may be several datagrams of SegSize(i) bytes each (the last may be
+// shorter).
+func (u *Conn) Recv() (int, error) { return u.receive(false) }
 
-// tryRecv is recv without the wait: 0 datagrams and no error when none is queued.
-func (u *udpConn) tryRecv() (int, error) { return u.receive(true) }
+// TryRecv is Recv without the wait: 0 messages and no error when none is queued.
+func (u *Conn) TryRecv() (int, error) { return u.receive(true) }
 
-// fd gives the socket's descriptor to f, for poll(2) beside other sources.
-func (u *udpConn) fd(f func(fd uintptr)) error { return u.rc.Control(f) }
+// Control gives the socket's descriptor to f, for poll(2) beside other sources or a
+// socket option of the caller's.
+func (u *Conn) Control(f func(fd uintptr)) error { return u.rc.Control(f) }
 
-func (u *udpConn) receive(try bool) (int, error) {
+func (u *Conn) receive(try bool) (int, error) {
 	u.rx.n, u.rx.err, u.rx.try = 0, nil, try
 	if err := u.rc.Read(u.rx.fn); err != nil {
 		return 0, err
@@ -375,7 +395,7 @@ func (u *udpConn) receive(try bool) (int, error) {
 	return u.rx.n, u.rx.err
 }
 
-func (u *udpConn) doRecv(fd uintptr) bool {
+func (u *Conn) doRecv(fd uintptr) bool {
 	for {
 		var r uintptr
 		var e syscall.Errno
@@ -414,7 +434,7 @@ func (u *udpConn) doRecv(fd uintptr) bool {
 }
 
 // recvEach is the fallback without recvmmsg: recvmsg until the socket is empty.
-func (u *udpConn) recvEach(fd uintptr) (uintptr, syscall.Errno) {
+func (u *Conn) recvEach(fd uintptr) (uintptr, syscall.Errno) {
 	n := 0
 	for n < len(u.rx.hdrs) {
 		h := &u.rx.hdrs[n]
@@ -440,11 +460,12 @@ func (u *udpConn) recvEach(fd uintptr) (uintptr, syscall.Errno) {
 	return uintptr(n), 0
 }
 
-func (u *udpConn) size(i int) int { return int(u.rx.hdrs[i].Len) }
+// Size is the length of message i of the last batch.
+func (u *Conn) Size(i int) int { return int(u.rx.hdrs[i].Len) }
 
-// segSize is the size of each datagram coalesced into message i (UDP GRO), 0 for a
+// SegSize is the size of each datagram coalesced into message i (UDP GRO), 0 for a
 // message of one datagram.
-func (u *udpConn) segSize(i int) int {
+func (u *Conn) SegSize(i int) int {
 	h := &u.rx.hdrs[i].Hdr
 	if !u.rx.gro || int(h.Controllen) < unix.CmsgLen(4) {
 		return 0
@@ -457,12 +478,18 @@ func (u *udpConn) segSize(i int) int {
 	return int(binary.NativeEndian.Uint32(c[unix.CmsgLen(0):]))
 }
 
-func (u *udpConn) src(i int) uint32 { return binary.BigEndian.Uint32(u.rx.names[i].Addr[:]) }
+// From is the source of message i of the last batch.
+func (u *Conn) From(i int) netip.AddrPort {
+	if u.v6 {
+		n := &u.rx.names6[i]
+		return netip.AddrPortFrom(netip.AddrFrom16(n.Addr), binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&n.Port))[:]))
+	}
+	n := &u.rx.names[i]
+	return netip.AddrPortFrom(netip.AddrFrom4(n.Addr), binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&n.Port))[:]))
+}
 
-// src6 is the source of message i on an IPv6 socket.
-func (u *udpConn) src6(i int) [16]byte { return u.rx.names6[i].Addr }
-
-func (u *udpConn) close() error {
+// Close closes the socket; a Recv or Send waiting on it returns an error.
+func (u *Conn) Close() error {
 	if err := u.c.Close(); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrClosed) {
 		return err
 	}

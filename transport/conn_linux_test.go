@@ -1,4 +1,4 @@
-package proxy
+package transport
 
 import (
 	"net"
@@ -19,13 +19,13 @@ func TestListenBindsAddr(t *testing.T) {
 		{want: "0.0.0.0"},
 	} {
 		t.Run(c.want, func(t *testing.T) {
-			u, err := listenUDP(sockOpts{addr: c.addr, port: freeUDPPort(t), bufBytes: -1}, 1, 1, [][]byte{make([]byte, 64)}, zap.NewNop())
+			u, err := Listen(Options{Addr: c.addr, Port: freeUDPPort(t), SocketBuffer: -1}, [][]byte{make([]byte, 64)}, zap.NewNop())
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer u.c.Close()
-			got := u.c.LocalAddr().(*net.UDPAddr)
-			if got.IP.String() != c.want {
+			defer u.Close()
+			got := u.LocalAddr()
+			if got.Addr().String() != c.want {
 				t.Fatalf("bound to %v, want %s", got, c.want)
 			}
 		})

@@ -1,4 +1,4 @@
-package proxy
+package transport
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	"golang.org/x/net/ipv4"
 )
 
-// BenchmarkBatchIO compares the data path's own sendmmsg/recvmmsg (udpConn) with
+// BenchmarkBatchIO compares the data path's own sendmmsg/recvmmsg (Conn) with
 // golang.org/x/net/ipv4's PacketConn.WriteBatch/ReadBatch, which the design notes
 // name, on a real UDP socket pair over loopback: each op sends one batch of
 // datagrams from 127.0.0.1 to 127.0.0.2 and receives all of it. Both sides run with
@@ -26,49 +26,49 @@ func BenchmarkBatchIO(b *testing.B) {
 
 // batchPair opens the receiving socket on 127.0.0.2 at a free port and the sending
 // one on 127.0.0.1 at the same port (the udp backend sends to its own port).
-func batchPair(b *testing.B, batch, size int) (snd, rcv *udpConn) {
+func batchPair(b *testing.B, batch, size int) (snd, rcv *Conn) {
 	rbufs := make([][]byte, batch)
 	for i := range rbufs {
 		rbufs[i] = make([]byte, size+64)
 	}
 	lo2 := netip.MustParseAddr("127.0.0.2")
-	rcv, err := listenUDP(sockOpts{addr: lo2, bufBytes: 4 << 20, mmsg: true}, batch, batch, rbufs, zap.NewNop())
+	rcv, err := Listen(Options{Addr: lo2, SocketBuffer: 4 << 20, Mmsg: true, Messages: batch, Iovecs: batch}, rbufs, zap.NewNop())
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = rcv.close() })
-	port := rcv.c.LocalAddr().(*net.UDPAddr).Port
-	snd, err = listenUDP(sockOpts{addr: netip.MustParseAddr("127.0.0.1"), port: port, bufBytes: 4 << 20, mmsg: true},
-		batch, batch, [][]byte{make([]byte, 64)}, zap.NewNop())
+	b.Cleanup(func() { _ = rcv.Close() })
+	port := int(rcv.LocalAddr().Port())
+	snd, err = Listen(Options{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, SocketBuffer: 4 << 20, Mmsg: true, Messages: batch, Iovecs: batch},
+		[][]byte{make([]byte, 64)}, zap.NewNop())
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = snd.close() })
+	b.Cleanup(func() { _ = snd.Close() })
 	return snd, rcv
 }
 
 func benchRawBatch(b *testing.B, size, batch int) {
 	snd, rcv := batchPair(b, batch, size)
 	pkt := make([]byte, size)
-	dst := uint32(127)<<24 | 2
+	dst := rcv.LocalAddr()
 	b.SetBytes(int64(size * batch))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
 		for range batch {
-			snd.stage(pkt, dst)
+			_ = snd.Stage(pkt, dst)
 		}
-		if failed, err := snd.send(); failed > 0 || err != nil {
+		if failed, err := snd.Send(); failed > 0 || err != nil {
 			b.Fatalf("send: %d failed: %v", failed, err)
 		}
 		for got := 0; got < batch; {
-			n, err := rcv.recv()
+			n, err := rcv.Recv()
 			if err != nil {
 				b.Fatal(err)
 			}
 			for i := range n {
-				if rcv.size(i) != size {
-					b.Fatalf("datagram of %d bytes, want %d", rcv.size(i), size)
+				if rcv.Size(i) != size {
+					b.Fatalf("datagram of %d bytes, want %d", rcv.Size(i), size)
 				}
 			}
 			got += n
@@ -79,8 +79,7 @@ func benchRawBatch(b *testing.B, size, batch int) {
 func benchXNetBatch(b *testing.B, size, batch int) {
 	s, r := batchPair(b, batch, size)
 	snd, rcv := ipv4.NewPacketConn(s.c), ipv4.NewPacketConn(r.c)
-	dst := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: int(r.port)}
-	dst.Port = r.c.LocalAddr().(*net.UDPAddr).Port
+	dst := net.UDPAddrFromAddrPort(r.LocalAddr())
 	pkt := make([]byte, size)
 	wm, rm := make([]ipv4.Message, batch), make([]ipv4.Message, batch)
 	for i := range wm {

@@ -1,0 +1,54 @@
+// Package transport is weft's batched UDP I/O, shared by its userspace engines: the
+// udp backend's workers (proxy/), the WireGuard device's Bind (encap/wireguard) and
+// the relay (transport/relay). A Conn is one UDP socket with its send and receive
+// vectors allocated once: a caller stages messages (each one datagram, or a run of
+// datagrams for UDP GSO, built from pieces of its own buffers without copying them),
+// sends them with one sendmmsg, and receives batches with one recvmmsg, UDP GRO
+// packing many datagrams of one size into one message where the kernel can.
+//
+// One goroutine sends and one receives on a Conn; they share only what Listen set.
+package transport
+
+import (
+	"errors"
+	"net/netip"
+)
+
+// Options are a socket's features; each can be switched off.
+type Options struct {
+	// Addr is the local address (zero: every address of the family).
+	Addr netip.Addr
+	// Port is the local port (0: the kernel picks one).
+	Port int
+	// ReusePort sets SO_REUSEPORT, so that several Conns (one per queue) share Port.
+	ReusePort bool
+	// SocketBuffer is the receive and send buffer size in bytes, forced past the
+	// sysctl limits where the process may; <= 0 keeps the kernel's default.
+	SocketBuffer int
+	// Mmsg uses sendmmsg/recvmmsg; without it (or where the kernel lacks them) each
+	// datagram is one sendmsg/recvmsg.
+	Mmsg bool
+	// GSO tries UDP_SEGMENT (a run of datagrams crosses the stack as one).
+	GSO bool
+	// GRO tries UDP_GRO: a received message may hold many datagrams of one size.
+	GRO bool
+	// IPv6 makes an IPv6 socket (IPV6_V6ONLY) instead of an IPv4 one.
+	IPv6 bool
+	// Messages and Iovecs are the send side's room: messages per send, and pieces
+	// (iovecs) over all of them.
+	Messages, Iovecs int
+}
+
+// ErrFamily is returned for a destination of the other address family than the
+// socket's.
+var ErrFamily = errors.New("transport: address of the other family")
+
+// UDP GSO limits: datagrams per message (UDP_MAX_SEGMENTS on older kernels) and the
+// largest UDP payload of one message.
+const (
+	MaxSegments   = 64
+	MaxUDPPayload = 65535 - 20 - 8
+)
+
+// cacheLine separates what the sending and the receiving goroutine write.
+const cacheLine = 64
