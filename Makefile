@@ -15,7 +15,7 @@ export CGO_ENABLED ?= 0
 # containernetworking-plugins gives bridge and host-local, but no longer flannel).
 CNI_FLANNEL_PKG := github.com/containernetworking/plugins/plugins/meta/flannel@v0.9.1
 
-.PHONY: all deps build flanneld image image-deps image-lock pin release test unit race cross cross-build fuzz lint vet fmt staticcheck demo bench clean
+.PHONY: all deps build flanneld image image-deps image-lock pin release test unit race cross cross-build fuzz lint vet fmt staticcheck demo bench bench-check clean
 
 all: build
 
@@ -201,6 +201,14 @@ bench: deps build flanneld
 	$(GO) test -run '^$$' -bench . -benchmem ./proxy/
 	$(BIN)/weft-bench run --out bench/out --daemon flanneld=$(BIN)/flanneld
 	$(BIN)/weft-bench sites --out bench/out/sites
+
+# bench-check holds one run to weft's goals (bench.Goals: ratios between rows of the
+# same run, and weftd udp's idle CPU over 60 s) and fails when one is missed. It runs the
+# rows the goals name (kernel-vxlan, weftd-udp, weftd-wireguard; report in
+# bench/out/check), or with IN=DIR checks an earlier run's DIR/report.json instead
+# (make bench-check IN=bench/out).
+bench-check: deps build
+	$(BIN)/weft-bench check $(if $(IN),--in $(IN),--out bench/out/check)
 
 clean:
 	rm -rf $(BIN) bench/out

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -25,6 +24,10 @@ type Options struct {
 	// IPv6-only network over an IPv6 underlay).
 	Family    int
 	StateFile string // passed to the lab, for `lab down` after a crash
+	// Idle is the idle window: once every subject is up and before any traffic, each
+	// daemon's CPU is sampled from /proc/<pid>/stat over this long (IdleCPUPct).
+	// 0 leaves it out.
+	Idle time.Duration
 	// Progress receives one line per step while the matrix runs (may be nil).
 	Progress io.Writer
 }
@@ -73,10 +76,15 @@ func Run(ctx context.Context, o Options, log *zap.Logger) (*Report, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
-	rep := &Report{Started: time.Now(), Reps: o.Reps, Family: o.Family, DurationS: o.Duration.Seconds(), CPUs: runtime.NumCPU(), Kernel: kernel()}
+	rep := &Report{Started: time.Now(), Reps: o.Reps, Family: o.Family, DurationS: o.Duration.Seconds()}
+	weftd := ""
 	for _, s := range o.Subjects {
 		rep.Rows = append(rep.Rows, Row{Subject: s.Name, Kind: s.Kind})
+		if s.Kind == KindWeft && weftd == "" {
+			weftd = s.Binary
+		}
 	}
+	rep.record(weftd)
 	fmt.Fprintf(progress, "building the lab: %d hosts, router, etcd\n", 2*len(o.Subjects))
 	l, err := lab.New(ctx, lab.Spec{Hosts: HostSpecs(o.Subjects), StateFile: o.StateFile}, log)
 	if err != nil {
@@ -102,6 +110,20 @@ func Run(ctx context.Context, o Options, log *zap.Logger) (*Report, error) {
 		}
 		paths[i] = &p
 		fmt.Fprintf(progress, "  setup %-16s ok (%.1fs)\n", s.Name, time.Since(start).Seconds())
+	}
+	if o.Idle > 0 {
+		fmt.Fprintf(progress, "idle: every subject up, no traffic, daemons' CPU over %s\n", o.Idle)
+		if err := measureIdle(ctx, rep, paths, o.Idle); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		for i, row := range rep.Rows {
+			if row.IdleCPUPct != nil {
+				fmt.Fprintf(progress, "  idle  %-16s %.2f %% of a core\n", o.Subjects[i].Name, *row.IdleCPUPct)
+			}
+		}
 	}
 	for r := 0; r < o.Reps; r++ {
 		for _, i := range Order(len(o.Subjects), r) {
@@ -169,6 +191,61 @@ func measure(ctx context.Context, p Path, o Options) (Figures, []string) {
 		f[UDPLossPct] = u.LossPercent
 	}
 	return f, errs
+}
+
+// measureIdle samples the CPU time of every path's daemons at the start and the end
+// of window, all in the same window, and sets each row's IdleCPUPct to its busier
+// daemon's share of one core. A daemon that cannot be read (it exited) is an error
+// of its row.
+func measureIdle(ctx context.Context, rep *Report, paths []*Path, window time.Duration) error {
+	type sample struct {
+		row     int
+		d       *lab.Daemon
+		before  time.Duration
+		readErr error
+	}
+	var samples []sample
+	for i, p := range paths {
+		if p == nil {
+			continue
+		}
+		for _, d := range p.Daemons {
+			c, err := d.CPUTime()
+			samples = append(samples, sample{row: i, d: d, before: c, readErr: err})
+		}
+	}
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(window):
+	}
+	elapsed := time.Since(start)
+	rep.IdleS = window.Seconds()
+	for _, s := range samples {
+		row := &rep.Rows[s.row]
+		after, err := s.d.CPUTime()
+		if err == nil {
+			err = s.readErr
+		}
+		if err != nil {
+			row.Errors = append(row.Errors, fmt.Sprintf("idle CPU of %s: %v", s.d.Host.Name, err))
+			continue
+		}
+		pct := IdlePct(after-s.before, elapsed)
+		if row.IdleCPUPct == nil || pct > *row.IdleCPUPct {
+			row.IdleCPUPct = &pct
+		}
+	}
+	return nil
+}
+
+// IdlePct is cpu as a percentage of one core over elapsed.
+func IdlePct(cpu, elapsed time.Duration) float64 {
+	if elapsed <= 0 {
+		return 0
+	}
+	return 100 * cpu.Seconds() / elapsed.Seconds()
 }
 
 func kernel() string {

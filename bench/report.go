@@ -22,6 +22,10 @@ const (
 	// TotalCPUPerGB is the whole machine's busy CPU (user, system, irq, softirq
 	// from /proc/stat) per GB of the one-stream TCP run.
 	TotalCPUPerGB = "total_cpu_s_per_gb"
+	// IdleCPUPct is a daemon's CPU over the run's idle window (every subject up, no
+	// traffic) as a percentage of one core: the busier of the subject's daemons.
+	// It is measured once per run, not per repetition (Row.IdleCPUPct).
+	IdleCPUPct = "idle_cpu_pct"
 )
 
 // MetricInfo describes one figure.
@@ -40,6 +44,7 @@ var Metrics = []MetricInfo{
 	{RTTP99, "RTT p99", "µs", false},
 	{CPUPerGBs, "daemon CPU", "s/GB", false},
 	{TotalCPUPerGB, "total CPU", "s/GB", false},
+	{IdleCPUPct, "idle CPU", "% core", false},
 }
 
 // Figures maps metric keys to values; a metric not measured is absent.
@@ -56,6 +61,9 @@ type Row struct {
 	Errors        []string  `json:"errors,omitempty"`
 	// NotApplicable says why the subject cannot carry the report's family (no figures).
 	NotApplicable string `json:"not_applicable,omitempty"`
+	// IdleCPUPct is the busier daemon's CPU over the idle window, % of a core (nil
+	// for rows without daemons or runs without the window).
+	IdleCPUPct *float64 `json:"idle_cpu_pct,omitempty"`
 }
 
 // Report is a matrix run's result.
@@ -66,7 +74,18 @@ type Report struct {
 	DurationS float64   `json:"duration_s"`
 	Kernel    string    `json:"kernel,omitempty"`
 	CPUs      int       `json:"cpus,omitempty"`
-	Rows      []Row     `json:"rows"`
+	// CPUModel is /proc/cpuinfo's model name; LoadAvg the 1, 5 and 15 minute load
+	// averages when the run started.
+	CPUModel string `json:"cpu_model,omitempty"`
+	LoadAvg  string `json:"load_avg,omitempty"`
+	// Commit is `git describe --always --dirty` of the tree the run started in;
+	// Weftd is the measured weftd's --version.
+	Commit string `json:"commit,omitempty"`
+	Weftd  string `json:"weftd,omitempty"`
+	// IdleS is the idle window: seconds with every subject up and no traffic, over
+	// which IdleCPUPct was measured (0: not measured).
+	IdleS float64 `json:"idle_s,omitempty"`
+	Rows  []Row   `json:"rows"`
 }
 
 // Row returns the row of subject, or nil.
@@ -95,6 +114,9 @@ func (r *Report) Finish() {
 			if len(v) > 0 {
 				row.Median[m.Key] = Median(v)
 			}
+		}
+		if row.IdleCPUPct != nil {
+			row.Median[IdleCPUPct] = *row.IdleCPUPct
 		}
 	}
 	vx, ul := r.Row(KernelVXLAN), r.Row(Underlay)
@@ -247,14 +269,15 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	b.WriteString("# weft benchmark" + r.familyTitle() + "\n\n")
 	fmt.Fprintf(&b, "Run %s: %d repetition(s) of %gs per workload, subjects alternated across repetitions, medians shown.",
 		r.Started.UTC().Format(time.RFC3339), r.Reps, r.DurationS)
-	if r.Kernel != "" {
-		fmt.Fprintf(&b, " Kernel %s, %d CPUs.", r.Kernel, r.CPUs)
+	if m := r.Machine(); m != "" {
+		fmt.Fprintf(&b, " Run record: %s.", m)
 	}
 	b.WriteString(" Ratios are to kernel-vxlan (vs kvxlan) and to the bare underlay measured in the same run." +
 		" TCP: one iperf3 stream pod to pod; TCP -P 4: four streams; UDP: iperf3 with 64-byte payloads at full rate, delivered packets;" +
 		" RTT: ping every 10 ms; daemon CPU: user+system seconds of both hosts' daemons per GB moved by one-stream TCP;" +
 		" total CPU: the whole machine's user+system+irq+softirq seconds (/proc/stat) per GB of the same run," +
-		" iperf3 and the kernel's packet processing included (and anything else running on the machine).\n\n")
+		" iperf3 and the kernel's packet processing included (and anything else running on the machine);" +
+		" idle CPU: the busier of a subject's daemons over the idle window (every subject up, no traffic), % of one core.\n\n")
 	head, rows := r.cells()
 	mdRow := func(c []string) { b.WriteString("| " + strings.Join(c, " | ") + " |\n") }
 	mdRow(head)
@@ -285,6 +308,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			}
 			mdRow(c)
 		}
+	}
+	if r.HasGoalRows() {
+		r.writeGoalsMarkdown(&b)
 	}
 	var eb strings.Builder
 	r.writeErrors(&eb)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime"
 	"strings"
 	"time"
 
@@ -51,7 +50,8 @@ func RunSites(ctx context.Context, weftd string, o Options, log *zap.Logger) (*R
 	if progress == nil {
 		progress = io.Discard
 	}
-	rep := &Report{Started: time.Now(), Reps: o.Reps, Family: 4, DurationS: o.Duration.Seconds(), CPUs: runtime.NumCPU(), Kernel: kernel()}
+	rep := &Report{Started: time.Now(), Reps: o.Reps, Family: 4, DurationS: o.Duration.Seconds()}
+	rep.record(weftd)
 	for _, name := range []string{Underlay, WireGuardDirect, WireGuardPunched, WireGuardRelayed} {
 		rep.Rows = append(rep.Rows, Row{Subject: name, Kind: KindWeft})
 	}

@@ -31,6 +31,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.SetOutput(stderr)
 	weftd := fs.String("weftd", defaultWeftd(), "weftd binary")
 	dur := fs.Duration("duration", 2*time.Second, "length of each workload in the short run")
+	idle := fs.Duration("idle", 10*time.Second, "idle window of the short run (make bench-check holds weftd udp to 60 s)")
 	verbose := fs.Bool("v", false, "debug logging")
 	var extra daemonFlag
 	fs.Var(&extra, "daemon", "NAME=PATH of another flanneld-compatible daemon for the table, run with backend udp (repeatable)")
@@ -70,13 +71,13 @@ weftd with each backend. One repetition of %s per workload (make bench runs more
 		fmt.Fprintf(stdout, "Row %s is %s with its udp backend, on the same topology.\n", e[0], e[1])
 	}
 	rep, err := bench.Run(ctx, bench.Options{
-		Subjects: bench.Subjects(*weftd, extra), Reps: 1, Duration: *dur, Pings: 100,
+		Subjects: bench.Subjects(*weftd, extra), Reps: 1, Duration: *dur, Pings: 100, Idle: *idle,
 		StateFile: filepath.Join(stateDir(), "run.json"), Progress: stdout,
 	}, log)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout)
+	fmt.Fprintf(stdout, "\nrun: %s\n", rep.Machine())
 	if err := rep.WriteTable(stdout); err != nil {
 		return err
 	}
@@ -95,9 +96,14 @@ weftd-wireguard is weftd's wireguard backend with its device in userspace (the
 wireguard-go engine inside weftd); wireguard-go is Debian's wireguard-go and wg set up
 by hand on each host, the same engine as its authors ship it, for reference.
 weftd-udp-busy is the udp backend with "BusyPoll": its workers poll instead of
-sleeping while packets keep coming, which buys round-trip time with CPU. RTTs on a
-small VM swing a lot from run to run: compare rows of one run, not across runs.
+sleeping while packets keep coming, which buys round-trip time with CPU. idle CPU is
+each daemon's CPU while every row was up and nothing moved, in percent of one core.
+RTTs on a small VM swing a lot from run to run: compare rows of one run, not across runs.
 `)
+	fmt.Fprintf(stdout, "\nThe goals `make bench-check` holds a run to, against this one (one repetition,\nan idle window of %s; the check's run takes 3 and 60 s):\n\n", *idle)
+	if err := bench.WriteGoals(stdout, rep.Check(nil)); err != nil {
+		return err
+	}
 	heading(stdout, fmt.Sprintf("Done in %.0fs: every namespace, link and process was removed", time.Since(start).Seconds()))
 	if len(failed) > 0 {
 		return fmt.Errorf("backend(s) failed: %s", strings.Join(failed, ", "))

@@ -4,6 +4,7 @@
 //
 //	weft-bench lab up|down|status   a lab to poke at with `ip netns exec`
 //	weft-bench run                  the benchmark matrix, reports in --out
+//	weft-bench check                a run held to its goals (bench.Goals); exit 1 when one is missed
 //	weft-bench demo                 what weft does and how fast, in two minutes
 //	weft-bench scale                the control plane with thousands of simulated hosts
 //	weft-bench soak                 pod traffic through faults, scored
@@ -46,7 +47,10 @@ const usage = `usage: weft-bench <command> [flags]
   lab up [--hosts N] [--lan2 N] [--backend udp|vxlan|host-gw|none] [--weftd PATH]
   lab down
   lab status
-  run  [--reps N] [--duration D] [--out DIR] [--subjects a,b] [--family 4|6] [--daemon NAME=PATH]... [--weftd PATH]
+  run  [--reps N] [--duration D] [--idle D] [--out DIR] [--subjects a,b] [--family 4|6] [--daemon NAME=PATH]... [--weftd PATH]
+  check [--in DIR|FILE] | [--reps N] [--duration D] [--idle D] [--out DIR] [--subjects a,b] [--weftd PATH]
+        a run's goals (ratios between its rows): a new run of the rows they name, or
+        --in an earlier run's report.json; exit status 1 when a goal is missed
   sites [--reps N] [--duration D] [--out DIR] [--weftd PATH]
         weftd's wireguard ways across two NATs: direct, punched, relayed
   demo [--weftd PATH] [--duration D] [--daemon NAME=PATH]...
@@ -72,6 +76,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = labCmd(ctx, args[1:], stdout, stderr)
 	case "run":
 		err = runCmd(ctx, args[1:], stdout, stderr)
+	case "check":
+		err = checkCmd(ctx, args[1:], stdout, stderr)
 	case "sites":
 		err = sitesCmd(ctx, args[1:], stdout, stderr)
 	case "demo":
@@ -162,6 +168,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	reps := fs.Int("reps", 3, "repetitions of every subject x workload")
 	dur := fs.Duration("duration", 5*time.Second, "length of each iperf3 workload")
 	pings := fs.Int("pings", 200, "pings per repetition (every 10 ms)")
+	idle := fs.Duration("idle", bench.IdleGoalWindow*time.Second, "idle window: every subject up, no traffic, daemons' CPU sampled (0: none)")
 	out := fs.String("out", "", "directory for report.md, report.json and report.svg")
 	weftd := fs.String("weftd", defaultWeftd(), "weftd binary")
 	only := fs.String("subjects", "", "comma-separated subset of subjects (default all)")
@@ -190,14 +197,24 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			break
 		}
 	}
+	if *idle < 0 {
+		return fmt.Errorf("%w: --idle %s: want 0 or more", errUsage, *idle)
+	}
 	rep, err := bench.Run(ctx, bench.Options{
-		Subjects: subjects, Reps: *reps, Duration: *dur, Pings: *pings, Family: *family,
+		Subjects: subjects, Reps: *reps, Duration: *dur, Pings: *pings, Family: *family, Idle: *idle,
 		StateFile: filepath.Join(stateDir(), "run.json"), Progress: stderr,
 	}, newLogger(stderr, *verbose))
 	if err != nil {
 		return err
 	}
-	return writeReport(rep, *out, stdout)
+	if err := writeReport(rep, *out, stdout); err != nil {
+		return err
+	}
+	if !rep.HasGoalRows() {
+		return nil
+	}
+	fmt.Fprintln(stdout, "\ngoals (weft-bench check --in DIR holds the run to them):")
+	return bench.WriteGoals(stdout, rep.Check(nil))
 }
 
 // sitesCmd is `weft-bench sites`: bench.RunSites.
@@ -227,9 +244,13 @@ func sitesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return writeReport(rep, *out, stdout)
 }
 
-// writeReport prints rep's table to stdout and, with out set, writes its files there.
+// writeReport prints rep's record and table to stdout and, with out set, writes its
+// files there.
 func writeReport(rep *bench.Report, out string, stdout io.Writer) error {
 	fmt.Fprintln(stdout)
+	if m := rep.Machine(); m != "" {
+		fmt.Fprintf(stdout, "run: %s\n", m)
+	}
 	if err := rep.WriteTable(stdout); err != nil {
 		return err
 	}
