@@ -10,10 +10,10 @@ import (
 	"sync"
 
 	"github.com/vishvananda/netlink"
+	"github.com/weftnet/weft/transport/wgbind"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
-	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/ipc"
 	"golang.zx2c4.com/wireguard/tun"
@@ -116,7 +116,9 @@ func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log
 	dlog := log.Named("wireguard-go").With(zap.String("device", name))
 	// The device's verbose lines are counted when they tell of a drop, and formatted
 	// only when debug is on: a flood of junk makes one for each datagram.
-	bind, err := newNSBind(conn.NewDefaultBind())
+	// weft's transport carries the device's datagrams (transport/wgbind), not
+	// wireguard-go's own Bind: no copy into a GSO buffer, no allocation per datagram.
+	bind, err := newNSBind(wgbind.New(dlog))
 	if err != nil {
 		_ = t.Close()
 		return nil, err

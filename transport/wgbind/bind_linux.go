@@ -1,0 +1,223 @@
+package wgbind
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+
+	"github.com/weftnet/weft/transport"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/conn"
+)
+
+// Sizes of the Bind's sockets and batches.
+const (
+	// SocketBuffer is what each socket asks for to send and receive, as wireguard-go's
+	// own Bind does.
+	SocketBuffer = 7 << 20
+	// batch is how many datagrams wireguard-go hands over or takes per call.
+	batch = conn.IdealBatchSize
+	// recvMsgs are the receive buffers of a socket, each room for one GRO message.
+	recvMsgs = 16
+	bufLen   = 1 << 16
+)
+
+// Bind is a conn.Bind on two transport.Conns, one per family, on one port.
+type Bind struct {
+	log *zap.Logger
+
+	mu     sync.Mutex // Open, Close, SetMark and which sockets are open
+	v4, v6 *sender
+}
+
+var _ conn.Bind = (*Bind)(nil)
+
+// New makes a Bind; Open opens its sockets.
+func New(log *zap.Logger) *Bind { return &Bind{log: log} }
+
+// sender is one socket's send side: wireguard-go sends from many goroutines (one per
+// peer, and its handshakes), the socket's staging is one goroutine's.
+type sender struct {
+	mu sync.Mutex
+	c  *transport.Conn
+}
+
+// receiver is one socket's receive side, run by one wireguard-go goroutine: what is
+// left of the last batch (a GRO message holds more datagrams than a call takes).
+type receiver struct {
+	c        *transport.Conn
+	bufs     [][]byte
+	n        int // messages in the batch
+	msg, off int // the next datagram: in message msg at offset off
+	eps      endpoints
+	log      *zap.Logger
+}
+
+// Open opens an IPv4 and, where the host has IPv6, an IPv6 socket on port (0: one
+// the kernel picks, the same for both).
+func (b *Bind) Open(port uint16) ([]conn.ReceiveFunc, uint16, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.v4 != nil {
+		return nil, 0, conn.ErrBindAlreadyOpen
+	}
+	// With port 0 the IPv6 socket takes the port the kernel gave the IPv4 one; when
+	// that is taken on IPv6, try again with another.
+	for try := 0; ; try++ {
+		r4, err := b.listen(port, false)
+		if err != nil {
+			return nil, 0, err
+		}
+		actual := r4.c.LocalAddr().Port()
+		r6, err := b.listen(actual, true)
+		switch {
+		case err == nil:
+			b.v4, b.v6 = &sender{c: r4.c}, &sender{c: r6.c}
+			return []conn.ReceiveFunc{r4.receive, r6.receive}, actual, nil
+		case errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EADDRNOTAVAIL):
+			b.v4 = &sender{c: r4.c}
+			return []conn.ReceiveFunc{r4.receive}, actual, nil
+		case port == 0 && errors.Is(err, unix.EADDRINUSE) && try < 100:
+			_ = r4.c.Close()
+			continue
+		default:
+			_ = r4.c.Close()
+			return nil, 0, err
+		}
+	}
+}
+
+func (b *Bind) listen(port uint16, v6 bool) (*receiver, error) {
+	r := &receiver{bufs: make([][]byte, recvMsgs), log: b.log}
+	for i := range r.bufs {
+		r.bufs[i] = make([]byte, bufLen)
+	}
+	var err error
+	r.c, err = transport.Listen(transport.Options{Port: int(port), IPv6: v6, SocketBuffer: SocketBuffer,
+		Mmsg: true, GSO: true, GRO: true, Messages: batch, Iovecs: batch}, r.bufs, b.log)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// receive is a conn.ReceiveFunc: it fills packets with datagrams, receiving a batch
+// when the last one is used up.
+func (r *receiver) receive(packets [][]byte, sizes []int, eps []conn.Endpoint) (int, error) {
+	if r.msg >= r.n {
+		n, err := r.c.Recv()
+		if err != nil {
+			return 0, err
+		}
+		r.n, r.msg, r.off = n, 0, 0
+	}
+	k := 0
+	for k < len(packets) && r.msg < r.n {
+		size, step := r.c.Size(r.msg), r.c.SegSize(r.msg)
+		if size == 0 || size > len(r.bufs[r.msg]) { // empty, or cut by the buffer: not a WireGuard message
+			r.msg, r.off = r.msg+1, 0
+			continue
+		}
+		if step <= 0 || step > size {
+			step = size
+		}
+		end := min(r.off+step, size)
+		sizes[k] = copy(packets[k], r.bufs[r.msg][r.off:end])
+		eps[k] = r.eps.get(r.c.From(r.msg))
+		k++
+		if r.off = end; r.off >= size {
+			r.msg, r.off = r.msg+1, 0
+		}
+	}
+	return k, nil
+}
+
+// Send sends bufs to ep: runs of one size go as UDP GSO messages.
+func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
+	e, ok := ep.(*Endpoint)
+	if !ok {
+		return fmt.Errorf("wgbind: endpoint %T is not the Bind's", ep)
+	}
+	to := e.ap
+	b.mu.Lock()
+	s := b.v4
+	if to.Addr().Is6() && !to.Addr().Is4In6() {
+		s = b.v6
+	}
+	b.mu.Unlock()
+	if s == nil {
+		return syscall.EAFNOSUPPORT
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var failed int
+	var err error
+	for _, p := range bufs {
+		if !s.c.Room(1) {
+			f, serr := s.c.Send()
+			failed, err = failed+f, errors.Join(err, serr)
+		}
+		if serr := s.c.StageRun(p, to); serr != nil {
+			return serr
+		}
+	}
+	f, serr := s.c.Send()
+	if failed += f; failed > 0 {
+		return fmt.Errorf("wgbind: %d of %d datagrams to %v not sent: %w", failed, len(bufs), to, errors.Join(err, serr))
+	}
+	return nil
+}
+
+// ParseEndpoint reads an address and port (a UAPI endpoint= line).
+func (*Bind) ParseEndpoint(s string) (conn.Endpoint, error) {
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return nil, err
+	}
+	return &Endpoint{ap: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())}, nil
+}
+
+// BatchSize is how many datagrams wireguard-go moves per call.
+func (*Bind) BatchSize() int { return batch }
+
+// SetMark sets SO_MARK on the sockets (wg's fwmark).
+func (b *Bind) SetMark(mark uint32) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var errs []error
+	for _, s := range []*sender{b.v4, b.v6} {
+		if s == nil {
+			continue
+		}
+		var serr error
+		if err := s.c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, int(mark))
+		}); err != nil {
+			serr = err
+		}
+		if serr != nil {
+			errs = append(errs, fmt.Errorf("SO_MARK: %w", serr))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close closes the sockets; the receive functions return net.ErrClosed.
+func (b *Bind) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var errs []error
+	for _, s := range []*sender{b.v4, b.v6} {
+		if s != nil {
+			if err := s.c.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	b.v4, b.v6 = nil, nil
+	return errors.Join(errs...)
+}
