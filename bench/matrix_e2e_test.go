@@ -66,7 +66,7 @@ func tinyMatrix(t *testing.T, family int) {
 	testenv.OnInterrupt(t, "bench lab", func() error { return lab.Down(state) })
 	t.Cleanup(func() { _ = lab.Down(state) })
 	rep, err := Run(ctx, Options{Subjects: subjects, Reps: 1, Duration: time.Second, Pings: 50, Family: family,
-		StateFile: state, Progress: &progress}, zaptest.NewLogger(t))
+		Idle: 2 * time.Second, StateFile: state, Progress: &progress}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, progress.String())
 	}
@@ -76,6 +76,9 @@ func tinyMatrix(t *testing.T, family int) {
 	t.Logf("\n%s", table.String())
 	if len(rep.Rows) != len(subjects) || rep.Family != family {
 		t.Fatalf("%d rows for %d subjects, family %d (want %d)", len(rep.Rows), len(subjects), rep.Family, family)
+	}
+	if rep.IdleS != 2 || rep.Kernel == "" || rep.CPUs == 0 {
+		t.Errorf("run record: idle window %gs, kernel %q, %d CPUs", rep.IdleS, rep.Kernel, rep.CPUs)
 	}
 	for i, row := range rep.Rows {
 		if row.Subject != subjects[i].Name {
@@ -106,6 +109,10 @@ func tinyMatrix(t *testing.T, family int) {
 			row.Subject == WireGuardGo || row.Subject == WeftdWireGuard
 		if userspace && row.Median[CPUPerGBs] <= 0 {
 			t.Errorf("%s: daemon CPU per GB %v, want > 0", row.Subject, row.Median[CPUPerGBs])
+		}
+		// Every row with daemons has its idle CPU from the idle window; kernel rows none.
+		if idle, ok := row.Median[IdleCPUPct]; ok != (subjects[i].Binary != "" || row.Subject == SocatUDP || row.Subject == WireGuardGo) || idle < 0 || idle > 100 {
+			t.Errorf("%s: idle CPU %v (present %v)", row.Subject, idle, ok)
 		}
 		if row.Subject != Underlay && row.VsUnderlay[TCPGbps] <= 0 {
 			t.Errorf("%s: no TCP ratio to the underlay", row.Subject)

@@ -100,7 +100,7 @@ sleeping while packets keep coming, which buys round-trip time with CPU. idle CP
 each daemon's CPU while every row was up and nothing moved, in percent of one core.
 RTTs on a small VM swing a lot from run to run: compare rows of one run, not across runs.
 `)
-	fmt.Fprintf(stdout, "\nThe goals `make bench-check` holds a run to, against this one (one repetition,\nan idle window of %s; the check's run takes 3 and 60 s):\n\n", *idle)
+	fmt.Fprintf(stdout, "\nThe goals `make bench-check` holds a run to, against this short one (one repetition,\nan idle window of %s; make bench-check runs 3 repetitions and a 60 s idle window):\n\n", *idle)
 	if err := bench.WriteGoals(stdout, rep.Check(nil)); err != nil {
 		return err
 	}
