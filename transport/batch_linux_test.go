@@ -251,3 +251,44 @@ func TestGROBoundaries(t *testing.T) {
 		})
 	}
 }
+
+// TestDualStack: one socket for both families takes IPv4 and IPv6 destinations,
+// and reports IPv4 sources as plain IPv4.
+func TestDualStack(t *testing.T) {
+	rbufs := [][]byte{make([]byte, 64), make([]byte, 64)}
+	d, err := Listen(Options{DualStack: true, Mmsg: true, Messages: 2, Iovecs: 2}, rbufs, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	port := d.LocalAddr().Port()
+	for _, c := range []struct{ local, peer string }{{"127.0.0.1", "127.0.0.1"}, {"::1", "::1"}} {
+		p, prb := netip.MustParseAddr(c.peer), [][]byte{make([]byte, 64)}
+		peer, err := Listen(Options{Addr: p, IPv6: p.Is6(), Messages: 1, Iovecs: 1}, prb, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = peer.Close() })
+		if err := peer.Stage([]byte{7}, netip.AddrPortFrom(netip.MustParseAddr(c.local), port)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := peer.Send(); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := d.Recv(); err != nil || n != 1 {
+			t.Fatalf("recv: %d, %v", n, err)
+		}
+		if from := d.From(0); from != peer.LocalAddr() {
+			t.Fatalf("from %v, want %v", from, peer.LocalAddr())
+		}
+		if err := d.Stage([]byte{8}, peer.LocalAddr()); err != nil {
+			t.Fatalf("answer to %v: %v", peer.LocalAddr(), err)
+		}
+		if failed, err := d.Send(); failed != 0 || err != nil {
+			t.Fatalf("answer: %d failed, %v", failed, err)
+		}
+		if n, err := peer.Recv(); err != nil || n != 1 || prb[0][0] != 8 {
+			t.Fatalf("answer received: %d, %v", n, err)
+		}
+	}
+}

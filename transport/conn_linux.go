@@ -37,6 +37,8 @@ type Conn struct {
 	c  *net.UDPConn
 	rc syscall.RawConn
 	v6 bool // an IPv6 socket (the IPv6 underlay)
+	// dual: an IPv6 socket that takes IPv4 too, as IPv4-mapped addresses
+	dual bool
 	// mmsg: sendmmsg/recvmmsg in use (else one sendmsg/recvmsg per packet); the
 	// first side to find them missing (ENOSYS) switches both off for good.
 	mmsg bool
@@ -118,6 +120,9 @@ func Listen(o Options, rbufs [][]byte, log *zap.Logger) (*Conn, error) {
 	if o.IPv6 {
 		laddr, network = fmt.Sprintf("[::]:%d", o.Port), "udp6" // Go sets IPV6_V6ONLY for udp6
 	}
+	if o.DualStack {
+		network = "udp" // Go clears IPV6_V6ONLY: IPv4 arrives as IPv4-mapped IPv6
+	}
 	if o.Addr.IsValid() {
 		laddr = netip.AddrPortFrom(o.Addr, uint16(o.Port)).String()
 	}
@@ -133,12 +138,21 @@ func Listen(o Options, rbufs [][]byte, log *zap.Logger) (*Conn, error) {
 		return nil, fmt.Errorf("udp port %d: raw conn: %w", o.Port, err)
 	}
 	u := &Conn{c: c, rc: rc, mmsg: o.Mmsg, v6: o.IPv6}
+	if o.DualStack {
+		// One socket for both families where the host has IPv6; Go falls back to an
+		// IPv4 socket where it has not.
+		_ = rc.Control(func(fd uintptr) {
+			d, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DOMAIN)
+			u.v6 = err == nil && d == unix.AF_INET6
+		})
+		u.dual = u.v6
+	}
 	u.tx.hdrs, u.tx.iov = make([]unix.Mmsghdr, msgs), make([]unix.Iovec, iovs)
 	u.tx.names, u.tx.ctrl, u.tx.segs = make([]unix.RawSockaddrInet4, msgs), make([]byte, msgs*ctrlLen), make([]int, msgs)
 	u.rx.hdrs, u.rx.iov = make([]unix.Mmsghdr, len(rbufs)), make([]unix.Iovec, len(rbufs))
 	u.rx.names, u.rx.bufs = make([]unix.RawSockaddrInet4, len(rbufs)), rbufs
 	u.rx.ctrl, u.rx.nameLen = make([]byte, len(rbufs)*rctrlLen), unix.SizeofSockaddrInet4
-	if o.IPv6 {
+	if u.v6 {
 		u.rx.nameLen = unix.SizeofSockaddrInet6
 		u.tx.names6, u.rx.names6 = make([]unix.RawSockaddrInet6, msgs), make([]unix.RawSockaddrInet6, len(rbufs))
 	}
@@ -146,7 +160,7 @@ func Listen(o Options, rbufs [][]byte, log *zap.Logger) (*Conn, error) {
 		u.tx.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.tx.names[i]))
 		u.tx.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet4
 		u.tx.names[i].Family = unix.AF_INET
-		if o.IPv6 {
+		if u.v6 {
 			u.tx.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.tx.names6[i]))
 			u.tx.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
 			u.tx.names6[i].Family = unix.AF_INET6
@@ -160,7 +174,7 @@ func Listen(o Options, rbufs [][]byte, log *zap.Logger) (*Conn, error) {
 		u.rx.iov[i].Base = &rbufs[i][0]
 		u.rx.iov[i].SetLen(len(rbufs[i]))
 		u.rx.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.rx.names[i]))
-		if o.IPv6 {
+		if u.v6 {
 			u.rx.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&u.rx.names6[i]))
 		}
 		u.rx.hdrs[i].Hdr.Iov = &u.rx.iov[i]
@@ -265,7 +279,9 @@ func (u *Conn) StageRun(pkt []byte, to netip.AddrPort) error {
 func (u *Conn) Begin(to netip.AddrPort) error {
 	a := to.Addr()
 	if u.v6 {
-		if !a.Is6() || a.Is4In6() {
+		if a.Is4() && u.dual {
+			a = netip.AddrFrom16(a.As16())
+		} else if !a.Is6() || a.Is4In6() && !u.dual {
 			return ErrFamily
 		}
 		u.tx.names6[u.tx.n].Addr = a.As16()
@@ -482,7 +498,11 @@ func (u *Conn) SegSize(i int) int {
 func (u *Conn) From(i int) netip.AddrPort {
 	if u.v6 {
 		n := &u.rx.names6[i]
-		return netip.AddrPortFrom(netip.AddrFrom16(n.Addr), binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&n.Port))[:]))
+		a := netip.AddrFrom16(n.Addr)
+		if u.dual {
+			a = a.Unmap()
+		}
+		return netip.AddrPortFrom(a, binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&n.Port))[:]))
 	}
 	n := &u.rx.names[i]
 	return netip.AddrPortFrom(netip.AddrFrom4(n.Addr), binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&n.Port))[:]))

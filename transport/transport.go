@@ -34,6 +34,10 @@ type Options struct {
 	GRO bool
 	// IPv6 makes an IPv6 socket (IPV6_V6ONLY) instead of an IPv4 one.
 	IPv6 bool
+	// DualStack makes one socket for both families where the host has IPv6 (an IPv6
+	// socket without IPV6_V6ONLY; Addr must be zero): IPv4 peers are given and
+	// reported as plain IPv4 addresses. Without IPv6 it is an IPv4 socket.
+	DualStack bool
 	// Messages and Iovecs are the send side's room: messages per send, and pieces
 	// (iovecs) over all of them.
 	Messages, Iovecs int

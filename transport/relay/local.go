@@ -112,7 +112,7 @@ func (n *Node) readLocal(k Key, l *local) {
 			n.dropped.Add(1)
 			continue
 		}
-		_, _ = n.conn.WriteToUDPAddrPort(buf[:relayHdr+size], via)
+		_ = n.send(buf[:relayHdr+size], via)
 	}
 }
 

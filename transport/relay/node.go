@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weftnet/weft/transport"
 	"go.uber.org/zap"
 	"golang.org/x/crypto/blake2s"
 	"golang.org/x/crypto/curve25519"
@@ -54,8 +55,13 @@ type Config struct {
 type Node struct {
 	cfg  Config
 	pub  Key
-	conn *net.UDPConn
+	conn *transport.Conn
+	bufs [][]byte       // conn's receive buffers, Run's
 	wg   netip.AddrPort // our device on loopback
+
+	// sendMu serializes the socket's send side: Run forwards a batch of relayed
+	// datagrams in one sendmmsg; hellos, pings and the loopback readers send one.
+	sendMu sync.Mutex
 
 	mu     sync.Mutex
 	regs   map[Key]registration   // hosts registered with us, as their relay
@@ -114,14 +120,19 @@ func Listen(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: our public key: %w", err)
 	}
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{Port: cfg.Port})
-	if err != nil {
-		return nil, fmt.Errorf("relay: listen on UDP %d: %w", cfg.Port, err)
-	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
-	n := &Node{cfg: cfg, pub: Key(pub), conn: conn,
+	bufs := make([][]byte, recvBatch)
+	for i := range bufs {
+		bufs[i] = make([]byte, maxFrame)
+	}
+	conn, err := transport.Listen(transport.Options{Port: cfg.Port, DualStack: true, Mmsg: true, GSO: true,
+		Messages: recvBatch, Iovecs: recvBatch}, bufs, cfg.Log)
+	if err != nil {
+		return nil, fmt.Errorf("relay: listen on UDP %d: %w", cfg.Port, err)
+	}
+	n := &Node{cfg: cfg, pub: Key(pub), conn: conn, bufs: bufs,
 		wg:   netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(cfg.WGPort)),
 		regs: map[Key]registration{}, lastTS: map[Key]uint64{}, sent: map[Key]uint64{}, seen: map[Key]Seen{},
 		routes: map[Key]netip.AddrPort{}, heard: map[Key]netip.AddrPort{}, locals: map[Key]*local{},
@@ -130,28 +141,78 @@ func Listen(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// Port is the port the socket listens on.
-func (n *Node) Port() int { return n.conn.LocalAddr().(*net.UDPAddr).Port }
+// recvBatch is how many datagrams Run takes per recvmmsg, and forwards per sendmmsg.
+const recvBatch = 32
 
-// Run reads the relay socket until ctx ends or the node is closed.
+// Port is the port the socket listens on.
+func (n *Node) Port() int { return int(n.conn.LocalAddr().Port()) }
+
+// Run reads the relay socket until ctx ends or the node is closed. The datagrams of
+// one batch that it relays go out together, after the batch.
 func (n *Node) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { _ = n.Close() })
 	defer stop()
-	buf := make([]byte, maxFrame)
 	for {
-		size, from, err := n.conn.ReadFromUDPAddrPort(buf)
+		k, err := n.conn.Recv()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
 			// ICMP errors of an earlier send (ECONNREFUSED) end up here: not ours to end on.
 			continue
 		}
-		n.handle(buf[:size], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()))
+		for i := range k {
+			size := n.conn.Size(i)
+			if size > len(n.bufs[i]) {
+				n.dropped.Add(1) // larger than any frame
+				continue
+			}
+			n.handle(n.bufs[i][:size], n.conn.From(i))
+		}
+		n.flush() // before the next Recv overwrites what was staged
+	}
+}
+
+// send sends b to addr now.
+func (n *Node) send(b []byte, addr netip.AddrPort) error {
+	n.sendMu.Lock()
+	defer n.sendMu.Unlock()
+	if !n.conn.Room(1) {
+		n.sendLocked()
+	}
+	if err := n.conn.Stage(b, addr); err != nil {
+		return err
+	}
+	if failed, err := n.conn.Send(); failed > 0 {
+		return err
+	}
+	return nil
+}
+
+// stage queues b, which must stay as it is until the next flush, for addr; it
+// reports whether b is queued.
+func (n *Node) stage(b []byte, addr netip.AddrPort) bool {
+	n.sendMu.Lock()
+	defer n.sendMu.Unlock()
+	if !n.conn.Room(1) {
+		n.sendLocked()
+	}
+	return n.conn.StageRun(b, addr) == nil
+}
+
+// flush sends what stage queued.
+func (n *Node) flush() {
+	n.sendMu.Lock()
+	defer n.sendMu.Unlock()
+	n.sendLocked()
+}
+
+func (n *Node) sendLocked() {
+	if n.conn.Staged() == 0 {
+		return
+	}
+	if failed, _ := n.conn.Send(); failed > 0 {
+		n.dropped.Add(uint64(failed))
 	}
 }
 
@@ -227,8 +288,7 @@ func (n *Node) Hello(k Key, addr netip.AddrPort) error {
 	n.mu.Lock()
 	n.sent[k] = ts
 	n.mu.Unlock()
-	_, err := n.conn.WriteToUDPAddrPort(b[:], addr)
-	return err
+	return n.send(b[:], addr)
 }
 
 // Seen is what each host we said hello to sees of us, by its key.
@@ -307,7 +367,7 @@ func (n *Node) onHello(b []byte, src netip.AddrPort) {
 	putAddr(a[45+addrLen:], wgSeen)
 	m := mac(mk, a[:ackLen-macLen])
 	copy(a[ackLen-macLen:], m[:])
-	_, _ = n.conn.WriteToUDPAddrPort(a[:], src)
+	_ = n.send(a[:], src)
 }
 
 func (n *Node) onAck(b []byte) {
@@ -344,7 +404,7 @@ func (n *Node) onRelay(b []byte, src netip.AddrPort) {
 		var np [headerLen + 32]byte
 		putHeader(np[:], tNoPeer)
 		copy(np[5:], to[:])
-		_, _ = n.conn.WriteToUDPAddrPort(np[:], src)
+		_ = n.send(np[:], src)
 		n.dropped.Add(1)
 		return
 	}
@@ -355,7 +415,7 @@ func (n *Node) onRelay(b []byte, src netip.AddrPort) {
 	copy(out[5:37], b[37:69])
 	putHeader(out, tDeliver)
 	out[37] = flagRelayed
-	if _, err := n.conn.WriteToUDPAddrPort(out, dst.addr); err == nil {
+	if n.stage(out, dst.addr) { // a failed send is counted as a drop
 		n.forwarded.Add(1)
 		n.forwardedBytes.Add(uint64(payload))
 	}
@@ -412,8 +472,7 @@ func (n *Node) sendRelay(to Key, via netip.AddrPort, p []byte) error {
 	copy(b[5:], to[:])
 	copy(b[37:], n.pub[:])
 	copy(b[relayHdr:], p)
-	_, err := n.conn.WriteToUDPAddrPort(b, via)
-	return err
+	return n.send(b, via)
 }
 
 // sendDirect sends payload p straight to the relay socket at addr.
@@ -422,8 +481,7 @@ func (n *Node) sendDirect(addr netip.AddrPort, p []byte) error {
 	putHeader(b, tDeliver)
 	copy(b[5:], n.pub[:])
 	copy(b[deliverHd:], p)
-	_, err := n.conn.WriteToUDPAddrPort(b, addr)
-	return err
+	return n.send(b, addr)
 }
 
 // Ping sends a ping to peer k: through the relay at via, or straight to its relay
