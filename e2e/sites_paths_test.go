@@ -260,18 +260,24 @@ func sitesSamePort(t *testing.T, s *siteLab) {
 			t.Fatal(err)
 		}
 		key, _ := wgLeaseData(c, s.h[name])
-		wp := wgPeers(c, s.h["p"], "flannel-wg")[key]
-		ep, err := netip.ParseAddrPort(wp.endpoint)
-		if err != nil || ep.Addr() != s.sites["a"].Outside || wp.handshake == 0 {
-			t.Fatalf("%s on p (wg show): %+v, want a handshake from %v", name, wp, s.sites["a"].Outside)
-		}
-		p, err := s.peerOn("p", name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Path != "direct" || p.Endpoint != wp.endpoint || p.LastHandshake == "" {
-			t.Fatalf("%s on p: GET /peers %+v, wg show endpoint %s", name, p, wp.endpoint)
-		}
+		// /peers reads the device on its own schedule: await it agreeing with wg show.
+		var ep netip.AddrPort
+		eventually(t, 10*time.Second, func() error {
+			wp := wgPeers(c, s.h["p"], "flannel-wg")[key]
+			var err error
+			ep, err = netip.ParseAddrPort(wp.endpoint)
+			if err != nil || ep.Addr() != s.sites["a"].Outside || wp.handshake == 0 {
+				return fmt.Errorf("%s on p (wg show): %+v, want a handshake from %v", name, wp, s.sites["a"].Outside)
+			}
+			p, err := s.peerOn("p", name)
+			if err != nil {
+				return err
+			}
+			if p.Path != "direct" || p.Endpoint != wp.endpoint || p.LastHandshake == "" {
+				return fmt.Errorf("%s on p: GET /peers %+v, wg show endpoint %s", name, p, wp.endpoint)
+			}
+			return nil
+		})
 		eps[name] = ep
 	}
 	if eps["a1"] == eps["a2"] {
