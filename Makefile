@@ -34,7 +34,7 @@ COMMIT := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2
 
 # bin/weftd-arm64 is weftd for arm64, which e2e's TestUDPUnderQEMU runs under qemu-user.
 build:
-	$(GO) build -ldflags='-X main.commit=$(COMMIT)' -o $(BIN)/weftd ./cmd/weftd
+	$(GO) build -ldflags='-X main.commit=$(COMMIT) -X main.version=$(VERSION)' -o $(BIN)/weftd ./cmd/weftd
 	CGO_ENABLED=0 GOARCH=arm64 $(GO) build -ldflags='-X main.commit=$(COMMIT)' -o $(BIN)/weftd-arm64 ./cmd/weftd
 	$(GO) build -o $(BIN)/weft-bench ./cmd/weft-bench
 	$(GO) build -o $(BIN)/weft-cni/flannel ./cmd/weft-cni

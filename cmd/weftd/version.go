@@ -57,7 +57,7 @@ func makeBuildInfo(version, commit string, bi *debug.BuildInfo) buildInfo {
 	return b
 }
 
-// String is the --version line: "weftd 0.1.0-dev commit 1a2b3c… (modified) go1.26.8".
+// String is the --version line: "weftd 0.2.0-dev commit 1a2b3c… (modified) go1.26.8".
 func (b buildInfo) String() string {
 	rev := b.Revision
 	if b.Modified {
