@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/encap/factory"
 	"github.com/weftnet/weft/lease"
 )
 
@@ -32,21 +33,22 @@ func leaseAttrs(ctx context.Context, be encap.Backend, ext encap.ExternalInterfa
 	return a, nil
 }
 
-// ErrSiteBackend is returned for a site on a backend other than wireguard.
-var ErrSiteBackend = errors.New("sites need the wireguard backend")
+// ErrSiteBackend is returned for a site on a backend that cannot publish one (not an
+// encap.SitePublisher).
+var ErrSiteBackend = factory.ErrSiteBackend
 
-// setSite puts our site into attrs: --site, else (Kubernetes mode, wireguard) the
-// node's label. A host with a site reaches the hosts of its site on its interface's
-// address (SiteIP) and the others on evidence (direct, through NAT, or relayed: the
-// wireguard backend chooses); a site never means NAT by itself, only --behind-nat
-// says our public address is dead from outside. Only wireguard can carry that: its
-// peers learn a NAT's address from packets they authenticate, which udp's and
-// vxlan's datagrams never are; --site on another backend is refused, a site label
-// ignored.
+// setSite puts our site into attrs: --site, else (Kubernetes mode, on a backend that
+// publishes sites) the node's label. A host with a site reaches the hosts of its site
+// on its interface's address (SiteIP) and the others on evidence (direct, through
+// NAT, or relayed: the backend chooses); a site never means NAT by itself, only
+// --behind-nat says our public address is dead from outside. Only a backend whose
+// peers learn a NAT's address from packets they authenticate can carry that (an
+// encap.SitePublisher); --site on another backend is refused, a site label ignored.
 func (d *daemon) setSite(ctx context.Context, mgr lease.Manager, be encap.Backend, ext encap.ExternalInterface,
 	attrs *lease.Attrs) error {
 	site := d.cfg.Site
-	if ss, ok := mgr.(lease.SiteSource); ok && site == "" && be.Type() == "wireguard" {
+	sp, sites := be.(encap.SitePublisher)
+	if ss, ok := mgr.(lease.SiteSource); ok && site == "" && sites {
 		var err error
 		if site, err = ss.Site(ctx); err != nil {
 			return err
@@ -58,12 +60,12 @@ func (d *daemon) setSite(ctx context.Context, mgr lease.Manager, be encap.Backen
 		}
 		return nil
 	}
-	if be.Type() != "wireguard" {
+	if !sites {
 		return fmt.Errorf("site %q: %w: the %s backend's packets carry no authentication, so a peer cannot learn "+
 			"a NAT's address from them, and hosts behind NAT could not be reached (see docs/sites.md)", site, ErrSiteBackend, be.Type())
 	}
-	attrs.Site, attrs.SiteIP, attrs.NAT = site, ext.IfaceIP, d.cfg.BehindNAT
-	d.log.Info("in a site", zap.String("site", site), zap.Stringer("site-ip", ext.IfaceIP), zap.Bool("behind-nat", attrs.NAT))
+	sp.PublishSite(attrs, site, ext, d.cfg.BehindNAT)
+	d.log.Info("in a site", zap.String("site", attrs.Site), zap.Stringer("site-ip", attrs.SiteIP), zap.Bool("behind-nat", attrs.NAT))
 	return nil
 }
 

@@ -7,13 +7,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/encap/factory"
 	"github.com/weftnet/weft/firewall"
 	"github.com/weftnet/weft/lease"
@@ -113,8 +112,8 @@ func forgetNode(ctx context.Context, co CleanupConfig, log *zap.Logger) error {
 
 // resetRouteMTUs writes the routes into network on weft's devices that carry an MTU
 // (path repair's, which neither flanneld nor the kernel sets) again without it; a
-// route of a subnet of its own on a device that routes the whole network (udp,
-// wireguard) is only there for its MTU and goes.
+// route of a subnet of its own on a device that routes the whole network
+// (encap.Device.RoutesNetwork) is only there for its MTU and goes.
 func resetRouteMTUs(nl *netlink.Handle, network netip.Prefix, log *zap.Logger) error {
 	fam := netlink.FAMILY_V4
 	if network.Addr().Is6() {
@@ -131,11 +130,15 @@ func resetRouteMTUs(nl *netlink.Handle, network netip.Prefix, log *zap.Logger) e
 			continue
 		}
 		l, err := nl.LinkByIndex(r.LinkIndex)
-		if err != nil || !weftDevice(l.Attrs().Name, l.Type()) {
+		if err != nil {
+			continue
+		}
+		dev, ok := weftDevice(l.Attrs().Name, l.Type())
+		if !ok {
 			continue
 		}
 		mtu, name := r.MTU, l.Attrs().Name
-		if r.Gw == nil && (name == "flannel0" || name == factory.WireGuardDevice || name == factory.WireGuardDeviceV6) {
+		if r.Gw == nil && dev.RoutesNetwork {
 			err = nl.RouteDel(&r)
 		} else {
 			r.MTU = 0
@@ -150,10 +153,8 @@ func resetRouteMTUs(nl *netlink.Handle, network netip.Prefix, log *zap.Logger) e
 	return errors.Join(errs...)
 }
 
-// removeDevices deletes flannel0 (udp), every vxlan device flannel.<VNI> and
-// flannel-v6.<VNI> (flanneld's name for the IPv6 one), and the wireguard backend's
-// flannel-wg and flannel-wg-v6 (kernel devices, or a TUN a running weftd holds); the kernel takes their
-// addresses, routes, neighbours and fdb entries with them.
+// removeDevices deletes the devices of every backend (cleanupDevices); the kernel
+// takes their addresses, routes, neighbours and fdb entries with them.
 func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
 	links, err := nl.LinkList()
 	if err != nil {
@@ -162,7 +163,7 @@ func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
 	var errs []error
 	for _, l := range links {
 		name := l.Attrs().Name
-		if !weftDevice(name, l.Type()) {
+		if _, ok := weftDevice(name, l.Type()); !ok {
 			continue
 		}
 		if err := nl.LinkDel(l); err != nil {
@@ -174,35 +175,20 @@ func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
 	return errors.Join(errs...)
 }
 
-// cleanupDevices are the devices removeDevices deletes: a name ("<VNI>" stands for
-// the VNI) and the link types it deletes under that name. TestCleanupDevicesDocumented
-// holds docs/operations.md to this list.
-var cleanupDevices = []struct {
-	name  string
-	types []string
-}{
-	{"flannel0", []string{"tuntap"}},
-	{"flannel.<VNI>", []string{"vxlan"}},
-	{"flannel-v6.<VNI>", []string{"vxlan"}},
-	{factory.WireGuardDevice, []string{"wireguard", "tuntap"}},
-	{factory.WireGuardDeviceV6, []string{"wireguard", "tuntap"}},
-}
+// cleanupDevices are the devices removeDevices deletes, as each backend's package
+// lists its own (a name, "<VNI>" standing for a number, and the link types it
+// deletes under that name). TestCleanupDevicesDocumented holds docs/operations.md to
+// this list.
+var cleanupDevices = factory.Devices()
 
-// weftDevice says whether a link of that name and type is one of cleanupDevices.
-func weftDevice(name, typ string) bool {
+// weftDevice finds the one of cleanupDevices a link of that name and type is.
+func weftDevice(name, typ string) (encap.Device, bool) {
 	for _, d := range cleanupDevices {
-		if !slices.Contains(d.types, typ) {
-			continue
-		}
-		if prefix, ok := strings.CutSuffix(d.name, "<VNI>"); ok {
-			if strings.HasPrefix(name, prefix) {
-				return true
-			}
-		} else if name == d.name {
-			return true
+		if d.Match(name, typ) {
+			return d, true
 		}
 	}
-	return false
+	return encap.Device{}, false
 }
 
 // removeOverlayRoutes deletes the routes weft adds outside its own devices: a subnet

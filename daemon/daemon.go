@@ -8,9 +8,10 @@
 // Files: daemon.go (Run: the start-up order and the event feed), config.go (Config),
 // kube.go (the Kubernetes lease source's start), iface.go and extwatch.go (choosing
 // and following the external interface), attrs.go (what our lease publishes),
-// firewall.go, blackhole.go, healthz.go (/healthz, /readyz, /stats), metrics.go and
-// metrics_wireguard.go (/metrics), notify.go (systemd), logfields.go (log fields),
-// cleanup.go (Cleanup).
+// firewall.go, blackhole.go, healthz.go (/healthz, /readyz, /stats), metrics.go
+// (/metrics), notify.go (systemd), logfields.go (log fields), cleanup.go (Cleanup).
+// No backend is named here: what the daemon needs of one it asks through the
+// capabilities encap declares, and of encap/factory (names_test.go holds to it).
 package daemon
 
 import (

@@ -215,7 +215,7 @@ func TestHealthEndpointsDocumented(t *testing.T) {
 func TestCleanupDevicesDocumented(t *testing.T) {
 	var code []string
 	for _, d := range cleanupDevices {
-		code = append(code, d.name)
+		code = append(code, d.Name)
 	}
 	_, sec, ok := strings.Cut(readDoc(t, opsDoc), "## Taking weft off a host: `weftd cleanup`")
 	if !ok {
@@ -231,19 +231,19 @@ func TestCleanupDevicesDocumented(t *testing.T) {
 	}
 
 	for _, d := range cleanupDevices {
-		name := strings.ReplaceAll(d.name, "<VNI>", "4096")
-		for _, typ := range d.types {
-			if !weftDevice(name, typ) {
+		name := strings.ReplaceAll(d.Name, "<VNI>", "4096")
+		for _, typ := range d.Types {
+			if _, ok := weftDevice(name, typ); !ok {
 				t.Errorf("weftDevice(%q, %q) is false", name, typ)
 			}
 		}
-		if weftDevice(name, "bridge") {
+		if _, ok := weftDevice(name, "bridge"); ok {
 			t.Errorf("weftDevice(%q, bridge) is true", name)
 		}
 	}
 	for _, name := range []string{"flannel1", "cni0", "eth0", "flannel-wg0", "wg0"} {
 		for _, typ := range []string{"tuntap", "vxlan", "wireguard"} {
-			if weftDevice(name, typ) {
+			if _, ok := weftDevice(name, typ); ok {
 				t.Errorf("weftDevice(%q, %q) is true", name, typ)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,9 +13,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/encap/factory"
 	"github.com/weftnet/weft/lease"
 	"github.com/weftnet/weft/lease/etcd"
-	"github.com/weftnet/weft/proxy"
 )
 
 // metricsHandler serves GET /metrics from a registry of this daemon's own: the Go
@@ -35,7 +36,6 @@ func (d *daemon) metricsCollectors() []prometheus.Collector {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newWeftCollector(d),
-		newWireGuardCollector(d),
 		newPathsCollector(d),
 	}
 	if d.probeRTT != nil {
@@ -44,13 +44,13 @@ func (d *daemon) metricsCollectors() []prometheus.Collector {
 	return cs
 }
 
-// weftCollector turns weftd's counters into metrics when scraped; nothing is counted
-// twice and the hot path does not know it exists.
+// weftCollector turns weftd's counters into metrics when scraped, with the metrics
+// of the backend's own (encap.Report.Metrics, described by encap/factory); nothing is
+// counted twice and the hot path does not know it exists.
 type weftCollector struct {
 	d *daemon
 
 	buildInfo, ready                                  *prometheus.Desc
-	udpPackets, udpBytes, udpDropped, udpICMP         *prometheus.Desc
 	leaseExpiry, renewals, renewFailures              *prometheus.Desc
 	resyncs, watchErrors, etcdReachable, nodeLists    *prometheus.Desc
 	reconcileRepairs, firewallRepairs, peers, subnetD *prometheus.Desc
@@ -65,10 +65,6 @@ func newWeftCollector(d *daemon) *weftCollector {
 		d:                d,
 		buildInfo:        desc("build_info", "Always 1; the labels say which weftd this is.", "version", "revision", "goversion"),
 		ready:            desc("ready", "1 when /readyz answers 200: lease held, data path running, watch current.", "reason"),
-		udpPackets:       desc("udp_packets_total", "Packets the udp backend carried: tx sent to peers, rx accepted from peers for flannel0.", "direction"),
-		udpBytes:         desc("udp_bytes_total", "Bytes of inner IP packets the udp backend carried, by direction.", "direction"),
-		udpDropped:       desc("udp_dropped_packets_total", "Packets the udp backend dropped, by reason.", "reason"),
-		udpICMP:          desc("udp_icmp_unreachable_sent_total", "ICMP net unreachable (ICMPv6 no route) messages written back for destinations without a lease."),
 		leaseExpiry:      desc("lease_expiry_timestamp_seconds", "When our subnet lease runs out unless renewed (Unix time)."),
 		renewals:         desc("lease_renewals_total", "Successful renewals of our subnet lease."),
 		renewFailures:    desc("lease_renewal_failures_total", "Renewals of our subnet lease that failed and were retried."),
@@ -76,7 +72,7 @@ func newWeftCollector(d *daemon) *weftCollector {
 		watchErrors:      desc("lease_watch_errors_total", "Lists and watches of the other hosts' leases that failed or were interrupted."),
 		etcdReachable:    desc("etcd_reachable", "1 while weftd's connection to etcd is up, 0 while it is down."),
 		nodeLists:        desc("kube_node_lists_total", "Full lists of the Nodes (a list, or a watch that starts with every Node), the first one included; those after it count in weft_lease_watch_resyncs_total too."),
-		reconcileRepairs: desc("reconcile_repairs_total", "Kernel entries the vxlan, host-gw or wireguard repair loop found removed or changed and wrote again, by object (device, route, neigh, fdb).", "backend", "object"),
+		reconcileRepairs: desc("reconcile_repairs_total", "Kernel entries the "+orList(factory.Repairers)+" repair loop found removed or changed and wrote again, by object (device, route, neigh, fdb).", "backend", "object"),
 		firewallRepairs:  desc("firewall_repairs_total", "Times weftd found its firewall rules (forward and masquerade) removed or changed and wrote them again, by kind (iptables, nftables).", "firewall"),
 		firewallInfo:     desc("firewall_info", "Always 1 once the firewall rules are set up; backend says what writes them: iptables-legacy, iptables-nft, iptables (plain, --iptables-mode=plain) or nftables (EnableNFTables).", "backend"),
 		peers:            desc("peers", "Other hosts' subnets the backend carries traffic to."),
@@ -85,11 +81,12 @@ func newWeftCollector(d *daemon) *weftCollector {
 }
 
 func (c *weftCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.buildInfo, c.ready, c.udpPackets, c.udpBytes, c.udpDropped, c.udpICMP,
+	for _, d := range []*prometheus.Desc{c.buildInfo, c.ready,
 		c.leaseExpiry, c.renewals, c.renewFailures, c.resyncs, c.watchErrors, c.etcdReachable, c.nodeLists,
 		c.reconcileRepairs, c.firewallRepairs, c.firewallInfo, c.peers, c.subnetD} {
 		ch <- d
 	}
+	factory.DescribeMetrics(ch)
 }
 
 func (c *weftCollector) Collect(ch chan<- prometheus.Metric) {
@@ -128,23 +125,13 @@ func (c *weftCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	rep := rp.Report()
 	gauge(c.peers, float64(rep.Peers))
-	if rep.Repairs != nil {
-		for _, object := range []string{"device", "route", "neigh", "fdb"} {
-			if be.Type() == "host-gw" && object != "route" || be.Type() == "wireguard" && (object == "neigh" || object == "fdb") {
-				continue
-			}
+	if rk, ok := be.(encap.RepairKindLister); ok && rep.Repairs != nil {
+		for _, object := range rk.RepairKinds() {
 			counter(c.reconcileRepairs, rep.Repairs[object], be.Type(), object)
 		}
 	}
-	if st := rep.UDP; st != nil {
-		counter(c.udpPackets, st.TxPackets, "tx")
-		counter(c.udpPackets, st.RxPackets, "rx")
-		counter(c.udpBytes, st.TxBytes, "tx")
-		counter(c.udpBytes, st.RxBytes, "rx")
-		counter(c.udpICMP, st.ICMPSent)
-		for _, r := range proxy.DropReasons() {
-			counter(c.udpDropped, st.Dropped(r), r.String())
-		}
+	if rep.Metrics != nil {
+		rep.Metrics.Collect(ch)
 	}
 }
 
@@ -187,6 +174,14 @@ func readyReason(err error) string {
 		return "etcd_unreachable"
 	}
 	return "other"
+}
+
+// orList joins words as a list in prose: "a", "a or b", "a, b or c".
+func orList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }
 
 func b2f(b bool) float64 {

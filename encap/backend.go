@@ -1,7 +1,8 @@
 // Package encap holds what every backend shares and nothing of any one backend: the
 // Backend interface, the external interface and the shared errors (backend.go), the
 // capabilities a backend may have beside Backend (capabilities.go), the Report a
-// Reporter gives and its /stats JSON (report.go), the address families of the overlay
+// Reporter gives and its /stats JSON (report.go), the devices a backend makes as
+// cleanup finds them (device.go), the address families of the overlay
 // and the peer key (family.go), and the strict reading of the Backend options
 // (options.go).
 //

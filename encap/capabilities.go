@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+
+	"github.com/weftnet/weft/lease"
 )
 
 // What a backend may do beyond Backend. The daemon asks for each with a type
@@ -46,6 +48,28 @@ type LeaseAddressChooser interface {
 // traffic of their own and keep no counters).
 type Reporter interface {
 	Report() Report
+}
+
+// RepairKindLister lists the kinds of object its repair loop puts back ("device",
+// "route", "neigh", "fdb"), in the order weftd's weft_reconcile_repairs_total
+// reports them: each kind listed is reported, at 0 before its first repair; the
+// kinds of Report.Repairs it does not list are not.
+//
+// Implemented by vxlan (all four), host-gw (route) and wireguard (device, route).
+type RepairKindLister interface {
+	RepairKinds() []string
+}
+
+// SitePublisher publishes our site in our lease: the site (lease.Attrs.Site), our
+// address on the site's network (SiteIP) and whether our public address is dead
+// from outside (NAT, --behind-nat), so that peers choose how to reach us by
+// evidence. Only a backend whose peers can learn a NAT's address from what it sends
+// (authenticated packets) has it: the daemon refuses --site on another and ignores
+// a site label.
+//
+// Implemented by wireguard.
+type SitePublisher interface {
+	PublishSite(attrs *lease.Attrs, site string, ext ExternalInterface, behindNAT bool)
 }
 
 // PathLister lists the paths the backend programmed: one per peer subnet (each

@@ -1,5 +1,6 @@
 // Package factory builds the backend a network config names (factory.go) and gives
-// weftd the backends' names it needs without importing them (names.go). It is the one
+// weftd what it needs of every backend without importing them (names.go): their
+// names, the devices each makes (for cleanup) and the descriptions of their metrics. It is the one
 // package beside the backends' own tests that imports every backend: adding a backend
 // is a new package under encap/ and one line in New.
 package factory

@@ -1,7 +1,14 @@
 package factory
 
 import (
+	"errors"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/encap/udp"
+	"github.com/weftnet/weft/encap/vxlan"
 	"github.com/weftnet/weft/encap/wireguard"
 )
 
@@ -24,3 +31,25 @@ const (
 	DefaultWireGuardSocketDir = wireguard.DefaultSocketDir
 	DefaultWireGuardKeyFile   = wireguard.DefaultKeyFile
 )
+
+// Devices lists the devices every backend makes, each backend's package's own list
+// (its Devices): those `weftd cleanup` removes.
+func Devices() []encap.Device {
+	return slices.Concat(udp.Devices, vxlan.Devices, wireguard.Devices)
+}
+
+// DescribeMetrics sends the descriptions of the metrics of every backend that has
+// some of its own (encap.Report.Metrics collects them while it runs): weftd's
+// /metrics describes them all before any backend runs.
+func DescribeMetrics(ch chan<- *prometheus.Desc) {
+	udp.DescribeMetrics(ch)
+	wireguard.DescribeMetrics(ch)
+}
+
+// Repairers are the types of the backends with a repair loop (encap.RepairKindLister),
+// as weft_reconcile_repairs_total's help names them.
+var Repairers = []string{"vxlan", "host-gw", "wireguard"}
+
+// ErrSiteBackend is the error for a site on a backend that cannot publish one (an
+// encap.SitePublisher): it names the backend that can.
+var ErrSiteBackend = errors.New("sites need the wireguard backend")

@@ -66,6 +66,10 @@ func (h *backend) Kernel() *kernel.Peers { return h.k }
 // Report returns the peers the backend routes, its repairs and its counters.
 func (h *backend) Report() encap.Report { return h.k.Report() }
 
+// RepairKinds are the kernel objects the loop puts back: the peers' routes (host-gw
+// has no device, neighbour or fdb entry of its own).
+func (h *backend) RepairKinds() []string { return []string{"route"} }
+
 // Paths lists a path per peer and family: host-gw has no tunnel, so a prober pings the
 // peer's public address, the gateway of the route to its subnet.
 func (h *backend) Paths() []encap.Path {
@@ -170,6 +174,7 @@ func (h *backend) apply(changed []netip.Prefix) error {
 }
 
 var (
-	_ encap.PathLister     = (*backend)(nil)
-	_ encap.RouteMTUSetter = (*backend)(nil)
+	_ encap.PathLister       = (*backend)(nil)
+	_ encap.RouteMTUSetter   = (*backend)(nil)
+	_ encap.RepairKindLister = (*backend)(nil)
 )

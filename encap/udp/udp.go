@@ -303,7 +303,8 @@ func (b *backend) Close() error {
 }
 
 // Report returns the number of subnets in the data path's table and its counters
-// (zero before Register).
+// (zero before Register): /stats serves the counters (proxy.Stats) as they are, and
+// /metrics the weft_udp_* metrics made from them.
 func (b *backend) Report() encap.Report {
 	b.mu.Lock()
 	px := b.px
@@ -312,5 +313,10 @@ func (b *backend) Report() encap.Report {
 	if px != nil {
 		st = px.Stats()
 	}
-	return encap.Report{Peers: b.table.Load().Len(), UDP: &st}
+	return report(b.table.Load().Len(), st)
+}
+
+// report is the Report of a backend with peers subnets and the counters st.
+func report(peers int, st proxy.Stats) encap.Report {
+	return encap.Report{Peers: peers, Stats: st, Metrics: metrics(st)}
 }

@@ -55,7 +55,7 @@ func TestUDPBackendTwoHosts(t *testing.T) {
 	if !ok {
 		t.Fatal("udp backend is not a Reporter")
 	}
-	s := *st.Report().UDP
+	s := st.Report().Stats.(proxy.Stats)
 	if s.TxPackets < 2 || s.RxPackets < 2 {
 		t.Fatalf("stats: %+v", s)
 	}
@@ -139,7 +139,7 @@ func TestUDPBackendIPv6(t *testing.T) {
 			}
 		}
 	}
-	s := *bes[0].(encap.Reporter).Report().UDP
+	s := bes[0].(encap.Reporter).Report().Stats.(proxy.Stats)
 	if s.TxPackets < 4 || s.RxPackets < 4 || s.Dropped(proxy.DropSendError) != 0 || s.Dropped(proxy.DropUnknownSource) != 0 {
 		t.Fatalf("stats: %+v", s)
 	}

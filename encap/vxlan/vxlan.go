@@ -87,10 +87,10 @@ func New(cfg *lease.Config, ext encap.ExternalInterface, log *zap.Logger) (encap
 		if !ext.IfaceIPv6.IsValid() {
 			return nil, fmt.Errorf("%w: vxlan with EnableIPv6 needs an IPv6 address on %s for flannel-v6.%d", ErrNoIPv6Address, ext.Name, o.VNI)
 		}
-		v.dev6 = &vtepDev{fam: f, name: "flannel-v6." + strconv.Itoa(o.VNI), local: ext.IfaceIPv6}
+		v.dev6 = &vtepDev{fam: f, name: devPrefixV6 + strconv.Itoa(o.VNI), local: ext.IfaceIPv6}
 	}
 	if f := encap.V4(cfg); f.On() || v.dev6 == nil {
-		v.dev4 = &vtepDev{fam: f, name: "flannel." + strconv.Itoa(o.VNI), local: ext.IfaceIP}
+		v.dev4 = &vtepDev{fam: f, name: devPrefix + strconv.Itoa(o.VNI), local: ext.IfaceIP}
 	}
 	var devices []string
 	for _, d := range []*vtepDev{v.dev4, v.dev6} {
@@ -229,7 +229,25 @@ func (v *backend) Kernel() *kernel.Peers { return v.k }
 // Report returns the peers the backend programs, its repairs and its counters.
 func (v *backend) Report() encap.Report { return v.k.Report() }
 
+// RepairKinds are the kernel objects the loop puts back: the devices, and per peer
+// the route, neighbour and fdb entries.
+func (v *backend) RepairKinds() []string { return []string{"device", "route", "neigh", "fdb"} }
+
+// The vxlan backend's devices are named, as flanneld names them, a prefix and the
+// VNI: flannel.<VNI> for IPv4, flannel-v6.<VNI> for IPv6.
+const (
+	devPrefix   = "flannel."
+	devPrefixV6 = "flannel-v6."
+)
+
+// Devices are the devices the vxlan backend makes (`weftd cleanup` removes them).
+var Devices = []encap.Device{
+	{Name: devPrefix + "<VNI>", Types: []string{"vxlan"}},
+	{Name: devPrefixV6 + "<VNI>", Types: []string{"vxlan"}},
+}
+
 var (
-	_ encap.PathLister     = (*backend)(nil)
-	_ encap.RouteMTUSetter = (*backend)(nil)
+	_ encap.PathLister       = (*backend)(nil)
+	_ encap.RouteMTUSetter   = (*backend)(nil)
+	_ encap.RepairKindLister = (*backend)(nil)
 )

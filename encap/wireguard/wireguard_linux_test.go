@@ -93,7 +93,7 @@ func TestWireGuardUserspacePair(t *testing.T) {
 	if err := awaitTunnelPing(ctx, a.ns, "198.18.2.0"); err != nil {
 		t.Fatalf("ping through the tunnel: %v", err)
 	}
-	if got := a.be.(*backend).Report().WireGuard.Devices; got[Device] != Userspace {
+	if got := a.be.(*backend).Report().Stats.(*stats).Devices; got[Device] != Userspace {
 		t.Fatalf("devices %v", got)
 	}
 	// The UAPI socket answers `get` as wireguard-go's does.
