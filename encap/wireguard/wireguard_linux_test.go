@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/weftnet/weft/bench/netns"
@@ -23,8 +24,9 @@ import (
 
 // TestWireGuardUserspacePair: two namespaces joined by a veth, each with the
 // wireguard backend on a userspace device: the devices as flanneld's (address,
-// route, MTU), a ping between their addresses through the tunnel, the UAPI socket
-// answering, and nothing left once closed.
+// route, MTU), a handshake the devices start themselves, a ping between their
+// addresses through the tunnel, the UAPI socket answering, and nothing left once
+// closed.
 func TestWireGuardUserspacePair(t *testing.T) {
 	ctx := context.Background()
 	nsA, nsB := netnstest.New(t, "weft-wga"), netnstest.New(t, "weft-wgb")
@@ -66,6 +68,7 @@ func TestWireGuardUserspacePair(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	added := time.Now()
 	for i, s := range sides {
 		o := sides[1-i]
 		peer := lease.Lease{Subnet: netip.MustParsePrefix(o.sn),
@@ -77,7 +80,7 @@ func TestWireGuardUserspacePair(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a := sides[0]
+	a, b := sides[0], sides[1]
 	for _, c := range []struct{ args, want []string }{
 		{[]string{"-o", "link", "show", "dev", "flannel-wg"}, []string{"mtu 1420", "UP"}},
 		{[]string{"-4", "-o", "addr", "show", "dev", "flannel-wg"}, []string{"198.18.1.0/32"}},
@@ -90,11 +93,19 @@ func TestWireGuardUserspacePair(t *testing.T) {
 			}
 		}
 	}
-	if err := awaitTunnelPing(ctx, a.ns, "198.18.2.0"); err != nil {
-		t.Fatalf("ping through the tunnel: %v", err)
+	// No traffic before the handshake: a ping from the side with the smaller key
+	// would start one of its own that crosses the kicker's, and both would wait for
+	// WireGuard's retry.
+	took, err := awaitHandshakes(a.be, b.be, added)
+	if err != nil {
+		t.Fatalf("first handshake: %v", err)
 	}
-	if got := a.be.(*backend).Report().Stats.(*stats).Devices; got[Device] != Userspace {
-		t.Fatalf("devices %v", got)
+	t.Logf("first handshake complete on both sides %v after the peers were added", took)
+	if out, err := a.ns.Run(ctx, "ping", "-c", "1", "-W", "2", "198.18.2.0"); err != nil {
+		t.Fatalf("ping through the tunnel: %v: %s", err, out)
+	}
+	if got := deviceKind(a.be); got != Userspace {
+		t.Fatalf("device %s is %q, want %q", Device, got, Userspace)
 	}
 	// The UAPI socket answers `get` as wireguard-go's does.
 	sock := filepath.Join(a.dir, "sock", "flannel-wg.sock")
@@ -111,6 +122,7 @@ func TestWireGuardUserspacePair(t *testing.T) {
 	if out, err := a.ns.Run(ctx, "ip", "link", "del", "flannel-wg"); err != nil {
 		t.Fatalf("ip link del: %v: %s", err, out)
 	}
+	deleted := time.Now()
 	otherKey, _ := wgtypes.GeneratePrivateKey()
 	other := wgPeerLease(t, "198.18.3.0/24", "192.0.2.30", "", "", otherKey, 51820, 0)
 	if err := a.ns.Do(func() error {
@@ -130,9 +142,21 @@ func TestWireGuardUserspacePair(t *testing.T) {
 		!strings.Contains(out, "mtu 1300") {
 		t.Fatalf("route to the peer's subnet after the repair: %q (%v), want its mtu 1300 again", out, err)
 	}
-	// The new device has no session: a handshake again, as at the start.
-	if err := awaitTunnelPing(ctx, a.ns, "198.18.2.0"); err != nil {
-		t.Fatalf("ping through the device made again: %v", err)
+	// The new device has no session, and b keeps its session with the old one: the
+	// new device starts the handshake itself, with no traffic to ask for it, and then
+	// carries a ping each way at once.
+	took, err = awaitHandshakes(a.be, b.be, deleted)
+	if err != nil {
+		t.Fatalf("handshake of the device made again: %v", err)
+	}
+	t.Logf("handshake of the device made again complete on both sides %v after the device was deleted", took)
+	for _, p := range []struct {
+		from *side
+		dst  string
+	}{{b, "198.18.1.0"}, {a, "198.18.2.0"}} {
+		if out, err := p.from.ns.Run(ctx, "ping", "-c", "1", "-W", "2", p.dst); err != nil {
+			t.Fatalf("ping %s through the device made again: %v: %s", p.dst, err, out)
+		}
 	}
 	if got := a.be.(*backend).Report().Repairs; got["device"] != 1 || got["route"] != 0 {
 		t.Fatalf("repairs %v, want one device", got)
@@ -165,21 +189,52 @@ func TestWireGuardUserspacePair(t *testing.T) {
 	}
 }
 
-// awaitTunnelPing pings dst from ns until one is answered. The first packets wait for
-// a handshake; two initiations that cross leave both sides without a session until
-// WireGuard's retry 5 s later (a loaded machine makes that likelier): it allows for
-// two rounds, 12 s.
-func awaitTunnelPing(ctx context.Context, ns *netns.NS, dst string) error {
-	deadline := time.Now().Add(12 * time.Second)
+// awaitHandshakes waits until the devices of x and y have each completed a handshake
+// with the other after since: the initiator's when the response came, the
+// responder's when the first packet of the session came (key confirmation), so
+// that each side then sends with the new session. The kickers start it within
+// kickDelay of the peers being given to a device; a handshake that came only after
+// WireGuard's RekeyTimeout (5 s) would be WireGuard's retry of a lost or crossed
+// initiation, which is what the kickers are there to spare: the bound is since +
+// RekeyTimeout. It returns how long after since both had it.
+func awaitHandshakes(x, y encap.Backend, since time.Time) (time.Duration, error) {
+	bx, by := x.(*backend), y.(*backend)
+	pairs := []struct {
+		dev  *backend
+		peer wgtypes.Key
+	}{{bx, by.priv.PublicKey()}, {by, bx.priv.PublicKey()}}
+	deadline := since.Add(device.RekeyTimeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for {
-		out, err := ns.Run(ctx, "ping", "-c", "1", "-W", "1", dst)
-		if err == nil {
-			return nil
+		var missing []string
+		for _, p := range pairs {
+			p.dev.mu.Lock()
+			st := p.dev.status()
+			p.dev.mu.Unlock()
+			if h := st[p.peer].handshake; !h.After(since) {
+				missing = append(missing, fmt.Sprintf("%v with %v (last %v)", p.dev.priv.PublicKey(), p.peer, h))
+			}
+		}
+		if len(missing) == 0 {
+			return time.Since(since), nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no answer for 12 s: %w: %s", err, out)
+			return 0, fmt.Errorf("no handshake within %v: %s", device.RekeyTimeout, strings.Join(missing, "; "))
 		}
+		<-tick.C
 	}
+}
+
+// deviceKind is the implementation of be's IPv4 device.
+func deviceKind(be encap.Backend) string {
+	w := be.(*backend)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.devs[0] == nil {
+		return ""
+	}
+	return w.devs[0].Kind()
 }
 
 // uapiGet asks the UAPI socket at sock for the device's configuration.
