@@ -168,7 +168,7 @@ race:
 # emulated architectures (their packages are compiled for the tests already). The other
 # architectures kube-flannel ships are `make cross-build`, kept out of `make test`: each
 # compiles client-go and the etcd client anew, about 75 s a piece on a cold 2-core machine.
-CROSS_PKGS  := ./proxy/ ./lease/... ./encap/... ./paths/ ./tun/
+CROSS_PKGS  := ./proxy/ ./lease/... ./encap/... ./paths/ ./tun/...
 # Left out under emulation: tests whose subject is running programs, not the
 # architecture. os/exec under qemu-user can hang: a child whose exec failed (the
 # extension backend's missing-program case) once never exited, and the arm64 run of

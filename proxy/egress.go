@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/transport"
+	"github.com/weftnet/weft/tun/offload"
 
 	"go.uber.org/zap"
 )
@@ -30,10 +31,10 @@ func (w *worker) egressBatch(n int) {
 	s := w.table.Load()
 	for i := range n {
 		pkt := w.tx.bufs[i][Headroom : Headroom+w.tx.sizes[i]]
-		var vh vnetHdr
+		var vh offload.VnetHdr
 		if w.vnet {
-			vh = parseVnetHdr(w.tx.bufs[i][Headroom-vnetHdrLen : Headroom])
-			if vh.gsoType == vnetGSONone && vh.flags&vnetNeedsCsum != 0 && !finishChecksum(pkt, vh) {
+			vh = offload.ParseVnetHdr(w.tx.bufs[i][Headroom-offload.VnetHdrLen : Headroom])
+			if vh.GSOType == offload.GSONone && vh.Flags&offload.NeedsCsum != 0 && !offload.FinishChecksum(pkt, vh) {
 				w.cnt.drops[DropMalformed].Add(1)
 				continue
 			}
@@ -54,7 +55,7 @@ func (w *worker) egressBatch(n int) {
 			}
 		}
 		to := netip.AddrPortFrom(p.PublicIP, w.port)
-		if vh.gsoType == vnetGSONone {
+		if vh.GSOType == offload.GSONone {
 			if !u.Room(1) {
 				w.flush()
 			}
@@ -64,11 +65,11 @@ func (w *worker) egressBatch(n int) {
 			continue
 		}
 		ok := false
-		switch vh.gsoType &^ vnetGSOECN {
-		case vnetGSOTCPv4, vnetGSOTCPv6:
-			ok = w.stageTSO(u, pkt, to, int(vh.gsoSize))
-		case vnetGSOUDPL4:
-			ok = w.stageUSO(u, pkt, to, int(vh.gsoSize))
+		switch vh.GSOType &^ offload.GSOECN {
+		case offload.GSOTCPv4, offload.GSOTCPv6:
+			ok = w.stageTSO(u, pkt, to, int(vh.GSOSize))
+		case offload.GSOUDPL4:
+			ok = w.stageUSO(u, pkt, to, int(vh.GSOSize))
 		}
 		if !ok {
 			w.cnt.drops[DropMalformed].Add(1)
@@ -83,7 +84,7 @@ func (w *worker) egressBatch(n int) {
 // datagram of its own headers (in seghdr) and a slice of pkt's payload. With UDP GSO
 // a run of them goes in one message and the kernel cuts the datagrams apart.
 func (w *worker) stageTSO(u *transport.Conn, pkt []byte, to netip.AddrPort, gsoSize int) bool {
-	ihl, hl, ok := tsoLayout(pkt)
+	ihl, hl, ok := offload.TSOLayout(pkt)
 	return ok && w.stageSegments(u, pkt, to, gsoSize, ihl, hl, false)
 }
 
@@ -92,13 +93,13 @@ func (w *worker) stageTSO(u *transport.Conn, pkt []byte, to netip.AddrPort, gsoS
 // UDP datagram on the wire as flannel sends it; with UDP GSO a run of them goes in
 // one message.
 func (w *worker) stageUSO(u *transport.Conn, pkt []byte, to netip.AddrPort, gsoSize int) bool {
-	ihl, hl, ok := usoLayout(pkt)
+	ihl, hl, ok := offload.USOLayout(pkt)
 	return ok && w.stageSegments(u, pkt, to, gsoSize, ihl, hl, true)
 }
 
 // stageSegments stages pkt's payload after its hl bytes of IPv4 (ihl) and TCP or UDP
 // headers as segments of gsoSize bytes, each behind headers of its own written by
-// segmentUDPHeaders (udp) or segmentHeaders (TCP).
+// offload.UDPSegmentHeaders (udp) or offload.TCPSegmentHeaders (TCP).
 func (w *worker) stageSegments(u *transport.Conn, pkt []byte, to netip.AddrPort, gsoSize, ihl, hl int, udp bool) bool {
 	payload := pkt[hl:]
 	if gsoSize == 0 || len(payload) == 0 {
@@ -122,9 +123,9 @@ func (w *worker) stageSegments(u *transport.Conn, pkt []byte, to netip.AddrPort,
 			h := w.tx.seghdr[w.tx.nhdr][:hl]
 			w.tx.nhdr++
 			if udp {
-				segmentUDPHeaders(h, pkt, ihl, hl, i, seg)
+				offload.UDPSegmentHeaders(h, pkt, ihl, hl, i, seg)
 			} else {
-				segmentHeaders(h, pkt, ihl, hl, i, off, seg, i == nsegs-1)
+				offload.TCPSegmentHeaders(h, pkt, ihl, hl, i, off, seg, i == nsegs-1)
 			}
 			u.AddIov(h)
 			u.AddIov(seg)

@@ -8,6 +8,8 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/weftnet/weft/internal/ipconv"
+	"github.com/weftnet/weft/tun/offload"
+	"github.com/weftnet/weft/tun/offload/offloadtest"
 )
 
 // FuzzIngressCheck feeds arbitrary datagrams to CheckIngress: it must never panic, and
@@ -33,7 +35,7 @@ func FuzzIngressCheck(f *testing.F) {
 			t.Fatal("accepted a malformed header")
 		case int(binary.BigEndian.Uint16(pkt[2:4])) != len(pkt):
 			t.Fatal("accepted a length mismatch")
-		case checksum(pkt[:ihl]) != 0:
+		case offload.Checksum(pkt[:ihl]) != 0:
 			t.Fatal("accepted a bad header checksum")
 		case !s.HoldsLease(src):
 			t.Fatal("accepted a datagram from an address without a lease")
@@ -47,7 +49,7 @@ func FuzzIngressCheck(f *testing.F) {
 			t.Fatal("accepted a subnet broadcast address")
 		}
 		decTTL(pkt)
-		if checksum(pkt[:ihl]) != 0 {
+		if offload.Checksum(pkt[:ihl]) != 0 {
 			t.Fatalf("decTTL broke the checksum: % x", pkt[:ihl])
 		}
 	})
@@ -58,15 +60,15 @@ func FuzzIngressCheck(f *testing.F) {
 // panic, and every packet it writes must carry a consistent IPv4 or IPv6 header and,
 // when coalesced (TCP, or UDP with USO), a checksum that verifies once completed.
 func FuzzIngressCoalesce(f *testing.F) {
-	seg := func(seq uint32, n int) []byte { return tcpPacket(tPeerPod, tLocalIP, seq, "", make([]byte, n)) }
+	seg := func(seq uint32, n int) []byte { return offloadtest.TCP(tPeerPod, tLocalIP, seq, "", make([]byte, n)) }
 	f.Add(append(append(seg(0, 100), seg(100, 100)...), seg(200, 50)...), uint16(152), uint8(3))
 	f.Add(append(seg(0, 100), seg(100, 100)...), uint16(0), uint8(2))
 	f.Add(append(seg(0, 100), icmpEcho(tPeerPod, tLocalIP, 64)...), uint16(0), uint8(2))
-	dg := func(id uint16, n int) []byte { return udpPacket(tPeerPod, tLocalIP, 1, id, make([]byte, n)) }
+	dg := func(id uint16, n int) []byte { return offloadtest.UDP(tPeerPod, tLocalIP, 1, id, make([]byte, n)) }
 	f.Add(append(append(dg(1, 124), dg(2, 124)...), dg(3, 24)...), uint16(152), uint8(1))
-	seg6 := func(seq uint32, n int) []byte { return tcp6Packet(t6PeerPod, t6LocalIP, seq, "", make([]byte, n)) }
+	seg6 := func(seq uint32, n int) []byte { return offloadtest.TCP(t6PeerPod, t6LocalIP, seq, "", make([]byte, n)) }
 	f.Add(append(append(seg6(0, 100), seg6(100, 100)...), seg6(200, 50)...), uint16(172), uint8(3))
-	dg6 := ipv6Packet(t6PeerPod, t6LocalIP, 64, layers.IPProtocolUDP, []byte{0, 1, 0, 2, 0, 24, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16})
+	dg6 := offloadtest.IPv6(t6PeerPod, t6LocalIP, 64, layers.IPProtocolUDP, []byte{0, 1, 0, 2, 0, 24, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16})
 	f.Add(append(append(dg6, dg6...), seg6(0, 30)...), uint16(len(dg6)), uint8(1))
 	tb := &Table{}
 	tb.snap.Store(testSnapshot6(f))
@@ -85,28 +87,23 @@ func FuzzIngressCoalesce(f *testing.F) {
 		}
 		w.ingressProcess(n)
 		for _, b := range ft.written {
-			vh := parseVnetHdr(b)
-			p := b[vnetHdrLen:]
+			vh := offload.ParseVnetHdr(b)
+			p := b[offload.VnetHdrLen:]
 			v6 := len(p) > 0 && p[0]>>4 == 6
 			switch {
 			case v6 && (len(p) < ipv6HeaderLen || int(binary.BigEndian.Uint16(p[4:])) != len(p)-ipv6HeaderLen):
 				t.Fatalf("bad IPv6 packet written: % x", p[:min(len(p), 48)])
-			case !v6 && (len(p) < 20 || checksum(p[:int(p[0]&0x0f)*4]) != 0 || int(binary.BigEndian.Uint16(p[2:])) != len(p)):
+			case !v6 && (len(p) < 20 || offload.Checksum(p[:int(p[0]&0x0f)*4]) != 0 || int(binary.BigEndian.Uint16(p[2:])) != len(p)):
 				t.Fatalf("bad packet written: % x", p[:min(len(p), 40)])
 			}
-			if vh.gsoType == vnetGSONone {
+			if vh.GSOType == offload.GSONone {
 				continue
 			}
-			ok := tcpChecksumOK
-			switch {
-			case v6 && vh.gsoType == vnetGSOUDPL4:
-				ok = udp6ChecksumOK
-			case v6:
-				ok = tcp6ChecksumOK
-			case vh.gsoType == vnetGSOUDPL4:
-				ok = udpChecksumOK
+			ok := offloadtest.TCPChecksumOK
+			if vh.GSOType == offload.GSOUDPL4 {
+				ok = offloadtest.UDPChecksumOK
 			}
-			if vh.gsoSize == 0 || int(vh.hdrLen) >= len(p) || !finishChecksum(p, vh) || !ok(p) {
+			if vh.GSOSize == 0 || int(vh.HdrLen) >= len(p) || !offload.FinishChecksum(p, vh) || !ok(p) {
 				t.Fatalf("bad coalesced packet: %+v", vh)
 			}
 		}
@@ -119,9 +116,9 @@ func FuzzIngressCoalesce(f *testing.F) {
 func FuzzIngressCheck6(f *testing.F) {
 	s := testSnapshot6(f)
 	src := ipconv.U32(tPeerIP)
-	f.Add(ipv6Packet(t6PeerPod, t6LocalIP, 64, layers.IPProtocolUDP, make([]byte, 30)), src)
-	f.Add(ipv6Packet(t6PeerPod, t6LocalIP, 1, layers.IPProtocolICMPv6, nil), src)
-	f.Add(ipv6Packet(t6Pod3, t6LocalIP, 64, layers.IPProtocolTCP, nil), src)
+	f.Add(offloadtest.IPv6(t6PeerPod, t6LocalIP, 64, layers.IPProtocolUDP, make([]byte, 30)), src)
+	f.Add(offloadtest.IPv6(t6PeerPod, t6LocalIP, 1, layers.IPProtocolICMPv6, nil), src)
+	f.Add(offloadtest.IPv6(t6Pod3, t6LocalIP, 64, layers.IPProtocolTCP, nil), src)
 	f.Add(ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, nil), src)
 	f.Add([]byte{0x60}, src)
 	f.Fuzz(func(t *testing.T, pkt []byte, src uint32) {

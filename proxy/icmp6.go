@@ -1,6 +1,10 @@
 package proxy
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/weftnet/weft/tun/offload"
+)
 
 // ICMPv6 destination unreachable (RFC 4443 section 3.1) for an IPv6 packet from a pod
 // whose destination lies in the overlay but in no leased subnet: the IPv6 twin of the
@@ -64,8 +68,8 @@ func buildUnreachable6(out, pkt []byte, from [16]byte) int {
 	be.PutUint32(ic[4:8], 0) // unused
 	copy(ic[8:], pkt[:quote])
 	// pseudo header: addresses, upper-layer length, next header
-	ac := sum(h[8:40], uint64(plen)+protoICMPv6)
-	be.PutUint16(ic[2:4], ^fold(sum(ic, ac)))
+	ac := offload.Sum(h[8:40], uint64(plen)+protoICMPv6)
+	be.PutUint16(ic[2:4], ^offload.Fold(offload.Sum(ic, ac)))
 	return n
 }
 

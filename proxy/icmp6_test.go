@@ -7,6 +7,9 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"github.com/weftnet/weft/tun/offload"
+	"github.com/weftnet/weft/tun/offload/offloadtest"
 )
 
 // TestEgressUnreachable6: IPv6 packets to an overlay subnet without a lease get an
@@ -18,9 +21,9 @@ func TestEgressUnreachable6(t *testing.T) {
 	tb.snap.Store(testSnapshot6(t))
 	dst := netip.MustParseAddr("fd00:10:0:9::7")
 	echo := func(src netip.Addr) []byte {
-		return ipv6Packet(src, dst, 64, layers.IPProtocolICMPv6, []byte{128, 0, 0, 0, 0, 1, 0, 1, 'h', 'i'})
+		return offloadtest.IPv6(src, dst, 64, layers.IPProtocolICMPv6, []byte{128, 0, 0, 0, 0, 1, 0, 1, 'h', 'i'})
 	}
-	big := ipv6Packet(t6LocalIP, dst, 64, layers.IPProtocolUDP, make([]byte, 1400))
+	big := offloadtest.IPv6(t6LocalIP, dst, 64, layers.IPProtocolUDP, make([]byte, 1400))
 	for _, c := range []struct {
 		name    string
 		pkt     []byte
@@ -28,9 +31,9 @@ func TestEgressUnreachable6(t *testing.T) {
 	}{
 		{"echo request", echo(t6LocalIP), true},
 		{"udp, quote cut to 1280", big, true},
-		{"tcp", ipv6Packet(t6LocalIP, dst, 64, layers.IPProtocolTCP, make([]byte, 20)), true},
-		{"icmpv6 error", ipv6Packet(t6LocalIP, dst, 64, layers.IPProtocolICMPv6, []byte{1, 0, 0, 0, 0, 0, 0, 0}), false},
-		{"extension header", ipv6Packet(t6LocalIP, dst, 64, layers.IPProtocolIPv6HopByHop, make([]byte, 16)), false},
+		{"tcp", offloadtest.IPv6(t6LocalIP, dst, 64, layers.IPProtocolTCP, make([]byte, 20)), true},
+		{"icmpv6 error", offloadtest.IPv6(t6LocalIP, dst, 64, layers.IPProtocolICMPv6, []byte{1, 0, 0, 0, 0, 0, 0, 0}), false},
+		{"extension header", offloadtest.IPv6(t6LocalIP, dst, 64, layers.IPProtocolIPv6HopByHop, make([]byte, 16)), false},
 		{"unspecified source", echo(netip.IPv6Unspecified()), false},
 		{"multicast source", echo(netip.MustParseAddr("ff02::1")), false},
 	} {
@@ -65,8 +68,8 @@ func TestEgressUnreachable6(t *testing.T) {
 			if !ip.SrcIP.Equal(netip.MustParseAddr("fd00:10:0:9::").AsSlice()) || !ip.DstIP.Equal(c.pkt[8:24]) || ip.HopLimit != 64 {
 				t.Fatalf("ICMPv6 %v -> %v hop limit %d", ip.SrcIP, ip.DstIP, ip.HopLimit)
 			}
-			ac := sum(out[8:40], uint64(len(out)-40)+protoICMPv6)
-			if len(out) > icmp6MaxLen || int(ip.Length) != len(out)-40 || fold(sum(out[40:], ac)) != 0xffff {
+			ac := offload.Sum(out[8:40], uint64(len(out)-40)+protoICMPv6)
+			if len(out) > icmp6MaxLen || int(ip.Length) != len(out)-40 || offload.Fold(offload.Sum(out[40:], ac)) != 0xffff {
 				t.Fatalf("length %d (payload %d) or checksum bad", len(out), ip.Length)
 			}
 			// The quote is the packet as the pod sent it, cut to fit 1280 bytes.
@@ -81,7 +84,7 @@ func TestEgressUnreachable6(t *testing.T) {
 // FuzzUnreachable6 builds ICMPv6 errors for arbitrary IPv6 packets: never a panic, and
 // every error is at most 1280 bytes with a checksum that verifies.
 func FuzzUnreachable6(f *testing.F) {
-	f.Add(ipv6Packet(t6LocalIP, t6PeerPod, 64, layers.IPProtocolUDP, []byte("payload")))
+	f.Add(offloadtest.IPv6(t6LocalIP, t6PeerPod, 64, layers.IPProtocolUDP, []byte("payload")))
 	f.Add(make([]byte, 40))
 	out := make([]byte, icmp6MaxLen)
 	f.Fuzz(func(t *testing.T, pkt []byte) {
@@ -92,8 +95,8 @@ func FuzzUnreachable6(f *testing.F) {
 		_ = wantsICMPv6Error(pkt)
 		n := buildUnreachable6(out, pkt, [16]byte{0xfd})
 		e := out[:n]
-		ac := sum(e[8:40], uint64(n-40)+protoICMPv6)
-		if n > icmp6MaxLen || int(e[4])<<8|int(e[5]) != n-40 || fold(sum(e[40:], ac)) != 0xffff {
+		ac := offload.Sum(e[8:40], uint64(n-40)+protoICMPv6)
+		if n > icmp6MaxLen || int(e[4])<<8|int(e[5]) != n-40 || offload.Fold(offload.Sum(e[40:], ac)) != 0xffff {
 			t.Fatalf("bad error of %d bytes for a %d-byte packet", n, len(pkt))
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/internal/ipconv"
+	"github.com/weftnet/weft/tun/offload"
 
 	"go.uber.org/zap"
 )
@@ -93,29 +94,29 @@ func (w *worker) oversized(s *Snapshot, i int) DropReason {
 	return DropOversized
 }
 
-// ingressOne queues one checked packet for the TUN: into the current TCP or UDP run,
-// as the start of a new one, or alone.
+// ingressOne queues one checked packet for the TUN: into the current TCP or UDP run
+// (offload.Run), as the start of a new one, or alone.
 func (w *worker) ingressOne(pkt []byte) {
 	if !w.vnet {
 		w.single(pkt)
 		return
 	}
-	hl, udp, ok := groCandidate(pkt, w.uso)
-	if w.rx.inRun && ok && groJoins(&w.rx.run, pkt, hl, udp) {
-		if w.rx.run.count == 1 {
+	hl, udp, ok := offload.Coalescable(pkt, w.uso)
+	if w.rx.inRun && ok && w.rx.run.Joins(pkt, hl, udp) {
+		if w.rx.run.Count() == 1 {
 			// The run becomes a packet of the batch: its headers, then the payloads.
 			if w.rx.nrunHdr == len(w.rx.runHdrs) || w.rx.npieces+3 > len(w.rx.pieces) {
 				w.flushOut() // the run's first packet is not queued yet: it stays open
 			}
-			h := w.rx.runHdrs[w.rx.nrunHdr][:vnetHdrLen+hl]
+			h := w.rx.runHdrs[w.rx.nrunHdr][:offload.VnetHdrLen+hl]
 			w.rx.nrunHdr++
-			groAppend(&w.rx.run, pkt, h)
+			w.rx.run.Append(pkt, h)
 			w.rx.runOut, w.rx.runStart = len(w.rx.out), w.rx.npieces
-			w.rx.out = append(w.rx.out, w.addPieces(h, w.rx.run.first[hl:], pkt[hl:]))
+			w.rx.out = append(w.rx.out, w.addPieces(h, w.rx.run.First()[hl:], pkt[hl:]))
 			return
 		}
 		if w.rx.npieces < len(w.rx.pieces) {
-			groAppend(&w.rx.run, pkt, nil)
+			w.rx.run.Append(pkt, nil)
 			w.rx.pieces[w.rx.npieces] = pkt[hl:]
 			w.rx.npieces++
 			w.rx.out[w.rx.runOut] = w.rx.pieces[w.rx.runStart:w.rx.npieces]
@@ -124,7 +125,7 @@ func (w *worker) ingressOne(pkt []byte) {
 	}
 	w.endRun()
 	if ok {
-		groStart(&w.rx.run, pkt, hl, udp)
+		w.rx.run.Start(pkt, hl, udp)
 		w.rx.inRun = true
 		return
 	}
@@ -138,11 +139,11 @@ func (w *worker) endRun() {
 		return
 	}
 	w.rx.inRun = false
-	if w.rx.run.count > 1 {
-		groFinish(&w.rx.run)
+	if w.rx.run.Count() > 1 {
+		w.rx.run.Finish()
 		return
 	}
-	w.single(w.rx.run.first)
+	w.single(w.rx.run.First())
 }
 
 // single queues pkt as a packet of its own (behind a zero virtio-net header on a
@@ -159,7 +160,7 @@ func (w *worker) single(pkt []byte) {
 }
 
 // zeroVnetHdr is the virtio-net header of a packet without offloads.
-var zeroVnetHdr [vnetHdrLen]byte
+var zeroVnetHdr [offload.VnetHdrLen]byte
 
 // addPieces appends ps to the batch's pieces and returns them as one packet. The
 // caller has checked there is room.
@@ -178,7 +179,7 @@ func (w *worker) resetOut() {
 // flushOut writes what is queued and empties the queue. The current run, if it is
 // queued (two packets or more), is ended first.
 func (w *worker) flushOut() {
-	if w.rx.inRun && w.rx.run.count > 1 {
+	if w.rx.inRun && w.rx.run.Count() > 1 {
 		w.endRun()
 	}
 	w.writeTUN(w.rx.out)
@@ -212,7 +213,7 @@ func (w *worker) writeTUN(out [][][]byte) {
 func (w *worker) joinWrite(out [][][]byte) (int, error) {
 	off := Headroom
 	if w.vnet {
-		off -= vnetHdrLen // the first piece is the virtio-net header
+		off -= offload.VnetHdrLen // the first piece is the virtio-net header
 	}
 	written := 0
 	var first error

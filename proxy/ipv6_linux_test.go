@@ -10,6 +10,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/weftnet/weft/bench/testenv"
+	"github.com/weftnet/weft/tun/offload/offloadtest"
 )
 
 // TestTwoHostsIPv6: two hosts with real TUN devices in namespaces, dual-stack inside,
@@ -84,7 +85,7 @@ func testTwoHostsIPv6(t *testing.T, o labOpts) {
 	if o.under6 {
 		network, to, from = "udp6", net.IP(a.under6.AsSlice()), net.IP(b.under6.AsSlice())
 	}
-	good := ipv6Packet(lab6Pod[1], lab6Pod[0], 64, layers.IPProtocolUDP, make([]byte, 8))
+	good := offloadtest.IPv6(lab6Pod[1], lab6Pod[0], 64, layers.IPProtocolUDP, make([]byte, 8))
 	for _, c := range []struct {
 		name string
 		pkt  []byte
@@ -92,11 +93,11 @@ func testTwoHostsIPv6(t *testing.T, o labOpts) {
 	}{
 		{"truncated", good[:30], DropTruncated},
 		{"bad payload length", append(append([]byte(nil), good...), 1, 2, 3), DropBadLength},
-		{"spoofed source", ipv6Packet(lab6Pod[0], lab6Pod[0], 64, layers.IPProtocolUDP, nil), DropSpoofedSource},
-		{"not ours", ipv6Packet(lab6Pod[1], lab6Pod[1], 64, layers.IPProtocolUDP, nil), DropNotLocal},
-		{"no lease there", ipv6Packet(lab6Pod[1], lab6Network.Addr().Next(), 64, layers.IPProtocolUDP, nil), DropNotLocal},
-		{"multicast", ipv6Packet(lab6Pod[1], netip.MustParseAddr("ff02::1"), 64, layers.IPProtocolUDP, nil), DropNotUnicast},
-		{"hop limit", ipv6Packet(lab6Pod[1], lab6Pod[0], 1, layers.IPProtocolUDP, nil), DropTTL},
+		{"spoofed source", offloadtest.IPv6(lab6Pod[0], lab6Pod[0], 64, layers.IPProtocolUDP, nil), DropSpoofedSource},
+		{"not ours", offloadtest.IPv6(lab6Pod[1], lab6Pod[1], 64, layers.IPProtocolUDP, nil), DropNotLocal},
+		{"no lease there", offloadtest.IPv6(lab6Pod[1], lab6Network.Addr().Next(), 64, layers.IPProtocolUDP, nil), DropNotLocal},
+		{"multicast", offloadtest.IPv6(lab6Pod[1], netip.MustParseAddr("ff02::1"), 64, layers.IPProtocolUDP, nil), DropNotUnicast},
+		{"hop limit", offloadtest.IPv6(lab6Pod[1], lab6Pod[0], 1, layers.IPProtocolUDP, nil), DropTTL},
 	} {
 		t.Run("malformed: "+c.name, func(t *testing.T) {
 			before := a.px.Stats().Dropped(c.want)

@@ -1,6 +1,10 @@
 package proxy
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/weftnet/weft/tun/offload"
+)
 
 // Headroom is the space left in front of every packet in a worker's buffers, for
 // headers a later offload (virtio-net header) puts there.
@@ -9,6 +13,8 @@ const Headroom = 16
 const (
 	ipv4HeaderLen = 20
 	icmpQuoteLen  = 8 // bytes of the offending datagram's payload quoted in ICMP errors
+	protoTCP      = 6
+	protoUDP      = 17
 )
 
 // RouteEgress checks a packet read from the TUN device, finds the peer for its
@@ -102,7 +108,7 @@ func checkIPv4(pkt []byte) DropReason {
 		return DropTruncated
 	case total < len(pkt):
 		return DropBadLength
-	case fold(sum(pkt[:ihl], 0)) != 0xffff:
+	case offload.Fold(offload.Sum(pkt[:ihl], 0)) != 0xffff:
 		return DropBadChecksum
 	}
 	return DropNone
@@ -119,9 +125,6 @@ func decTTL(h []byte) {
 	sum = (sum & 0xffff) + (sum >> 16)
 	binary.BigEndian.PutUint16(h[10:12], ^uint16(sum))
 }
-
-// checksum is the Internet checksum of b (one implementation: sum and fold).
-func checksum(b []byte) uint16 { return ^fold(sum(b, 0)) }
 
 // wantsICMPError reports whether pkt may be answered with an ICMP error (RFC 1122
 // 3.2.2): not about an ICMP error, not a non-first fragment, not from a
@@ -166,12 +169,12 @@ func buildUnreachable(out, pkt []byte, from uint32, code byte) int {
 	binary.BigEndian.PutUint16(h[10:12], 0)
 	binary.BigEndian.PutUint32(h[12:16], from)
 	copy(h[16:20], pkt[12:16]) // back to the sender
-	binary.BigEndian.PutUint16(h[10:12], checksum(h[:ipv4HeaderLen]))
+	binary.BigEndian.PutUint16(h[10:12], offload.Checksum(h[:ipv4HeaderLen]))
 	ic := h[ipv4HeaderLen:]
 	ic[0], ic[1] = 3, code
 	binary.BigEndian.PutUint16(ic[2:4], 0)
 	binary.BigEndian.PutUint32(ic[4:8], 0)
 	copy(ic[8:], pkt[:quote])
-	binary.BigEndian.PutUint16(ic[2:4], checksum(ic))
+	binary.BigEndian.PutUint16(ic[2:4], offload.Checksum(ic))
 	return n
 }

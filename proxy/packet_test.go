@@ -11,6 +11,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/weftnet/weft/internal/ipconv"
+	"github.com/weftnet/weft/tun/offload"
 )
 
 var (
@@ -66,7 +67,7 @@ func TestDecTTLMatchesGopacket(t *testing.T) {
 			layers.IPProtocol(rng.IntN(256)), make([]byte, rng.IntN(64)))
 		binary.BigEndian.PutUint16(p[4:6], uint16(rng.Uint32())) // id
 		binary.BigEndian.PutUint16(p[10:12], 0)
-		binary.BigEndian.PutUint16(p[10:12], checksum(p[:20]))
+		binary.BigEndian.PutUint16(p[10:12], offload.Checksum(p[:20]))
 		cases = append(cases, p)
 	}
 	for _, p := range cases {
@@ -76,7 +77,7 @@ func TestDecTTLMatchesGopacket(t *testing.T) {
 		if !bytes.Equal(got[:20], want) {
 			t.Fatalf("decTTL(% x)\n got % x\nwant % x", p[:20], got[:20], want)
 		}
-		if checksum(got[:20]) != 0 {
+		if offload.Checksum(got[:20]) != 0 {
 			t.Fatalf("checksum does not verify: % x", got[:20])
 		}
 	}
@@ -119,7 +120,7 @@ func TestRouteEgress(t *testing.T) {
 				}
 				return
 			}
-			if p == nil || p.PublicIP != tPeerIP || pkt[8] != c.pkt[8]-1 || checksum(pkt[:20]) != 0 {
+			if p == nil || p.PublicIP != tPeerIP || pkt[8] != c.pkt[8]-1 || offload.Checksum(pkt[:20]) != 0 {
 				t.Fatalf("routed to %v, ttl %d, header % x", p, pkt[8], pkt[:20])
 			}
 		})
@@ -133,7 +134,7 @@ func TestCheckIngress(t *testing.T) {
 	withOpts := ipv4Packet(tPeerPod, tLocalIP, 64, layers.IPProtocolUDP, make([]byte, 30))
 	withOpts[0] = 0x46 // a 24-byte header: still consistent with the total length
 	binary.BigEndian.PutUint16(withOpts[10:], 0)
-	binary.BigEndian.PutUint16(withOpts[10:], checksum(withOpts[:24]))
+	binary.BigEndian.PutUint16(withOpts[10:], offload.Checksum(withOpts[:24]))
 	long := append(append([]byte(nil), good...), 0)
 	v6 := append([]byte(nil), good...)
 	v6[0] = 0x65
@@ -142,7 +143,7 @@ func TestCheckIngress(t *testing.T) {
 	frag := append([]byte(nil), good...)
 	frag[6] = 0x20 // more fragments
 	binary.BigEndian.PutUint16(frag[10:], 0)
-	binary.BigEndian.PutUint16(frag[10:], checksum(frag[:20]))
+	binary.BigEndian.PutUint16(frag[10:], offload.Checksum(frag[:20]))
 	for _, c := range []struct {
 		name string
 		pkt  []byte
@@ -252,7 +253,7 @@ func TestEgressNetUnreachable(t *testing.T) {
 	if !ip.DstIP.Equal(tLocalIP.AsSlice()) || !ip.SrcIP.Equal(netip.MustParseAddr("198.18.9.0").AsSlice()) {
 		t.Fatalf("ICMP %v -> %v", ip.SrcIP, ip.DstIP)
 	}
-	if int(ip.Length) != len(ft.written[0]) || checksum(ft.written[0][:20]) != 0 || checksum(ft.written[0][20:]) != 0 {
+	if int(ip.Length) != len(ft.written[0]) || offload.Checksum(ft.written[0][:20]) != 0 || offload.Checksum(ft.written[0][20:]) != 0 {
 		t.Fatalf("bad length or checksums: % x", ft.written[0])
 	}
 	if !bytes.Equal(ic.Payload, orig[:28]) {
@@ -265,7 +266,7 @@ func withIHL(pkt []byte, ihl byte) []byte {
 	p := append([]byte(nil), pkt...)
 	p[0] = 0x40 | ihl
 	binary.BigEndian.PutUint16(p[10:], 0)
-	binary.BigEndian.PutUint16(p[10:], checksum(p[:20]))
+	binary.BigEndian.PutUint16(p[10:], offload.Checksum(p[:20]))
 	return p
 }
 

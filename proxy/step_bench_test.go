@@ -7,6 +7,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/weftnet/weft/internal/ipconv"
+	"github.com/weftnet/weft/tun/offload/offloadtest"
 )
 
 func BenchmarkLookup(b *testing.B) {
@@ -102,7 +103,7 @@ func BenchmarkIngressCoalesce(b *testing.B) {
 	w := newWorker(&vnetDiscard{}, tb, 64, 1500, 1500, false, &cnt, nopLogger())
 	var hdrs [64][20]byte
 	for i := range 64 {
-		p := tcpPacket(tPeerPod, tLocalIP, uint32(i*1400), "", make([]byte, 1400))
+		p := offloadtest.TCP(tPeerPod, tLocalIP, uint32(i*1400), "", make([]byte, 1400))
 		w.rx.sizes[i] = copy(w.rx.bufs[i][Headroom:], p)
 		w.rx.src[i] = ipconv.U32(tPeerIP)
 		copy(hdrs[i][:], p)

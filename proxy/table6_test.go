@@ -6,8 +6,9 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"github.com/weftnet/weft/tun/offload/offloadtest"
 )
 
 // IPv6 overlay of the tests: fd00:10::/48 in /64 leases (flannel's default), ours
@@ -47,16 +48,6 @@ func testSnapshot6(t testing.TB) *Snapshot {
 func lookup6(s *Snapshot, a netip.Addr) *Peer {
 	hi, lo := halves(a)
 	return s.Lookup6(hi, lo)
-}
-
-// ipv6Packet builds an IPv6 packet with gopacket (payload length computed).
-func ipv6Packet(src, dst netip.Addr, hop uint8, next layers.IPProtocol, payload []byte) []byte {
-	ip := &layers.IPv6{Version: 6, HopLimit: hop, NextHeader: next, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true}, ip, gopacket.Payload(payload)); err != nil {
-		panic(err)
-	}
-	return append([]byte(nil), buf.Bytes()...)
 }
 
 func TestTable6Lookup(t *testing.T) {
@@ -189,13 +180,13 @@ func TestRouteEgress6(t *testing.T) {
 		want DropReason
 		peer string
 	}{
-		{"to peer", ipv6Packet(t6LocalIP, t6PeerPod, 64, layers.IPProtocolUDP, []byte("x")), DropNone, "192.0.2.2"},
-		{"to v6 underlay peer", ipv6Packet(t6LocalIP, t6Pod3, 64, layers.IPProtocolUDP, nil), DropNone, "2001:db8::3"},
-		{"no lease", ipv6Packet(t6LocalIP, netip.MustParseAddr("fd00:10:0:9::1"), 64, layers.IPProtocolUDP, nil), DropNoRoute, ""},
-		{"ours", ipv6Packet(t6LocalIP, t6LocalIP, 64, layers.IPProtocolUDP, nil), DropNotOverlay, ""},
-		{"outside", ipv6Packet(t6LocalIP, netip.MustParseAddr("2001:db8::1"), 64, layers.IPProtocolUDP, nil), DropNotOverlay, ""},
-		{"hop limit", ipv6Packet(t6LocalIP, t6PeerPod, 1, layers.IPProtocolUDP, nil), DropTTL, ""},
-		{"short", ipv6Packet(t6LocalIP, t6PeerPod, 64, layers.IPProtocolUDP, nil)[:39], DropMalformed, ""},
+		{"to peer", offloadtest.IPv6(t6LocalIP, t6PeerPod, 64, layers.IPProtocolUDP, []byte("x")), DropNone, "192.0.2.2"},
+		{"to v6 underlay peer", offloadtest.IPv6(t6LocalIP, t6Pod3, 64, layers.IPProtocolUDP, nil), DropNone, "2001:db8::3"},
+		{"no lease", offloadtest.IPv6(t6LocalIP, netip.MustParseAddr("fd00:10:0:9::1"), 64, layers.IPProtocolUDP, nil), DropNoRoute, ""},
+		{"ours", offloadtest.IPv6(t6LocalIP, t6LocalIP, 64, layers.IPProtocolUDP, nil), DropNotOverlay, ""},
+		{"outside", offloadtest.IPv6(t6LocalIP, netip.MustParseAddr("2001:db8::1"), 64, layers.IPProtocolUDP, nil), DropNotOverlay, ""},
+		{"hop limit", offloadtest.IPv6(t6LocalIP, t6PeerPod, 1, layers.IPProtocolUDP, nil), DropTTL, ""},
+		{"short", offloadtest.IPv6(t6LocalIP, t6PeerPod, 64, layers.IPProtocolUDP, nil)[:39], DropMalformed, ""},
 	} {
 		pkt := append([]byte(nil), c.pkt...)
 		p, r := s.RouteEgress(pkt)
@@ -210,14 +201,14 @@ func TestRouteEgress6(t *testing.T) {
 		}
 	}
 	// A table without an IPv6 side: IPv6 packets are not the overlay's.
-	if _, r := testSnapshot(t).RouteEgress(ipv6Packet(t6LocalIP, t6PeerPod, 64, layers.IPProtocolUDP, nil)); r != DropNotOverlay {
+	if _, r := testSnapshot(t).RouteEgress(offloadtest.IPv6(t6LocalIP, t6PeerPod, 64, layers.IPProtocolUDP, nil)); r != DropNotOverlay {
 		t.Errorf("no IPv6 network: %v", r)
 	}
 }
 
 func TestCheckIngress6(t *testing.T) {
 	s := testSnapshot6(t)
-	good := ipv6Packet(t6PeerPod, t6LocalIP, 64, layers.IPProtocolUDP, make([]byte, 12))
+	good := offloadtest.IPv6(t6PeerPod, t6LocalIP, 64, layers.IPProtocolUDP, make([]byte, 12))
 	src := ipconvU32(tPeerIP)
 	mut := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
 	for _, c := range []struct {
@@ -233,11 +224,11 @@ func TestCheckIngress6(t *testing.T) {
 		{"payload length beyond", good[:45], src, DropTruncated},
 		{"trailing bytes", append(append([]byte(nil), good...), 0), src, DropBadLength},
 		{"jumbogram", mut(func(b []byte) []byte { b[4], b[5] = 0, 0; return b }), src, DropBadLength},
-		{"spoofed source", ipv6Packet(t6Pod3, t6LocalIP, 64, layers.IPProtocolUDP, nil), src, DropSpoofedSource},
-		{"source outside", ipv6Packet(netip.MustParseAddr("fd00:99::1"), t6LocalIP, 64, layers.IPProtocolUDP, nil), src, DropSpoofedSource},
-		{"not ours", ipv6Packet(t6PeerPod, netip.MustParseAddr("fd00:10:0:9::1"), 64, layers.IPProtocolUDP, nil), src, DropNotLocal},
-		{"multicast", ipv6Packet(t6PeerPod, netip.MustParseAddr("ff02::1"), 64, layers.IPProtocolUDP, nil), src, DropNotUnicast},
-		{"hop limit", ipv6Packet(t6PeerPod, t6LocalIP, 1, layers.IPProtocolUDP, nil), src, DropTTL},
+		{"spoofed source", offloadtest.IPv6(t6Pod3, t6LocalIP, 64, layers.IPProtocolUDP, nil), src, DropSpoofedSource},
+		{"source outside", offloadtest.IPv6(netip.MustParseAddr("fd00:99::1"), t6LocalIP, 64, layers.IPProtocolUDP, nil), src, DropSpoofedSource},
+		{"not ours", offloadtest.IPv6(t6PeerPod, netip.MustParseAddr("fd00:10:0:9::1"), 64, layers.IPProtocolUDP, nil), src, DropNotLocal},
+		{"multicast", offloadtest.IPv6(t6PeerPod, netip.MustParseAddr("ff02::1"), 64, layers.IPProtocolUDP, nil), src, DropNotUnicast},
+		{"hop limit", offloadtest.IPv6(t6PeerPod, t6LocalIP, 1, layers.IPProtocolUDP, nil), src, DropTTL},
 		{"version 7", mut(func(b []byte) []byte { b[0] = 0x70; return b }), src, DropMalformed},
 	} {
 		if r := s.CheckIngress(c.pkt, c.src); r != c.want {
@@ -245,7 +236,7 @@ func TestCheckIngress6(t *testing.T) {
 		}
 	}
 	// A sender whose subnet is behind an IPv6 underlay address cannot send it over IPv4.
-	if r := s.CheckIngress(ipv6Packet(t6Pod3, t6LocalIP, 64, layers.IPProtocolUDP, nil), src); r != DropSpoofedSource {
+	if r := s.CheckIngress(offloadtest.IPv6(t6Pod3, t6LocalIP, 64, layers.IPProtocolUDP, nil), src); r != DropSpoofedSource {
 		t.Errorf("v6-underlay subnet from a v4 sender: %v", r)
 	}
 	if r := testSnapshot(t).CheckIngress(good, src); r != DropMalformed {
@@ -255,40 +246,6 @@ func TestCheckIngress6(t *testing.T) {
 	decHop(pkt)
 	if pkt[7] != 63 || string(pkt[8:]) != string(good[8:]) {
 		t.Errorf("decHop: % x", pkt[:8])
-	}
-}
-
-// TestSegmentUDP6 cuts an IPv6 UDP super packet (as TUN USO6 hands it) into datagrams
-// and checks each one's lengths and UDP checksum.
-func TestSegmentUDP6(t *testing.T) {
-	payload := make([]byte, 2500)
-	for i := range payload {
-		payload[i] = byte(i * 7)
-	}
-	udp := make([]byte, 8)
-	binary.BigEndian.PutUint16(udp[0:], 4000)
-	binary.BigEndian.PutUint16(udp[2:], 5000)
-	pkt := ipv6Packet(t6LocalIP, t6PeerPod, 64, layers.IPProtocolUDP, append(udp, payload...))
-	ihl, hl, ok := usoLayout(pkt)
-	if !ok || ihl != 40 || hl != 48 {
-		t.Fatalf("usoLayout = %d, %d, %v", ihl, hl, ok)
-	}
-	const gso = 1000
-	for i, off := 0, 0; off < len(payload); i, off = i+1, off+gso {
-		seg := payload[off:min(off+gso, len(payload))]
-		h := make([]byte, hl)
-		segmentUDPHeaders(h, pkt, ihl, hl, i, seg)
-		d := append(h, seg...)
-		if int(binary.BigEndian.Uint16(d[4:]))+40 != len(d) || int(binary.BigEndian.Uint16(d[44:]))+40 != len(d) {
-			t.Fatalf("datagram %d: lengths % x", i, d[:48])
-		}
-		ac := sum(d[8:40], uint64(protoUDP)+uint64(len(d)-40))
-		if fold(sum(d[40:], ac)) != 0xffff {
-			t.Fatalf("datagram %d: UDP checksum does not verify", i)
-		}
-	}
-	if _, _, ok := usoLayout(ipv6Packet(t6LocalIP, t6PeerPod, 64, layers.IPProtocolTCP, make([]byte, 20))); ok {
-		t.Error("usoLayout took an IPv6 TCP packet")
 	}
 }
 

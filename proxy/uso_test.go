@@ -3,13 +3,11 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
-	"net/netip"
 	"testing"
 
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
-
 	"github.com/weftnet/weft/internal/ipconv"
+	"github.com/weftnet/weft/tun/offload"
+	"github.com/weftnet/weft/tun/offload/offloadtest"
 )
 
 // vnetUSOTUN is a TUN queue with offloads and UDP segmentation offload.
@@ -17,82 +15,17 @@ type vnetUSOTUN struct{ gatherTUN }
 
 func (*vnetUSOTUN) USO() bool { return true }
 
-// udpPacket builds an IPv4/UDP packet from src:port with gopacket (checksums computed).
-func udpPacket(src, dst netip.Addr, sport uint16, id uint16, payload []byte) []byte {
-	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP, Id: id,
-		SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
-	udp := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: 5201}
-	_ = udp.SetNetworkLayerForChecksum(ip)
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
-		ip, udp, gopacket.Payload(payload)); err != nil {
-		panic(err)
-	}
-	return append([]byte(nil), buf.Bytes()...)
-}
-
-// udpChecksumOK verifies a UDP checksum (and length field) over the pseudo header.
-func udpChecksumOK(pkt []byte) bool {
-	ihl := int(pkt[0]&0x0f) * 4
-	if int(binary.BigEndian.Uint16(pkt[ihl+4:])) != len(pkt)-ihl {
-		return false
-	}
-	ac := sum(pkt[12:20], uint64(protoUDP)+uint64(len(pkt)-ihl))
-	return fold(sum(pkt[ihl:], ac)) == 0xffff
-}
-
-func TestSegmentUSO(t *testing.T) {
-	payload := make([]byte, 1000)
-	for i := range payload {
-		payload[i] = byte(i * 13)
-	}
-	super := udpPacket(tLocalIP, tPeerPod, 40000, 100, payload)
-	const gso = 300
-	ihl, hl, ok := usoLayout(super)
-	if !ok || ihl != 20 || hl != 28 {
-		t.Fatalf("layout %d %d %v", ihl, hl, ok)
-	}
-	if _, _, ok := usoLayout(tcpPacket(tLocalIP, tPeerPod, 1, "", payload)); ok {
-		t.Fatal("a TCP packet passed as UDP super packet")
-	}
-	var got []byte
-	h := make([]byte, maxSegHeaders)
-	n := 0
-	for i, off := 0, 0; off < len(payload); i, off = i+1, off+gso {
-		seg := payload[off:min(off+gso, len(payload))]
-		segmentUDPHeaders(h[:hl], super, ihl, hl, i, seg)
-		pkt := append(append([]byte(nil), h[:hl]...), seg...)
-		p := gopacket.NewPacket(pkt, layers.LayerTypeIPv4, gopacket.Default)
-		ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
-		udp, _ := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
-		if ip == nil || udp == nil {
-			t.Fatalf("datagram %d does not decode: %v", i, p)
-		}
-		if int(ip.Length) != len(pkt) || ip.Id != uint16(100+i) || checksum(pkt[:20]) != 0 || !udpChecksumOK(pkt) {
-			t.Fatalf("datagram %d: length %d id %d, checksums bad", i, ip.Length, ip.Id)
-		}
-		if udp.SrcPort != 40000 || udp.DstPort != 5201 || int(udp.Length) != 8+len(seg) {
-			t.Fatalf("datagram %d: ports %d %d length %d", i, udp.SrcPort, udp.DstPort, udp.Length)
-		}
-		got = append(got, udp.Payload...)
-		n++
-	}
-	if n != 4 || !bytes.Equal(got, payload) {
-		t.Fatalf("%d datagrams, payload intact %v", n, bytes.Equal(got, payload))
-	}
-}
-
 // TestIngressCoalesceUDP: with USO on the queue, runs of same-sized datagrams of one
 // UDP flow become one write (GSO UDP_L4, checksum partial); anything else is written
 // alone, and without USO nothing UDP is coalesced.
 func TestIngressCoalesceUDP(t *testing.T) {
 	dg := func(sport uint16, id uint16, n int) []byte {
-		return udpPacket(tPeerPod, tLocalIP, sport, id, bytes.Repeat([]byte{byte(id)}, n))
+		return offloadtest.UDP(tPeerPod, tLocalIP, sport, id, bytes.Repeat([]byte{byte(id)}, n))
 	}
 	frag := dg(1, 9, 64)
 	frag[6] = 0x20 // more fragments
 	binary.BigEndian.PutUint16(frag[10:], 0)
-	binary.BigEndian.PutUint16(frag[10:], checksum(frag[:20]))
+	binary.BigEndian.PutUint16(frag[10:], offload.Checksum(frag[:20]))
 	many := make([][]byte, 70)
 	for i := range many {
 		many[i] = dg(1, uint16(i), 64)
@@ -141,25 +74,25 @@ func TestIngressCoalesceUDP(t *testing.T) {
 			}
 			k := 0
 			for i, b := range written {
-				vh := parseVnetHdr(b)
-				pkt := b[vnetHdrLen:]
-				if checksum(pkt[:20]) != 0 || int(binary.BigEndian.Uint16(pkt[2:])) != len(pkt) || pkt[8] != 63 {
+				vh := offload.ParseVnetHdr(b)
+				pkt := b[offload.VnetHdrLen:]
+				if offload.Checksum(pkt[:20]) != 0 || int(binary.BigEndian.Uint16(pkt[2:])) != len(pkt) || pkt[8] != 63 {
 					t.Fatalf("write %d: bad IPv4 header % x", i, pkt[:20])
 				}
 				if c.want[i] == 1 {
-					if vh != (vnetHdr{}) || !bytes.Equal(pkt[20:], c.pkts[k][20:]) {
+					if vh != (offload.VnetHdr{}) || !bytes.Equal(pkt[20:], c.pkts[k][20:]) {
 						t.Fatalf("write %d: single datagram changed, vnet header %+v", i, vh)
 					}
 					k++
 					continue
 				}
 				segSize := len(c.pkts[k]) - 28
-				if vh.gsoType != vnetGSOUDPL4 || vh.flags != vnetNeedsCsum || vh.csumStart != 20 || vh.csumOffset != 6 ||
-					vh.hdrLen != 28 || int(vh.gsoSize) != segSize {
+				if vh.GSOType != offload.GSOUDPL4 || vh.Flags != offload.NeedsCsum || vh.CsumStart != 20 || vh.CsumOffset != 6 ||
+					vh.HdrLen != 28 || int(vh.GSOSize) != segSize {
 					t.Fatalf("write %d: vnet header %+v", i, vh)
 				}
 				// Finish the partial checksum as the kernel would, then verify.
-				if !finishChecksum(pkt, vh) || !udpChecksumOK(pkt) {
+				if !offload.FinishChecksum(pkt, vh) || !offloadtest.UDPChecksumOK(pkt) {
 					t.Fatalf("write %d: UDP checksum does not verify", i)
 				}
 				var payload []byte

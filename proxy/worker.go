@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/transport"
+	"github.com/weftnet/weft/tun/offload"
 
 	"go.uber.org/zap"
 )
@@ -78,7 +79,7 @@ type worker struct {
 		out      [][][]byte // packets to write, as pieces
 		npieces  int        // pieces in use
 		nrunHdr  int        // runHdrs in use
-		run      groRun
+		run      offload.Run
 		inRun    bool        // a run is open
 		runOut   int         // the run's packet in out, once it has two
 		runStart int         // and its first piece
@@ -103,14 +104,14 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, udpGRO b
 		if u, ok := tun.(interface{ USO() bool }); ok && u.USO() {
 			w.uso = true
 		}
-		egressLen = maxSuperPacket
+		egressLen = offload.MaxSuperPacket
 		reads, slots = min(batch, offloadReads), batch*offloadSlotsPerRead
 	}
 	recvs := batch
 	w.rx.maxDgram = ingressLen
 	if w.vnet && udpGRO {
 		w.rx.udpGRO = true
-		ingressLen = maxSuperPacket
+		ingressLen = offload.MaxSuperPacket
 		recvs = min(batch, groRecvs)
 	}
 	w.rx.bufs, w.rx.sizes, w.rx.src, w.rx.segs = make([][]byte, recvs), make([]int, recvs), make([]uint32, recvs), make([]int, recvs)
@@ -124,7 +125,7 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, udpGRO b
 	if g, ok := tun.(gatherWriter); ok {
 		w.rx.gather = g
 	} else if w.vnet {
-		w.rx.join = make([]byte, Headroom+max(ingressLen, groMaxLen))
+		w.rx.join = make([]byte, Headroom+max(ingressLen, offload.MaxSuperPacket))
 	} else {
 		w.rx.join = make([]byte, Headroom+ingressLen)
 	}
@@ -136,7 +137,7 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, udpGRO b
 	if w.vnet {
 		w.tx.seghdr = make([][]byte, slots)
 		for i := range w.tx.seghdr {
-			w.tx.seghdr[i] = make([]byte, maxSegHeaders)
+			w.tx.seghdr[i] = make([]byte, offload.MaxSegHeaders)
 		}
 	}
 	for i := range w.rx.bufs {
@@ -145,7 +146,7 @@ func newWorker(tun TUN, table *Table, batch, egressLen, ingressLen int, udpGRO b
 	if w.vnet {
 		w.rx.runHdrs = make([][]byte, runHeaders)
 		for i := range w.rx.runHdrs {
-			w.rx.runHdrs[i] = make([]byte, groHdrLen)
+			w.rx.runHdrs[i] = make([]byte, offload.RunHdrLen)
 		}
 	}
 	w.tx.icmp[0] = make([]byte, Headroom+max(icmpBufLen, icmp6MaxLen))

@@ -9,11 +9,14 @@ package tun
 import (
 	"errors"
 	"net/netip"
+
+	"github.com/weftnet/weft/tun/offload"
 )
 
 // VnetHdrLen is the size of the virtio-net header in front of every packet of a queue
-// opened with offloads (struct virtio_net_hdr, no num_buffers).
-const VnetHdrLen = 10
+// opened with offloads (struct virtio_net_hdr, no num_buffers); package offload reads
+// and writes it, and does the segmentation and coalescing such a queue needs.
+const VnetHdrLen = offload.VnetHdrLen
 
 // ErrClosed is returned by reads and writes on a closed queue.
 var ErrClosed = errors.New("tun queue closed")
