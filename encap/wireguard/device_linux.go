@@ -118,7 +118,7 @@ func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log
 	// only when debug is on: a flood of junk makes one for each datagram.
 	// weft's transport carries the device's datagrams (transport/wgbind), not
 	// wireguard-go's own Bind: no copy into a GSO buffer, no allocation per datagram.
-	bind, err := newNSBind(wgbind.New(dlog))
+	bind, err := newNSBind(wgbind.New(dlog, &drops[wgDropReplayed]))
 	if err != nil {
 		_ = t.Close()
 		return nil, err

@@ -14,13 +14,14 @@ const (
 	wgDropInvalidCookieReply        // a cookie reply that does not decode or decrypt
 	wgDropHandshakeUnderLoad        // a handshake refused under load (a cookie reply sent instead)
 	wgDropDisallowedSource          // a decrypted packet from a source outside the peer's AllowedIPs, or not IP
+	wgDropReplayed                  // a transport message whose counter came before (transport/wgbind counts it)
 	numWGDropReasons
 )
 
 // wgDropNames are the reasons' label values in /metrics and /stats.
 var wgDropNames = [numWGDropReasons]string{
 	"unknown_type", "invalid_mac1", "invalid_initiation", "invalid_response",
-	"invalid_cookie_reply", "handshake_under_load", "disallowed_source",
+	"invalid_cookie_reply", "handshake_under_load", "disallowed_source", "replayed",
 }
 
 // wgDropLines maps the format strings of the lines wireguard-go's device logs when it
@@ -28,7 +29,8 @@ var wgDropNames = [numWGDropReasons]string{
 // The device keeps no counters of its own; its logger is the one place it says what it
 // dropped. Datagrams of the wrong size for their type, transport messages for no
 // session and ones that fail to decrypt are dropped without a line, so they are not
-// counted. TestWireGuardDropLines fails when wireguard-go words a line differently.
+// counted; replayed transport messages are dropped without one too, and weft's Bind
+// counts them as it receives them (wgDropReplayed). TestWireGuardDropLines fails when wireguard-go words a line differently.
 var wgDropLines = map[string]int{
 	"Received message with unknown type":                          wgDropUnknownType,
 	"Received packet with invalid mac1":                           wgDropInvalidMAC1,

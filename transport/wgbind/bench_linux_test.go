@@ -15,7 +15,7 @@ import (
 // wireguard-go's own (conn.StdNetBind), in one run: the ratio is what counts.
 func BenchmarkBind(b *testing.B) {
 	for _, n := range []int{16, 128} {
-		b.Run("weft/batch"+strconv.Itoa(n), func(b *testing.B) { benchBind(b, New(zap.NewNop()), New(zap.NewNop()), n) })
+		b.Run("weft/batch"+strconv.Itoa(n), func(b *testing.B) { benchBind(b, New(zap.NewNop(), nil), New(zap.NewNop(), nil), n) })
 		b.Run("wireguard-go/batch"+strconv.Itoa(n), func(b *testing.B) { benchBind(b, conn.NewStdNetBind(), conn.NewStdNetBind(), n) })
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/weftnet/weft/transport"
@@ -28,7 +29,8 @@ const (
 
 // Bind is a conn.Bind on two transport.Conns, one per family, on one port.
 type Bind struct {
-	log *zap.Logger
+	log      *zap.Logger
+	replayed *atomic.Uint64 // transport messages the device will drop as replays
 
 	mu     sync.Mutex // Open, Close, SetMark and which sockets are open
 	v4, v6 *sender
@@ -36,8 +38,9 @@ type Bind struct {
 
 var _ conn.Bind = (*Bind)(nil)
 
-// New makes a Bind; Open opens its sockets.
-func New(log *zap.Logger) *Bind { return &Bind{log: log} }
+// New makes a Bind; Open opens its sockets. It counts in replayed the transport
+// messages the device will drop as replays (nil: not counted).
+func New(log *zap.Logger, replayed *atomic.Uint64) *Bind { return &Bind{log: log, replayed: replayed} }
 
 // sender is one socket's send side: wireguard-go sends from many goroutines (one per
 // peer, and its handshakes), the socket's staging is one goroutine's.
@@ -54,6 +57,7 @@ type receiver struct {
 	n        int // messages in the batch
 	msg, off int // the next datagram: in message msg at offset off
 	eps      endpoints
+	replays  *replays // nil: not counted
 	log      *zap.Logger
 }
 
@@ -93,6 +97,9 @@ func (b *Bind) Open(port uint16) ([]conn.ReceiveFunc, uint16, error) {
 
 func (b *Bind) listen(port uint16, v6 bool) (*receiver, error) {
 	r := &receiver{bufs: make([][]byte, recvMsgs), log: b.log}
+	if b.replayed != nil {
+		r.replays = &replays{count: b.replayed}
+	}
 	for i := range r.bufs {
 		r.bufs[i] = make([]byte, bufLen)
 	}
@@ -127,6 +134,9 @@ func (r *receiver) receive(packets [][]byte, sizes []int, eps []conn.Endpoint) (
 		}
 		end := min(r.off+step, size)
 		sizes[k] = copy(packets[k], r.bufs[r.msg][r.off:end])
+		if r.replays != nil {
+			r.replays.check(packets[k][:sizes[k]])
+		}
 		eps[k] = r.eps.get(r.c.From(r.msg))
 		k++
 		if r.off = end; r.off >= size {

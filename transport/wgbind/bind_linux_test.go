@@ -13,7 +13,7 @@ import (
 
 func open(t *testing.T) (*Bind, []conn.ReceiveFunc, uint16) {
 	t.Helper()
-	b := New(zap.NewNop())
+	b := New(zap.NewNop(), nil)
 	fns, port, err := b.Open(0)
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func TestSendReceive(t *testing.T) {
 // TestClose: Close ends a waiting receive with net.ErrClosed (wireguard-go's
 // receive goroutines stop on it), and the Bind opens again.
 func TestClose(t *testing.T) {
-	b := New(zap.NewNop())
+	b := New(zap.NewNop(), nil)
 	fns, _, err := b.Open(0)
 	if err != nil {
 		t.Fatal(err)
