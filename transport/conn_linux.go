@@ -52,7 +52,8 @@ type Conn struct {
 		names  []unix.RawSockaddrInet4
 		names6 []unix.RawSockaddrInet6 // on an IPv6 socket, the names in use
 		ctrl   []byte
-		segs   []int // datagrams per message
+		from   []Local // each message's source (zero: the route's)
+		segs   []int   // datagrams per message
 		iov    []unix.Iovec
 		fn     func(uintptr) bool // doSend, bound once so that send does not allocate
 		n      int                // messages staged
@@ -63,6 +64,7 @@ type Conn struct {
 		// the last staged message as a run that stageRun may extend (UDP GSO)
 		runOpen  bool
 		runTo    netip.AddrPort
+		runFrom  Local
 		runSeg   int // datagram size of the run
 		runSegs  int
 		runBytes int
@@ -80,6 +82,8 @@ type Conn struct {
 		names   []unix.RawSockaddrInet4
 		names6  []unix.RawSockaddrInet6 // on an IPv6 socket, the names in use
 		ctrl    []byte
+		ctrlLen int  // control room per message: UDP_GRO, then the local address
+		local   bool // IP_PKTINFO / IPV6_RECVPKTINFO in use
 		bufs    [][]byte
 		fn      func(uintptr) bool // doRecv, bound once
 		n       int                // messages the last call received
@@ -88,14 +92,21 @@ type Conn struct {
 	}
 }
 
-// ctrlLen is the room for one UDP_SEGMENT control message, rctrlLen for a UDP_GRO
-// one.
-var ctrlLen, rctrlLen = unix.CmsgSpace(2), unix.CmsgSpace(4)
+// ctrlLen is the room for a sent message's control messages (UDP_SEGMENT, the
+// source), rctrlLen for a received one's (UDP_GRO, the local address).
+var (
+	pktinfoLen = max(unix.SizeofInet4Pktinfo, unix.SizeofInet6Pktinfo)
+	ctrlLen    = unix.CmsgSpace(2) + unix.CmsgSpace(pktinfoLen)
+	rctrlLen   = unix.CmsgSpace(4) + unix.CmsgSpace(pktinfoLen)
+)
 
 // Listen opens a socket with room to stage o.Messages messages of o.Iovecs pieces in
 // all, receiving into rbufs (one message each; the caller owns them and reads
 // datagram i of a batch from rbufs[i][:Size(i)]).
 func Listen(o Options, rbufs [][]byte, log *zap.Logger) (*Conn, error) {
+	if o.LocalAddrs && o.DualStack {
+		return nil, fmt.Errorf("%w: LocalAddrs with DualStack", ErrOption)
+	}
 	var serr error
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		err := c.Control(func(fd uintptr) {
@@ -149,9 +160,10 @@ func Listen(o Options, rbufs [][]byte, log *zap.Logger) (*Conn, error) {
 	}
 	u.tx.hdrs, u.tx.iov = make([]unix.Mmsghdr, msgs), make([]unix.Iovec, iovs)
 	u.tx.names, u.tx.ctrl, u.tx.segs = make([]unix.RawSockaddrInet4, msgs), make([]byte, msgs*ctrlLen), make([]int, msgs)
+	u.tx.from = make([]Local, msgs)
 	u.rx.hdrs, u.rx.iov = make([]unix.Mmsghdr, len(rbufs)), make([]unix.Iovec, len(rbufs))
 	u.rx.names, u.rx.bufs = make([]unix.RawSockaddrInet4, len(rbufs)), rbufs
-	u.rx.ctrl, u.rx.nameLen = make([]byte, len(rbufs)*rctrlLen), unix.SizeofSockaddrInet4
+	u.rx.ctrl, u.rx.ctrlLen, u.rx.nameLen = make([]byte, len(rbufs)*rctrlLen), rctrlLen, unix.SizeofSockaddrInet4
 	if u.v6 {
 		u.rx.nameLen = unix.SizeofSockaddrInet6
 		u.tx.names6, u.rx.names6 = make([]unix.RawSockaddrInet6, msgs), make([]unix.RawSockaddrInet6, len(rbufs))
@@ -165,10 +177,6 @@ func Listen(o Options, rbufs [][]byte, log *zap.Logger) (*Conn, error) {
 			u.tx.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
 			u.tx.names6[i].Family = unix.AF_INET6
 		}
-		c := u.tx.ctrl[i*ctrlLen : (i+1)*ctrlLen]
-		h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
-		h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
-		h.SetLen(unix.CmsgLen(2))
 	}
 	for i := range u.rx.hdrs {
 		u.rx.iov[i].Base = &rbufs[i][0]
@@ -181,6 +189,23 @@ func Listen(o Options, rbufs [][]byte, log *zap.Logger) (*Conn, error) {
 		u.rx.hdrs[i].Hdr.SetIovlen(1)
 	}
 	u.tx.fn, u.rx.fn = u.doSend, u.doRecv
+	if o.LocalAddrs {
+		var err error
+		if cerr := rc.Control(func(fd uintptr) {
+			if u.v6 {
+				err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1)
+			} else {
+				err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_PKTINFO, 1)
+			}
+		}); cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("udp port %d: packet info: %w", o.Port, err)
+		}
+		u.rx.local = true
+	}
 	if o.GRO {
 		_ = rc.Control(func(fd uintptr) {
 			u.rx.gro = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) == nil
@@ -240,8 +265,11 @@ func (u *Conn) Room(iovs int) bool {
 
 // Stage adds a message of one datagram, pkt, to to. It fails, staging nothing, with
 // ErrFamily when to is not of the socket's family (IPv4-mapped IPv6 is IPv4).
-func (u *Conn) Stage(pkt []byte, to netip.AddrPort) error {
-	if err := u.Begin(to); err != nil {
+func (u *Conn) Stage(pkt []byte, to netip.AddrPort) error { return u.StageFrom(pkt, to, Local{}) }
+
+// StageFrom is Stage with the source address from (zero: the route's).
+func (u *Conn) StageFrom(pkt []byte, to netip.AddrPort, from Local) error {
+	if err := u.BeginFrom(to, from); err != nil {
 		return err
 	}
 	u.AddIov(pkt)
@@ -255,7 +283,13 @@ func (u *Conn) Stage(pkt []byte, to netip.AddrPort) error {
 // shorter; the kernel sends them as separate datagrams (one inner packet each, as
 // flannel does), but they cross the sending and receiving stacks as one.
 func (u *Conn) StageRun(pkt []byte, to netip.AddrPort) error {
-	if u.tx.runOpen && u.tx.gso && u.tx.runTo == to && len(pkt) <= u.tx.runSeg && u.tx.runSegs < MaxSegments &&
+	return u.StageRunFrom(pkt, to, Local{})
+}
+
+// StageRunFrom is StageRun with the source address from (zero: the route's); a run
+// has one source.
+func (u *Conn) StageRunFrom(pkt []byte, to netip.AddrPort, from Local) error {
+	if u.tx.runOpen && u.tx.gso && u.tx.runTo == to && u.tx.runFrom == from && len(pkt) <= u.tx.runSeg && u.tx.runSegs < MaxSegments &&
 		u.tx.runBytes+len(pkt) <= MaxUDPPayload && u.tx.niov < len(u.tx.iov) {
 		u.tx.n-- // reopen the last message
 		u.AddIov(pkt)
@@ -265,10 +299,11 @@ func (u *Conn) StageRun(pkt []byte, to netip.AddrPort) error {
 		u.End(u.tx.runSegs, u.tx.runSeg)
 		return nil
 	}
-	if err := u.Stage(pkt, to); err != nil {
+	if err := u.StageFrom(pkt, to, from); err != nil {
 		return err
 	}
-	u.tx.runOpen, u.tx.runTo, u.tx.runSeg, u.tx.runSegs, u.tx.runBytes = true, to, len(pkt), 1, len(pkt)
+	u.tx.runOpen, u.tx.runTo, u.tx.runFrom = true, to, from
+	u.tx.runSeg, u.tx.runSegs, u.tx.runBytes = len(pkt), 1, len(pkt)
 	return nil
 }
 
@@ -276,7 +311,18 @@ func (u *Conn) StageRun(pkt []byte, to netip.AddrPort) error {
 // datagrams of segSize bytes each (the last may be shorter) when segs > 1, which
 // needs UDP GSO. The caller checks Room first. Begin fails with ErrFamily, starting
 // nothing, when to is not of the socket's family.
-func (u *Conn) Begin(to netip.AddrPort) error {
+func (u *Conn) Begin(to netip.AddrPort) error { return u.BeginFrom(to, Local{}) }
+
+// BeginFrom is Begin with the source address from (zero: the route's): the message
+// leaves from from.Addr, on from.Ifindex if not 0 (IP_PKTINFO, IPV6_PKTINFO). It
+// fails with ErrFamily when from is not of the socket's family.
+func (u *Conn) BeginFrom(to netip.AddrPort, from Local) error {
+	if from.IsValid() {
+		fa := from.Addr
+		if u.v6 && (!fa.Is6() || fa.Is4In6()) || !u.v6 && !fa.Unmap().Is4() {
+			return ErrFamily
+		}
+	}
 	a := to.Addr()
 	if u.v6 {
 		if a.Is4() && u.dual {
@@ -294,6 +340,7 @@ func (u *Conn) Begin(to netip.AddrPort) error {
 		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&u.tx.names[u.tx.n].Port))[:], to.Port())
 	}
 	u.tx.runOpen = false
+	u.tx.from[u.tx.n] = from
 	m := &u.tx.hdrs[u.tx.n]
 	m.Hdr.Iov = &u.tx.iov[u.tx.niov]
 	m.Hdr.Iovlen = 0
@@ -312,11 +359,26 @@ func (u *Conn) AddIov(b []byte) {
 // End closes the message Begin started.
 func (u *Conn) End(segs, segSize int) {
 	m := &u.tx.hdrs[u.tx.n]
+	c := u.tx.ctrl[u.tx.n*ctrlLen : (u.tx.n+1)*ctrlLen]
+	off := 0
 	if segs > 1 {
-		c := u.tx.ctrl[u.tx.n*ctrlLen : (u.tx.n+1)*ctrlLen]
-		binary.NativeEndian.PutUint16(c[unix.CmsgLen(0):], uint16(segSize))
+		off = putCmsg(c, off, unix.SOL_UDP, unix.UDP_SEGMENT, 2)
+		binary.NativeEndian.PutUint16(c[off-unix.CmsgSpace(2)+unix.CmsgLen(0):], uint16(segSize))
+	}
+	if from := u.tx.from[u.tx.n]; from.IsValid() {
+		if u.v6 {
+			off = putCmsg(c, off, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo)
+			pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&c[off-unix.CmsgSpace(unix.SizeofInet6Pktinfo)+unix.CmsgLen(0)]))
+			pi.Addr, pi.Ifindex = from.Addr.As16(), uint32(from.Ifindex)
+		} else {
+			off = putCmsg(c, off, unix.IPPROTO_IP, unix.IP_PKTINFO, unix.SizeofInet4Pktinfo)
+			pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&c[off-unix.CmsgSpace(unix.SizeofInet4Pktinfo)+unix.CmsgLen(0)]))
+			pi.Ifindex, pi.Spec_dst, pi.Addr = int32(from.Ifindex), from.Addr.Unmap().As4(), [4]byte{}
+		}
+	}
+	if off > 0 {
 		m.Hdr.Control = &c[0]
-		m.Hdr.SetControllen(ctrlLen)
+		m.Hdr.SetControllen(off)
 	} else {
 		m.Hdr.Control = nil
 		m.Hdr.SetControllen(0)
@@ -338,6 +400,34 @@ func (u *Conn) Send() (failed int, err error) {
 	}
 	u.tx.n, u.tx.niov, u.tx.runOpen = 0, 0, false
 	return u.tx.failed, u.tx.err
+}
+
+// putCmsg writes a control message header for n bytes of data at off in c and
+// returns the offset after the message (data included).
+func putCmsg(c []byte, off int, level, typ int32, n int) int {
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&c[off]))
+	h.Level, h.Type = level, typ
+	h.SetLen(unix.CmsgLen(n))
+	return off + unix.CmsgSpace(n)
+}
+
+// cmsg finds the data of the control message level/typ among message i's received
+// ones; nil if it has none.
+func (u *Conn) cmsg(i int, level, typ int32) []byte {
+	n := int(u.rx.hdrs[i].Hdr.Controllen)
+	c := u.rx.ctrl[i*u.rx.ctrlLen : i*u.rx.ctrlLen+min(n, u.rx.ctrlLen)]
+	for off := 0; off+unix.CmsgLen(0) <= len(c); {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&c[off]))
+		l := int(h.Len)
+		if l < unix.CmsgLen(0) || off+l > len(c) {
+			return nil
+		}
+		if h.Level == level && h.Type == typ {
+			return c[off+unix.CmsgLen(0) : off+l]
+		}
+		off += unix.CmsgSpace(l - unix.CmsgLen(0))
+	}
+	return nil
 }
 
 func (u *Conn) doSend(fd uintptr) bool {
@@ -419,9 +509,9 @@ func (u *Conn) doRecv(fd uintptr) bool {
 			for i := range u.rx.hdrs {
 				u.rx.hdrs[i].Hdr.Namelen = u.rx.nameLen
 				u.rx.hdrs[i].Hdr.Flags = 0
-				if u.rx.gro {
-					u.rx.hdrs[i].Hdr.Control = &u.rx.ctrl[i*rctrlLen]
-					u.rx.hdrs[i].Hdr.SetControllen(rctrlLen)
+				if u.rx.gro || u.rx.local {
+					u.rx.hdrs[i].Hdr.Control = &u.rx.ctrl[i*u.rx.ctrlLen]
+					u.rx.hdrs[i].Hdr.SetControllen(u.rx.ctrlLen)
 				}
 			}
 			r, _, e = unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&u.rx.hdrs[0])),
@@ -456,9 +546,9 @@ func (u *Conn) recvEach(fd uintptr) (uintptr, syscall.Errno) {
 		h := &u.rx.hdrs[n]
 		h.Hdr.Namelen = u.rx.nameLen
 		h.Hdr.Flags = 0
-		if u.rx.gro {
-			h.Hdr.Control = &u.rx.ctrl[n*rctrlLen]
-			h.Hdr.SetControllen(rctrlLen)
+		if u.rx.gro || u.rx.local {
+			h.Hdr.Control = &u.rx.ctrl[n*u.rx.ctrlLen]
+			h.Hdr.SetControllen(u.rx.ctrlLen)
 		}
 		r, _, e := unix.RawSyscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&h.Hdr)), unix.MSG_DONTWAIT|unix.MSG_TRUNC)
 		if e != 0 {
@@ -482,16 +572,35 @@ func (u *Conn) Size(i int) int { return int(u.rx.hdrs[i].Len) }
 // SegSize is the size of each datagram coalesced into message i (UDP GRO), 0 for a
 // message of one datagram.
 func (u *Conn) SegSize(i int) int {
-	h := &u.rx.hdrs[i].Hdr
-	if !u.rx.gro || int(h.Controllen) < unix.CmsgLen(4) {
+	if !u.rx.gro {
 		return 0
 	}
-	c := u.rx.ctrl[i*rctrlLen:]
-	m := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
-	if m.Level != unix.SOL_UDP || m.Type != unix.UDP_GRO {
-		return 0
+	if d := u.cmsg(i, unix.SOL_UDP, unix.UDP_GRO); len(d) >= 4 {
+		return int(binary.NativeEndian.Uint32(d))
 	}
-	return int(binary.NativeEndian.Uint32(c[unix.CmsgLen(0):]))
+	return 0
+}
+
+// Local is the local address message i of the last batch came to and the interface
+// it came in on; zero without Options.LocalAddrs.
+func (u *Conn) Local(i int) Local {
+	if !u.rx.local {
+		return Local{}
+	}
+	if u.v6 {
+		if d := u.cmsg(i, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO); len(d) >= unix.SizeofInet6Pktinfo {
+			pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&d[0]))
+			return Local{Addr: netip.AddrFrom16(pi.Addr), Ifindex: int(pi.Ifindex)}
+		}
+		return Local{}
+	}
+	if d := u.cmsg(i, unix.IPPROTO_IP, unix.IP_PKTINFO); len(d) >= unix.SizeofInet4Pktinfo {
+		pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&d[0]))
+		// Spec_dst, the address a reply leaves from: the datagram's destination, or
+		// for one sent to a broadcast address, the interface's.
+		return Local{Addr: netip.AddrFrom4(pi.Spec_dst), Ifindex: int(pi.Ifindex)}
+	}
+	return Local{}
 }
 
 // From is the source of message i of the last batch.

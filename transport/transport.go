@@ -41,11 +41,28 @@ type Options struct {
 	// Messages and Iovecs are the send side's room: messages per send, and pieces
 	// (iovecs) over all of them.
 	Messages, Iovecs int
+	// LocalAddrs reports, for every received message, the local address it came to
+	// and the interface it came in on (Local): IP_PKTINFO, IPV6_RECVPKTINFO. Not with
+	// DualStack. Any socket may name a message's source (BeginFrom, StageRunFrom).
+	LocalAddrs bool
 }
+
+// Local is a local address and the interface it is on: where a datagram came in, or
+// the source a message leaves from. The zero Local is none (the route picks).
+type Local struct {
+	Addr    netip.Addr
+	Ifindex int
+}
+
+// IsValid reports whether l names an address.
+func (l Local) IsValid() bool { return l.Addr.IsValid() }
 
 // ErrFamily is returned for a destination of the other address family than the
 // socket's.
 var ErrFamily = errors.New("transport: address of the other family")
+
+// ErrOption is returned by Listen for options that do not go together.
+var ErrOption = errors.New("transport: options do not go together")
 
 // UDP GSO limits: datagrams per message (UDP_MAX_SEGMENTS on older kernels) and the
 // largest UDP payload of one message.

@@ -105,7 +105,7 @@ func (b *Bind) listen(port uint16, v6 bool) (*receiver, error) {
 	}
 	var err error
 	r.c, err = transport.Listen(transport.Options{Port: int(port), IPv6: v6, SocketBuffer: SocketBuffer,
-		Mmsg: true, GSO: true, GRO: true, Messages: batch, Iovecs: batch}, r.bufs, b.log)
+		Mmsg: true, GSO: true, GRO: true, LocalAddrs: true, Messages: batch, Iovecs: batch}, r.bufs, b.log)
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ func (r *receiver) receive(packets [][]byte, sizes []int, eps []conn.Endpoint) (
 		if r.replays != nil {
 			r.replays.check(packets[k][:sizes[k]])
 		}
-		eps[k] = r.eps.get(r.c.From(r.msg))
+		eps[k] = r.eps.get(r.c.From(r.msg), r.c.Local(r.msg))
 		k++
 		if r.off = end; r.off >= size {
 			r.msg, r.off = r.msg+1, 0
@@ -146,7 +146,10 @@ func (r *receiver) receive(packets [][]byte, sizes []int, eps []conn.Endpoint) (
 	return k, nil
 }
 
-// Send sends bufs to ep: runs of one size go as UDP GSO messages.
+// Send sends bufs to ep: runs of one size go as UDP GSO messages, from the local
+// address the peer last reached. When every datagram fails with that source (the
+// address left the host), they go again from the route's, and the endpoint forgets
+// it.
 func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 	e, ok := ep.(*Endpoint)
 	if !ok {
@@ -164,22 +167,44 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	src := e.source()
+	err := s.send(bufs, to, src)
+	if err != nil && src.IsValid() && errors.Is(err, errAllFailed) {
+		e.ClearSrc()
+		err = s.send(bufs, to, transport.Local{})
+	}
+	return err
+}
+
+// errAllFailed marks a send of which no datagram left.
+var errAllFailed = errors.New("no datagram sent")
+
+// send sends bufs to to from src, under s.mu.
+func (s *sender) send(bufs [][]byte, to netip.AddrPort, src transport.Local) error {
 	var failed int
 	var err error
-	for _, p := range bufs {
+	for i, p := range bufs {
 		if !s.c.Room(1) {
 			f, serr := s.c.Send()
 			failed, err = failed+f, errors.Join(err, serr)
 		}
-		if serr := s.c.StageRun(p, to); serr != nil {
-			return serr
+		if serr := s.c.StageRunFrom(p, to, src); serr != nil {
+			// Not of the socket's family: cannot happen (the socket is picked by
+			// to's family, src came to the same socket); what is staged still goes.
+			f, _ := s.c.Send()
+			failed += f + len(bufs) - i
+			return fmt.Errorf("wgbind: %d of %d datagrams to %v not sent: %w", failed, len(bufs), to, serr)
 		}
 	}
 	f, serr := s.c.Send()
-	if failed += f; failed > 0 {
-		return fmt.Errorf("wgbind: %d of %d datagrams to %v not sent: %w", failed, len(bufs), to, errors.Join(err, serr))
+	failed += f
+	switch {
+	case failed == 0:
+		return nil
+	case failed == len(bufs):
+		err = errors.Join(errAllFailed, err)
 	}
-	return nil
+	return fmt.Errorf("wgbind: %d of %d datagrams to %v not sent: %w", failed, len(bufs), to, errors.Join(err, serr))
 }
 
 // ParseEndpoint reads an address and port (a UAPI endpoint= line).

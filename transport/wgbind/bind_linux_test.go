@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/weftnet/weft/transport"
 	"go.uber.org/zap"
 	"golang.zx2c4.com/wireguard/conn"
 )
@@ -125,17 +126,90 @@ func TestForeignEndpoint(t *testing.T) {
 	}
 }
 
+// TestEndpointCache: one Endpoint per source and local address; a cleared one is
+// replaced, not handed out again; the cache stays bounded.
 func TestEndpointCache(t *testing.T) {
 	var c endpoints
 	a, b := netip.MustParseAddrPort("192.0.2.1:51820"), netip.MustParseAddrPort("192.0.2.2:51820")
-	ea, eb := c.get(a), c.get(b)
-	if ea == eb || c.get(a) != ea || c.get(b) != eb {
+	l1, l2 := transport.Local{Addr: netip.MustParseAddr("192.0.2.10"), Ifindex: 2}, transport.Local{Addr: netip.MustParseAddr("192.0.2.11"), Ifindex: 2}
+	ea, eb := c.get(a, l1), c.get(b, l1)
+	if ea == eb || c.get(a, l1) != ea || c.get(b, l1) != eb {
 		t.Fatal("one Endpoint per source expected")
 	}
+	ea2 := c.get(a, l2)
+	if ea2 == ea || ea2.SrcIP() != l2.Addr || c.get(a, l1) != ea {
+		t.Fatal("one Endpoint per local address expected")
+	}
+	ea.ClearSrc()
+	if ea.SrcIP().IsValid() || ea.SrcToString() != "" {
+		t.Fatalf("cleared endpoint keeps source %v", ea.SrcIP())
+	}
+	if fresh := c.get(a, l1); fresh == ea || fresh.SrcIP() != l1.Addr {
+		t.Fatal("a cleared Endpoint was handed out again")
+	}
 	for i := range maxEndpoints + 1 {
-		c.get(netip.AddrPortFrom(a.Addr(), uint16(i)))
+		c.get(netip.AddrPortFrom(a.Addr(), uint16(i)), l1)
 	}
 	if len(c.m) > maxEndpoints {
 		t.Fatalf("cache grew to %d", len(c.m))
+	}
+}
+
+// recvOne receives one datagram with fn and returns its endpoint.
+func recvOne(t *testing.T, fn conn.ReceiveFunc) *Endpoint {
+	t.Helper()
+	packets, sizes, eps := [][]byte{make([]byte, 2048)}, make([]int, 1), make([]conn.Endpoint, 1)
+	n, err := fn(packets, sizes, eps)
+	if err != nil || n != 1 {
+		t.Fatalf("receive: %d datagrams: %v", n, err)
+	}
+	return eps[0].(*Endpoint)
+}
+
+// TestStickySource: a reply leaves from the address the peer sent to (127.0.0.2),
+// where the route would pick 127.0.0.1, as wireguard-go's own Bind and the kernel's
+// device answer; after ClearSrc the route picks it; a source that is no longer the
+// host's is dropped and the datagram goes from the route's.
+func TestStickySource(t *testing.T) {
+	a, fnsA, portA := open(t)
+	b, fnsB, portB := open(t)
+	toB, err := a.ParseEndpoint(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), portB).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send([][]byte{{1}}, toB); err != nil {
+		t.Fatal(err)
+	}
+	epA := recvOne(t, fnsB[0])
+	if got := epA.SrcIP(); got != netip.MustParseAddr("127.0.0.2") {
+		t.Fatalf("B sees it came to %v, want 127.0.0.2", got)
+	}
+	if err := b.Send([][]byte{{2}, {2}}, epA); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got := recvOne(t, fnsA[0]).AddrPort(); got != netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), portB) {
+			t.Fatalf("reply from %v, want 127.0.0.2:%d", got, portB)
+		}
+	}
+
+	epA.ClearSrc()
+	if err := b.Send([][]byte{{3}}, epA); err != nil {
+		t.Fatal(err)
+	}
+	if got := recvOne(t, fnsA[0]).AddrPort(); got != netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), portB) {
+		t.Fatalf("after ClearSrc, reply from %v, want 127.0.0.1:%d (the route's)", got, portB)
+	}
+
+	gone := &Endpoint{ap: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), portA),
+		src: transport.Local{Addr: netip.MustParseAddr("192.0.2.99")}}
+	if err := b.Send([][]byte{{4}}, gone); err != nil {
+		t.Fatalf("send from a source the host lost: %v, want it sent from the route's", err)
+	}
+	if got := recvOne(t, fnsA[0]).AddrPort(); got != netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), portB) {
+		t.Fatalf("reply from %v, want 127.0.0.1:%d", got, portB)
+	}
+	if gone.SrcIP().IsValid() {
+		t.Fatal("the lost source is still kept")
 	}
 }

@@ -7,21 +7,43 @@ package wgbind
 
 import (
 	"net/netip"
+	"sync/atomic"
 
+	"github.com/weftnet/weft/transport"
 	"golang.zx2c4.com/wireguard/conn"
 )
 
-// Endpoint is a peer's address as the Bind sends to it. Endpoints are immutable:
-// the receivers hand out the same one for the same source.
-type Endpoint struct{ ap netip.AddrPort }
+// Endpoint is a peer's address as the Bind sends to it, and the local address the
+// peer last reached (its source, as wireguard-go's and the kernel's devices keep it:
+// a reply leaves from the address the peer sent to, not the one the route would
+// pick). Endpoints are immutable but for ClearSrc: the receivers hand out the same
+// one for the same source and local address.
+type Endpoint struct {
+	ap      netip.AddrPort
+	src     transport.Local
+	cleared atomic.Bool // ClearSrc: the route picks the source
+}
 
 var _ conn.Endpoint = (*Endpoint)(nil)
 
-// ClearSrc does nothing: the Bind picks no source address (the kernel's route does).
-func (*Endpoint) ClearSrc() {}
+// ClearSrc forgets the source: later sends leave from the route's.
+func (e *Endpoint) ClearSrc() { e.cleared.Store(true) }
 
-// SrcToString is empty: no source address is kept.
-func (*Endpoint) SrcToString() string { return "" }
+// source is the address sends leave from (zero: the route's).
+func (e *Endpoint) source() transport.Local {
+	if e.cleared.Load() {
+		return transport.Local{}
+	}
+	return e.src
+}
+
+// SrcToString is the source address, empty when none is kept.
+func (e *Endpoint) SrcToString() string {
+	if s := e.source(); s.IsValid() {
+		return s.Addr.String()
+	}
+	return ""
+}
 
 // DstToString is the address as wg shows it.
 func (e *Endpoint) DstToString() string { return e.ap.String() }
@@ -35,33 +57,40 @@ func (e *Endpoint) DstToBytes() []byte {
 // DstIP is the address.
 func (e *Endpoint) DstIP() netip.Addr { return e.ap.Addr() }
 
-// SrcIP is not kept.
-func (*Endpoint) SrcIP() netip.Addr { return netip.Addr{} }
+// SrcIP is the source address (invalid when none is kept).
+func (e *Endpoint) SrcIP() netip.Addr { return e.source().Addr }
 
 // AddrPort is the address and port.
 func (e *Endpoint) AddrPort() netip.AddrPort { return e.ap }
 
-// endpoints hands out one Endpoint per source, for one receiving goroutine.
+// endpoints hands out one Endpoint per source and local address, for one receiving
+// goroutine.
 type endpoints struct {
 	last *Endpoint
-	m    map[netip.AddrPort]*Endpoint
+	m    map[endpointKey]*Endpoint
+}
+
+type endpointKey struct {
+	ap  netip.AddrPort
+	src transport.Local
 }
 
 // maxEndpoints bounds the cache: a flood from many sources empties it rather than
 // growing it.
 const maxEndpoints = 4096
 
-func (c *endpoints) get(ap netip.AddrPort) *Endpoint {
-	if c.last != nil && c.last.ap == ap {
-		return c.last
+func (c *endpoints) get(ap netip.AddrPort, src transport.Local) *Endpoint {
+	if e := c.last; e != nil && e.ap == ap && e.src == src && !e.cleared.Load() {
+		return e
 	}
-	e, ok := c.m[ap]
-	if !ok {
+	k := endpointKey{ap, src}
+	e, ok := c.m[k]
+	if !ok || e.cleared.Load() {
 		if c.m == nil || len(c.m) >= maxEndpoints {
-			c.m = make(map[netip.AddrPort]*Endpoint)
+			c.m = make(map[endpointKey]*Endpoint)
 		}
-		e = &Endpoint{ap: ap}
-		c.m[ap] = e
+		e = &Endpoint{ap: ap, src: src}
+		c.m[k] = e
 	}
 	c.last = e
 	return e
