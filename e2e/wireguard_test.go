@@ -25,7 +25,10 @@ import (
 // restartPingWithin bounds the first ping through a restarted or remade device.
 const restartPingWithin = 5 * time.Second
 
-const wgConfig = `{"Network":"198.18.0.0/16","SubnetLen":24,"Backend":{"Type":"wireguard","PersistentKeepaliveInterval":5}}`
+// weftd hosts lease below 198.18.200.0 (SubnetMax): the stock WireGuard hosts' leases
+// are written at 198.18.200.0/24 (wgStockSubnet), which a weftd that had picked it at
+// random would lose and lease again, under the test's feet (1 run in about 250).
+const wgConfig = `{"Network":"198.18.0.0/16","SubnetLen":24,"SubnetMax":"198.18.199.0","Backend":{"Type":"wireguard","PersistentKeepaliveInterval":5}}`
 
 // wgDir is h's own directory for what WireGuard keeps per host (the lab's hosts share
 // one file system): the private key and the UAPI sockets (lab.WireGuardDir).
