@@ -59,7 +59,12 @@ func (w *worker) egressBatch(n int) {
 			if !u.Room(1) {
 				w.flush()
 			}
-			_ = u.StageRun(pkt, to) // u is of to's family
+			if err := u.StageRun(pkt, to); err != nil {
+				// Not of u's family: cannot happen (u is picked by p.under6), but a
+				// refused packet is counted, never sent half-staged.
+				w.cnt.drops[DropSendError].Add(1)
+				continue
+			}
 			w.tx.pendingDgrams++
 			w.tx.pending += len(pkt)
 			continue
@@ -116,7 +121,12 @@ func (w *worker) stageSegments(u *transport.Conn, pkt []byte, to netip.AddrPort,
 		if !u.Room(2*k) || w.tx.nhdr+k > len(w.tx.seghdr) {
 			w.flush()
 		}
-		_ = u.Begin(to)
+		if err := u.Begin(to); err != nil {
+			// Not of u's family (cannot happen, as above): the rest is dropped,
+			// counted once, and nothing is added to a message not begun.
+			w.cnt.drops[DropSendError].Add(1)
+			return true
+		}
 		for range k {
 			off := i * gsoSize
 			seg := payload[off:min(off+gsoSize, len(payload))]

@@ -418,6 +418,8 @@ func (n *Node) onRelay(b []byte, src netip.AddrPort) {
 	if n.stage(out, dst.addr) { // a failed send is counted as a drop
 		n.forwarded.Add(1)
 		n.forwardedBytes.Add(uint64(payload))
+	} else {
+		n.dropped.Add(1) // refused before staging (an address the socket cannot take)
 	}
 }
 
