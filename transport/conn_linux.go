@@ -82,7 +82,6 @@ type Conn struct {
 		names   []unix.RawSockaddrInet4
 		names6  []unix.RawSockaddrInet6 // on an IPv6 socket, the names in use
 		ctrl    []byte
-		ctrlLen int  // control room per message: UDP_GRO, then the local address
 		local   bool // IP_PKTINFO / IPV6_RECVPKTINFO in use
 		bufs    [][]byte
 		fn      func(uintptr) bool // doRecv, bound once
@@ -163,7 +162,7 @@ func Listen(o Options, rbufs [][]byte, log *zap.Logger) (*Conn, error) {
 	u.tx.from = make([]Local, msgs)
 	u.rx.hdrs, u.rx.iov = make([]unix.Mmsghdr, len(rbufs)), make([]unix.Iovec, len(rbufs))
 	u.rx.names, u.rx.bufs = make([]unix.RawSockaddrInet4, len(rbufs)), rbufs
-	u.rx.ctrl, u.rx.ctrlLen, u.rx.nameLen = make([]byte, len(rbufs)*rctrlLen), rctrlLen, unix.SizeofSockaddrInet4
+	u.rx.ctrl, u.rx.nameLen = make([]byte, len(rbufs)*rctrlLen), unix.SizeofSockaddrInet4
 	if u.v6 {
 		u.rx.nameLen = unix.SizeofSockaddrInet6
 		u.tx.names6, u.rx.names6 = make([]unix.RawSockaddrInet6, msgs), make([]unix.RawSockaddrInet6, len(rbufs))
@@ -415,7 +414,7 @@ func putCmsg(c []byte, off int, level, typ int32, n int) int {
 // ones; nil if it has none.
 func (u *Conn) cmsg(i int, level, typ int32) []byte {
 	n := int(u.rx.hdrs[i].Hdr.Controllen)
-	c := u.rx.ctrl[i*u.rx.ctrlLen : i*u.rx.ctrlLen+min(n, u.rx.ctrlLen)]
+	c := u.rx.ctrl[i*rctrlLen : i*rctrlLen+min(n, rctrlLen)]
 	for off := 0; off+unix.CmsgLen(0) <= len(c); {
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&c[off]))
 		l := int(h.Len)
@@ -510,8 +509,8 @@ func (u *Conn) doRecv(fd uintptr) bool {
 				u.rx.hdrs[i].Hdr.Namelen = u.rx.nameLen
 				u.rx.hdrs[i].Hdr.Flags = 0
 				if u.rx.gro || u.rx.local {
-					u.rx.hdrs[i].Hdr.Control = &u.rx.ctrl[i*u.rx.ctrlLen]
-					u.rx.hdrs[i].Hdr.SetControllen(u.rx.ctrlLen)
+					u.rx.hdrs[i].Hdr.Control = &u.rx.ctrl[i*rctrlLen]
+					u.rx.hdrs[i].Hdr.SetControllen(rctrlLen)
 				}
 			}
 			r, _, e = unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&u.rx.hdrs[0])),
@@ -547,8 +546,8 @@ func (u *Conn) recvEach(fd uintptr) (uintptr, syscall.Errno) {
 		h.Hdr.Namelen = u.rx.nameLen
 		h.Hdr.Flags = 0
 		if u.rx.gro || u.rx.local {
-			h.Hdr.Control = &u.rx.ctrl[n*u.rx.ctrlLen]
-			h.Hdr.SetControllen(u.rx.ctrlLen)
+			h.Hdr.Control = &u.rx.ctrl[n*rctrlLen]
+			h.Hdr.SetControllen(rctrlLen)
 		}
 		r, _, e := unix.RawSyscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&h.Hdr)), unix.MSG_DONTWAIT|unix.MSG_TRUNC)
 		if e != 0 {
