@@ -48,8 +48,7 @@ func (d *daemon) startProber(ctx context.Context, be encap.Backend, mgr lease.Ma
 func (d *daemon) keepCondition(ctx context.Context, pr *paths.Prober, cs lease.NodeConditionSetter) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	var last time.Time
-	lastOK, lastMsg, patched := true, "", false
+	var last conditionPatch
 	for {
 		select {
 		case <-ctx.Done():
@@ -61,12 +60,8 @@ func (d *daemon) keepCondition(ctx context.Context, pr *paths.Prober, cs lease.N
 			continue // nothing found yet: say nothing rather than something untrue
 		}
 		ok, msg := rep.Summary()
-		since := time.Since(last)
-		switch {
-		case !patched:
-		case ok != lastOK && since >= conditionFlipEvery:
-		case ok == lastOK && msg != lastMsg && since >= conditionEvery:
-		default:
+		next := conditionPatch{at: time.Now(), ok: ok, msg: msg, peers: len(rep.Peers)}
+		if !conditionDue(last, next) {
 			continue
 		}
 		c := lease.NodeCondition{Type: PeersConditionType, OK: ok, Reason: "PeersReachable", Message: msg}
@@ -77,12 +72,39 @@ func (d *daemon) keepCondition(ctx context.Context, pr *paths.Prober, cs lease.N
 			if ctx.Err() == nil {
 				d.log.Warn("cannot set the node condition", zap.String("type", c.Type), zap.Error(err))
 			}
-			last = time.Now() // retried after the same wait
+			last.at = next.at // retried after the same wait
 			continue
 		}
 		d.log.Info("node condition set", zap.String("type", c.Type), zap.Bool("ok", ok), zap.String("message", msg))
-		last, lastOK, lastMsg, patched = time.Now(), ok, msg, true
+		last = next
 	}
+}
+
+// conditionPatch is what one patch of the node condition said, and when (the zero
+// value: none yet).
+type conditionPatch struct {
+	at    time.Time
+	ok    bool
+	msg   string
+	peers int // peers in the summary
+}
+
+// conditionDue reports whether the condition next should be patched, last being the
+// one patched before it: the first at once; a flip at once but not within
+// conditionFlipEvery of the last patch; the first word on peers after a patch that
+// knew none ("0 of 0": our first list of the leases came after the first tick) as a
+// flip; any other change of the message at most every conditionEvery.
+func conditionDue(last, next conditionPatch) bool {
+	since := next.at.Sub(last.at)
+	switch {
+	case last.at.IsZero() || last.msg == "":
+		return true
+	case next.ok != last.ok, last.peers == 0 && next.peers > 0:
+		return since >= conditionFlipEvery
+	case next.msg != last.msg:
+		return since >= conditionEvery
+	}
+	return false
 }
 
 func allUnknown(r paths.Report) bool {
