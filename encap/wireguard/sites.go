@@ -43,6 +43,12 @@ const (
 	// directBackoff: after a move back to direct that brought no answer, the next
 	// waits this long.
 	directBackoff = 30 * time.Second
+	// peerCatchUp: after we moved back to direct on the path port's answers, the peer
+	// may still relay to us until its own pings there have answered (directAnswers
+	// rounds of directEvery, one more for the phase between us): for this long we
+	// dial it directly again rather than follow it to its relay. Two hosts that
+	// followed each other's incoming way at once stayed relayed for a minute.
+	peerCatchUp = directEvery * (directAnswers + 1)
 	// measureEvery: a relayed peer is pinged through every relay this often; a
 	// relay without an answer for relayStale is given up.
 	measureEvery = 2 * time.Second
@@ -73,6 +79,8 @@ type wayState struct {
 	directPinged time.Time
 	directOK     int
 	directAfter  time.Time
+	// directBack: this direct way was taken on the path port's answers.
+	directBack bool
 }
 
 // chooses reports whether we choose a way for peer l by evidence: we have a site (the
@@ -159,7 +167,7 @@ func (w *backend) setWay(key netip.Prefix, v way, why string, now time.Time) {
 	if ws.way != v {
 		w.pathChanges++
 	}
-	ws.way, ws.since, ws.answered, ws.why = v, now, false, why
+	ws.way, ws.since, ws.answered, ws.why, ws.directBack = v, now, false, why, false
 	if v != wayRelay {
 		ws.relay, ws.relayAddr = netip.Prefix{}, netip.AddrPort{}
 		if c := w.base[key][0]; c != nil {
@@ -350,10 +358,14 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 	// The peer relays to us: its datagrams come through a relay, and our device took
 	// our loopback socket as its endpoint. Take that way too, and say so; but while we
 	// punch (the peer may have moved to punching a moment after us, its last relayed
-	// datagrams still on their way), dial its NAT again instead, for tryFor.
+	// datagrams still on their way), dial its NAT again instead, for tryFor; and
+	// after a move back to direct on the path port's answers, dial it directly again
+	// for peerCatchUp, the time its own pings there take to move it too.
 	if st, ok := status[c.key]; ok && ws.way != wayRelay {
 		k, relayed := w.node.IsEndpoint(st.endpoint)
-		if relayed && k == pk && ws.way == wayPunched && !ws.answered && now.Sub(ws.since) < tryFor {
+		punching := ws.way == wayPunched && !ws.answered && now.Sub(ws.since) < tryFor
+		catchingUp := ws.way == wayDirect && ws.directBack && now.Sub(ws.since) < peerCatchUp
+		if relayed && k == pk && (punching || catchingUp) {
 			w.dialAgain(key)
 		} else if relayed && k == pk {
 			via := w.node.Route(pk)
@@ -411,6 +423,7 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 			ws.directOK, ws.directPinged = 0, time.Time{}
 			ws.directAfter = now.Add(directBackoff) // if it fails again, not before this
 			w.take(key, wayDirect, fmt.Sprintf("direct: answers again (%d pings on the path port in a row)", directAnswers), now)
+			ws.directBack = true
 			return
 		}
 		ws.directPinged = now
