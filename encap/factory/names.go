@@ -48,7 +48,7 @@ func DescribeMetrics(ch chan<- *prometheus.Desc) {
 
 // Repairers are the types of the backends with a repair loop (encap.RepairKindLister),
 // as weft_reconcile_repairs_total's help names them.
-var Repairers = []string{"vxlan", "host-gw", "wireguard"}
+var Repairers = []string{"udp", "vxlan", "host-gw", "wireguard"}
 
 // ErrSiteBackend is the error for a site on a backend that cannot publish one (an
 // encap.SitePublisher): it names the backend that can.

@@ -6,10 +6,13 @@ package udp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"sync"
 
+	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
@@ -41,8 +44,11 @@ type backend struct {
 	// ends the running proxy's Run (nil when none runs).
 	rebind bool
 	stop   context.CancelFunc
-	// mtus are the route MTUs SetRouteMTU set, by subnet.
+	// mtus are the route MTUs SetRouteMTU set, by subnet; a remade flannel0 gets them
+	// again.
 	mtus kernel.RouteMTUs
+	// repairs counts what Run put back, by object ("device").
+	repairs map[string]uint64
 }
 
 // New returns the udp backend. It opens nothing: Register opens flannel0 and the
@@ -204,7 +210,28 @@ func (b *backend) reopenLocked() error {
 	if err := b.openLocked(); err != nil {
 		return err
 	}
+	if b.mtus.Len() > 0 {
+		b.applyRouteMTUsLocked()
+	}
 	return b.listenLocked()
+}
+
+// applyRouteMTUsLocked writes the route MTUs SetRouteMTU set on flannel0 again (it
+// was made again, and its routes went with the old one).
+func (b *backend) applyRouteMTUsLocked() {
+	link, err := netlink.LinkByName(UDPDevice)
+	if err != nil {
+		b.log.Warn("udp backend: route MTUs not set again", zap.Error(err))
+		return
+	}
+	for _, n := range []netip.Prefix{b.cfg.Network, b.cfg.IPv6Network} {
+		if !n.IsValid() {
+			continue
+		}
+		if err := b.mtus.ApplyOn(link.Attrs().Index, n); err != nil {
+			b.log.Warn("udp backend: route MTUs not set again", zap.Error(err))
+		}
+	}
 }
 
 // HandleEvents updates the subnet table in one copy-on-write step per batch.
@@ -254,7 +281,9 @@ func (b *backend) HandleEvents(_ context.Context, events []lease.Event) {
 func usableIP(a netip.Addr) bool { return a.IsValid() && !a.IsUnspecified() }
 
 // Run forwards until ctx ends; it waits for Register first, and opens the data
-// path again whenever SetExternal asks it to rebind.
+// path again whenever SetExternal asks it to rebind, or when flannel0 was deleted
+// under it (ip link del: the queues' reads fail at once), with its address, routes
+// and route MTUs.
 func (b *backend) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
@@ -277,12 +306,27 @@ func (b *backend) Run(ctx context.Context) error {
 		stop()
 		b.mu.Lock()
 		b.stop = nil
+		if err != nil && ctx.Err() == nil && !b.rebind && deviceGone() {
+			b.log.Warn("udp backend: "+UDPDevice+" was deleted; making it again", zap.Error(err))
+			b.rebind = true
+			if b.repairs == nil {
+				b.repairs = map[string]uint64{}
+			}
+			b.repairs["device"]++
+		}
 		again := b.rebind
 		b.mu.Unlock()
 		if ctx.Err() != nil || !again {
 			return err
 		}
 	}
+}
+
+// deviceGone reports whether flannel0 is no longer there.
+func deviceGone() bool {
+	_, err := netlink.LinkByName(UDPDevice)
+	var nf netlink.LinkNotFoundError
+	return errors.As(err, &nf)
 }
 
 // Close closes the sockets and removes flannel0.
@@ -313,8 +357,18 @@ func (b *backend) Report() encap.Report {
 	if px != nil {
 		st = px.Stats()
 	}
-	return report(b.table.Load().Len(), st)
+	r := report(b.table.Load().Len(), st)
+	b.mu.Lock()
+	r.Repairs = maps.Clone(b.repairs)
+	b.mu.Unlock()
+	return r
 }
+
+// RepairKinds are the objects Run puts back: flannel0, with its address, routes and
+// route MTUs.
+func (b *backend) RepairKinds() []string { return []string{"device"} }
+
+var _ encap.RepairKindLister = (*backend)(nil)
 
 // report is the Report of a backend with peers subnets and the counters st.
 func report(peers int, st proxy.Stats) encap.Report {
