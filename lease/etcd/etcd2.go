@@ -19,11 +19,13 @@ import (
 // etcd2 keeps leases on etcd's v2 API, as flanneld did before v0.21: key TTLs, create
 // with prevExist=false, watch from an index.
 type etcd2 struct {
-	opts  Options
-	cli   client.Client
-	kapi  client.KeysAPI
-	log   *zap.Logger
-	state atomic.Int32 // connectivity.State of the last probe (health_v2.go)
+	opts Options
+	cli  client.Client
+	kapi client.KeysAPI
+	log  *zap.Logger
+	// transport is the client's: Close closes its idle connections.
+	transport *http.Transport
+	state     atomic.Int32 // connectivity.State of the last probe (health_v2.go)
 	// accepted is set once etcd answered a request with our credentials: a later
 	// 401 then means a missing permission, not a wrong password.
 	accepted atomic.Bool
@@ -54,10 +56,16 @@ func newEtcd2(opts Options, tlsCfg *tls.Config, log *zap.Logger) (*etcd2, error)
 	if err != nil {
 		return nil, fmt.Errorf("etcd v2 client: %w", err)
 	}
-	return &etcd2{opts: opts, cli: c, kapi: client.NewKeysAPI(c), log: log}, nil
+	return &etcd2{opts: opts, cli: c, kapi: client.NewKeysAPI(c), log: log, transport: transport}, nil
 }
 
-func (e *etcd2) Close() error { return nil }
+// Close closes the connections the client keeps open between requests (a request
+// that ended as the daemon stopped leaves its connection idle, with two goroutines
+// of net/http, until then).
+func (e *etcd2) Close() error {
+	e.transport.CloseIdleConnections()
+	return nil
+}
 
 func errCode(err error) int {
 	var ce client.Error
