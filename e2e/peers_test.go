@@ -24,6 +24,12 @@ type peerView = paths.Peer
 const (
 	peerDownWithin = 15 * time.Second
 	peerUpWithin   = 15 * time.Second
+	// wgPeerUpWithin: a WireGuard peer whose port was blocked long enough for its
+	// side to start handshaking again (no answer for keepalive 10 s + rekey 5 s) needs
+	// a handshake once it is free: up to two initiations (one may leave as the block
+	// goes), then the probes' round in flight and the next (2 s each), with 5 s of
+	// margin.
+	wgPeerUpWithin = 2*wgHandshakeRetry + 2*2*time.Second + 5*time.Second
 )
 
 // peersOf GETs /peers from weftd on h (its health port, as cluster.start sets it).
@@ -207,7 +213,11 @@ func TestPeersPortBlocked(t *testing.T) {
 			if n := unblock(); n == 0 {
 				t.Errorf("b's rule dropped nothing: the tunnel's packets do not go to UDP %s", port)
 			}
-			awaitPeer(t, a, b, peerUpWithin, isUp(envA.MTU))
+			upWithin := peerUpWithin
+			if tc.backend == "wireguard" {
+				upWithin = wgPeerUpWithin
+			}
+			awaitPeer(t, a, b, upWithin, isUp(envA.MTU))
 		})
 	}
 }

@@ -72,8 +72,9 @@ func TestWireGuardRepair(t *testing.T) {
 }
 
 // TestWireGuardPeerKeyChange: b's key file removed and its weftd restarted, b's lease
-// (same subnet) names a new PublicKey; a takes it: pods ping across again, and a's
-// device has the new key and not the old one.
+// (same subnet) names a new PublicKey; a takes it: pods ping across again within
+// wgKeyChangeWithin (derived from WireGuard's handshake retry), and a's device has the
+// new key and not the old one.
 func TestWireGuardPeerKeyChange(t *testing.T) {
 	c := wgCluster(t)
 	a, b := c.addHost("a", "lan1"), c.addHost("b", "lan1")
@@ -101,9 +102,9 @@ func TestWireGuardPeerKeyChange(t *testing.T) {
 		}
 		return nil
 	})
-	took := pingWithin(t, b, podA, restartPingWithin)
+	took := pingWithin(t, b, podA, wgKeyChangeWithin)
 	t.Logf("first ping b -> a %v after b's lease had the new key", took.Round(time.Millisecond))
-	pingWithin(t, a, podB, restartPingWithin)
+	pingWithin(t, a, podB, wgKeyChangeWithin)
 	waitHandshake(c, a, newB, 0)
 	eventually(t, 5*time.Second, func() error {
 		if p, ok := wgPeers(c, a, "flannel-wg")[oldB]; ok {

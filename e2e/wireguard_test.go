@@ -25,6 +25,18 @@ import (
 // restartPingWithin bounds the first ping through a restarted or remade device.
 const restartPingWithin = 5 * time.Second
 
+// WireGuard's own timers, which bound what a test may wait for: a handshake
+// initiation without an answer is sent again after REKEY_TIMEOUT (5 s) plus up to
+// 333 ms of jitter. The bounds below allow one lost initiation, with a stated margin.
+const (
+	wgHandshakeRetry = 5*time.Second + 333*time.Millisecond
+	// wgKeyChangeWithin bounds the first ping after a peer's new key reached its
+	// lease: our side adds the key and starts a handshake within weftd's kickDelay
+	// (1 s); if that initiation crosses the peer's own, one retry; the ping waits 1 s
+	// for its answer; 5 s of margin for a loaded machine.
+	wgKeyChangeWithin = time.Second + wgHandshakeRetry + time.Second + 5*time.Second
+)
+
 // weftd hosts lease below 198.18.200.0 (SubnetMax): the stock WireGuard hosts' leases
 // are written at 198.18.200.0/24 (wgStockSubnet), which a weftd that had picked it at
 // random would lose and lease again, under the test's feet (1 run in about 250).
