@@ -2,6 +2,9 @@
 GO      ?= go
 BIN     := bin
 PKGS    := ./...
+MODULE  := github.com/weftnet/weft
+# When make started: make test says how long its steps took.
+MAKE_START := $(shell date +%s)
 DEBS    := etcd-server iperf3 iputils-ping iptables nftables iproute2 containernetworking-plugins \
            containerd runc socat wireguard-go wireguard-tools systemd
 # qemu-user-static runs the arm64 and 32-bit arm unit tests of `make cross`.
@@ -15,7 +18,7 @@ export CGO_ENABLED ?= 0
 # containernetworking-plugins gives bridge and host-local, but no longer flannel).
 CNI_FLANNEL_PKG := github.com/containernetworking/plugins/plugins/meta/flannel@v0.9.1
 
-.PHONY: all deps build flanneld image image-deps image-lock pin release test unit race cross cross-build fuzz lint vet fmt staticcheck demo bench bench-check clean
+.PHONY: stress all deps build flanneld image image-deps image-lock pin release test unit race cross cross-build fuzz lint vet fmt staticcheck demo bench bench-check clean
 
 all: build
 
@@ -133,9 +136,23 @@ staticcheck: $(STATICCHECK)
 	$(STATICCHECK) $(PKGS)
 
 # test runs everything as root: lint, the race detector over the tests that need nothing
-# from outside, then every test, e2e in network namespaces included.
+# from outside, then every test, e2e in network namespaces included. The packages whose
+# tests time a lab or the CPU (LAB_PKGS: e2e, the bench lab's soak and matrix, proxy's
+# idle-CPU window) run last, one test binary at a time, after every other package has
+# finished: nothing else of make test shares the two cores with them.
+LAB_PKGS := ./proxy/ ./bench/ ./e2e/
+TEST_ENV := WEFT_E2E=1 WEFT_BIN=$(CURDIR)/$(BIN)
 test: deps build flanneld image lint race cross fuzz
-	WEFT_E2E=1 WEFT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 60m $(PKGS)
+	@echo "make test: the steps before go test took $$(( $$(date +%s) - $(MAKE_START) )) s"
+	$(TEST_ENV) $(GO) test -count=1 -p 1 -timeout 30m $$($(GO) list $(PKGS) | grep -v -x -e '$(MODULE)/proxy' -e '$(MODULE)/bench' -e '$(MODULE)/e2e')
+	$(TEST_ENV) $(GO) test -count=1 -p 1 -timeout 60m $(LAB_PKGS)
+	@echo "make test: $$(( $$(date +%s) - $(MAKE_START) )) s in all"
+
+# stress runs the e2e tests RUN matches N times in a row beside a CPU hog on every core
+# and counts the failures (test/stress/stress.sh): every new e2e test passes it 50 times.
+N ?= 50
+stress: build
+	test/stress/stress.sh '$(RUN)' $(N)
 
 # unit runs the tests that need nothing from outside: no root, no etcd, no namespaces.
 unit:
