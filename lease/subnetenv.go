@@ -27,9 +27,9 @@ type SubnetEnv struct {
 }
 
 // WriteSubnetEnv writes env to path atomically (temp file, fsync, rename), in
-// flannel's format and order. FLANNEL_SUBNET is the subnet's first address with its
-// length, as is FLANNEL_IPV6_SUBNET; the IPv4 lines are left out without an IPv4
-// subnet, the IPv6 lines without an IPv6 one.
+// flannel's format and order. FLANNEL_SUBNET is the subnet's second address with its
+// length (10.5.7.1/24 for 10.5.7.0/24), as is FLANNEL_IPV6_SUBNET; the IPv4 lines are
+// left out without an IPv4 subnet, the IPv6 lines without an IPv6 one.
 func WriteSubnetEnv(path string, env SubnetEnv) error {
 	var b bytes.Buffer
 	if env.Subnet.IsValid() {
