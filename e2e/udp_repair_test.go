@@ -16,8 +16,10 @@ const udpRepairWithin = 5 * time.Second
 
 // TestUDPRepair: flannel0 deleted (ip link del) under pod pings at 100/s is made again
 // by the running weftd with its address and route: the pings come back within
-// udpRepairWithin, the loss is counted and logged, weftd did not exit, and the repair
-// counts in weft_reconcile_repairs_total{backend="udp",object="device"}.
+// udpRepairWithin, the loss is counted and logged (0 is possible: the device is made
+// again in about 10 ms, a ping's interval), weftd did not exit, and the repair counts
+// in weft_reconcile_repairs_total{backend="udp",object="device"} (which shows the
+// deletion happened).
 func TestUDPRepair(t *testing.T) {
 	c, hosts, pods := podCluster(t, "udp", map[string]string{"a": "lan1", "b": "lan2"})
 	a, b := hosts["a"], hosts["b"]
@@ -52,9 +54,6 @@ func TestUDPRepair(t *testing.T) {
 		lost, n, time.Duration(lost)*10*time.Millisecond, time.Since(deleted).Round(time.Millisecond))
 	if lost > int(udpRepairWithin/(10*time.Millisecond)) {
 		t.Fatalf("%d of %d pings lost across flannel0's deletion: more than %v of traffic", lost, n, udpRepairWithin)
-	}
-	if lost == 0 {
-		t.Fatalf("no ping lost: flannel0 was not deleted under the traffic")
 	}
 	if addr := c.sh(a.ns, "ip -4 -o addr show dev flannel0"); !strings.Contains(addr, envA.Subnet.Masked().Addr().String()+"/") {
 		t.Fatalf("flannel0 address on a after the repair: %q, want %v", addr, envA.Subnet.Masked().Addr())
