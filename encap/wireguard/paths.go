@@ -49,6 +49,14 @@ func (w *backend) Paths() []encap.Path {
 				}
 				p := encap.Path{Backend: wireguardType, Subnet: sn, Overlay: sn.Masked().Addr(),
 					Local: local.Masked().Addr(), MTU: w.MTU(), RouteMTU: w.mtus.Get(sn), LastHandshake: st.handshake}
+				if i == 0 && sn.Addr().Is4() && ws != nil && ws.way == wayRelay {
+					// A relayed datagram carries the relay frame: the full-size probe is
+					// the relayed route's MTU, and that route's MTU is ours, not a repair.
+					p.MTU = w.relayedMTU()
+					if p.RouteMTU == p.MTU {
+						p.RouteMTU = 0
+					}
+				}
 				if c.learn {
 					// The lease's address of a peer that dials us is none we send to.
 					pub = ep.Addr()
@@ -91,6 +99,9 @@ func (w *backend) SetRouteMTU(sn netip.Prefix, mtu int) error {
 	link, err := d.Link()
 	if err != nil {
 		return fmt.Errorf("device %s: %w", d.Name(), err)
+	}
+	if sn.Addr().Is4() && w.relayed(sn) && (mtu == 0 || mtu > w.relayedMTU()) {
+		mtu = w.relayedMTU() // a repair given back, or above it: the relay frame still needs its room
 	}
 	if err := w.mtus.SetOn(link.Attrs().Index, sn, mtu); err != nil {
 		return fmt.Errorf("device %s: %w", d.Name(), err)

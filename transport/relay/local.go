@@ -30,6 +30,7 @@ func (n *Node) localLocked(k Key) (*local, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: loopback socket: %w", err)
 	}
+	setBuffers(conn, socketBuffer)
 	ap := conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	l := &local{conn: conn, addr: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())}
 	n.locals[k] = l

@@ -30,6 +30,11 @@ const (
 	HelloEvery = 10 * time.Second
 )
 
+// socketBuffer is what the path port's socket and the loopback sockets ask for to
+// receive and send: with the default (about 200 KiB) a TCP stream through a relay
+// overflowed them at every hop (thousands of UdpRcvbufErrors a second).
+const socketBuffer = 4 << 20
+
 // maxFrame is the largest datagram read: a WireGuard datagram of any MTU and the
 // relay frame around it.
 const maxFrame = 65535
@@ -128,7 +133,7 @@ func Listen(cfg Config) (*Node, error) {
 		bufs[i] = make([]byte, maxFrame)
 	}
 	conn, err := transport.Listen(transport.Options{Port: cfg.Port, DualStack: true, Mmsg: true, GSO: true,
-		Messages: recvBatch, Iovecs: recvBatch}, bufs, cfg.Log)
+		Messages: recvBatch, Iovecs: recvBatch, SocketBuffer: socketBuffer}, bufs, cfg.Log)
 	if err != nil {
 		return nil, fmt.Errorf("relay: listen on UDP %d: %w", cfg.Port, err)
 	}
