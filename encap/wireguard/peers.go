@@ -69,11 +69,11 @@ func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 		}
 		if want == ([2]*wgPeerConf{}) {
 			delete(w.base, key)
-			delete(w.ways, key)
+			w.forgetWay(key, old)
 		} else {
 			w.base[key] = want
 			if !w.chooses(l) {
-				delete(w.ways, key)
+				w.forgetWay(key, old)
 			} else if w.ways[key] == nil {
 				w.ways[key] = &wayState{since: time.Now(), why: "direct: what the peer publishes"}
 			} else {

@@ -168,7 +168,7 @@ func (w *backend) setWay(key netip.Prefix, v way, why string, now time.Time) {
 		w.pathChanges++
 	}
 	ws.way, ws.since, ws.answered, ws.why, ws.directBack = v, now, false, why, false
-	w.relayMTU(key, v == wayRelay)
+	w.relayMTU(w.leases[key].Subnet, v == wayRelay)
 	if v != wayRelay {
 		ws.relay, ws.relayAddr = netip.Prefix{}, netip.AddrPort{}
 		if c := w.base[key][0]; c != nil {
@@ -178,19 +178,18 @@ func (w *backend) setWay(key netip.Prefix, v way, why string, now time.Time) {
 	w.log.Info("peer path", zap.Stringer("subnet", key), zap.Stringer("way", v), zap.String("why", why))
 }
 
-// relayMTU gives peer key's IPv4 subnet a route MTU on the IPv4 device that leaves
+// relayMTU gives a peer's IPv4 subnet sn a route MTU on the IPv4 device that leaves
 // room for the relay frame (relay.MaxOverhead) while the peer is relayed (on), and
 // takes it off when it is not: without it a full-size packet's relayed datagram is
 // larger than the underlay's MTU and goes in two IP fragments, and TCP through a relay
 // moved nothing (0.00 Gbit/s in weft-bench sites; full-size pings passed). A lower
 // route MTU path repair set stays. w.mu is held.
-func (w *backend) relayMTU(key netip.Prefix, on bool) {
-	l, ok := w.leases[key]
+func (w *backend) relayMTU(sn netip.Prefix, on bool) {
 	d := w.devs[0]
-	if !ok || d == nil || !l.Subnet.IsValid() || l.Subnet.Bits() == 0 {
+	if d == nil || !sn.IsValid() || !sn.Addr().Is4() || sn.Bits() == 0 {
 		return
 	}
-	want, cur := w.relayedMTU(), w.mtus.Get(l.Subnet)
+	want, cur := w.relayedMTU(), w.mtus.Get(sn)
 	mtu := 0
 	switch {
 	case on && (cur == 0 || cur > want):
@@ -201,11 +200,20 @@ func (w *backend) relayMTU(key netip.Prefix, on bool) {
 	}
 	link, err := d.Link()
 	if err == nil {
-		err = w.mtus.SetOn(link.Attrs().Index, l.Subnet, mtu)
+		err = w.mtus.SetOn(link.Attrs().Index, sn, mtu)
 	}
 	if err != nil {
-		w.log.Warn("route MTU for a relayed peer", zap.Stringer("subnet", l.Subnet), zap.Int("mtu", mtu), zap.Error(err))
+		w.log.Warn("route MTU for a relayed peer", zap.Stringer("subnet", sn), zap.Int("mtu", mtu), zap.Error(err))
 	}
+}
+
+// forgetWay drops peer key's way (its lease, old, gone or no longer chosen), and the
+// route MTU a relayed way gave its subnet. w.mu is held.
+func (w *backend) forgetWay(key netip.Prefix, old lease.Lease) {
+	if ws := w.ways[key]; ws != nil && ws.way == wayRelay {
+		w.relayMTU(old.Subnet, false)
+	}
+	delete(w.ways, key)
 }
 
 // relayedMTU is the MTU of a relayed peer's route: the device's less the relay frame.
