@@ -58,7 +58,7 @@ type Backend interface {
 	HandleEvents(ctx context.Context, events []lease.Event)
 	// Run runs the data path and periodic work until ctx ends.
 	Run(ctx context.Context) error
-	// Close releases what the backend holds. Kernel data paths are left in place so a
-	// restart does not interrupt traffic.
+	// Close releases what the backend holds. vxlan and host-gw leave their kernel data
+	// paths in place (a restart interrupts nothing); udp and wireguard do not (yet).
 	Close() error
 }
