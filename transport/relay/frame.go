@@ -40,7 +40,7 @@ const (
 	tHelloAck byte = 2 // from, ts, seen, wgSeen, mac
 	tRelay    byte = 3 // to, from, payload: to a relay
 	tDeliver  byte = 4 // from, flags, payload: from a relay (flagRelayed) or straight
-	tNoPeer   byte = 5 // to: the relay has no registration for to
+	tNoPeer   byte = 5 // from (the relay), to, ts, mac: the relay has no registration for to
 )
 
 // flagRelayed marks a delivery that came through a relay.
@@ -59,6 +59,7 @@ const (
 	helloLen  = headerLen + 32 + 8 + macLen
 	ackLen    = headerLen + 32 + 8 + 2*addrLen + macLen
 	relayHdr  = headerLen + 64
+	noPeerLen = headerLen + 64 + 8 + macLen
 	deliverHd = headerLen + 32 + 1
 	pingLen   = 9
 )
@@ -90,7 +91,7 @@ func frameType(b []byte) (byte, error) {
 	case tDeliver:
 		need = deliverHd + 1
 	case tNoPeer:
-		need = headerLen + 32
+		need = noPeerLen
 	}
 	if need == 0 {
 		return 0, fmt.Errorf("%w: type %d", ErrMalformed, b[4])

@@ -69,17 +69,21 @@ type Node struct {
 	sendMu sync.Mutex
 
 	mu     sync.Mutex
-	regs   map[Key]registration   // hosts registered with us, as their relay
-	lastTS map[Key]uint64         // the newest hello's time from each key
-	sent   map[Key]uint64         // our last hello's time to each key
-	seen   map[Key]Seen           // what each host we said hello to sees of us
-	routes map[Key]netip.AddrPort // the relay for datagrams to a peer
-	heard  map[Key]netip.AddrPort // the relay a peer's datagrams last came through
-	locals map[Key]*local
-	pings  map[uint64]pingSent
-	rtts   map[pathID]Measure
-	macs   map[Key][32]byte
-	closed bool
+	regs   map[Key]registration // hosts registered with us, as their relay
+	lastTS map[Key]uint64       // the newest hello's time from each key
+	// noPeerTS is the newest "no peer" time from each relay; hellos is where we said
+	// hello to each key (a relay's word counts only from there).
+	noPeerTS map[Key]uint64
+	hellos   map[Key]netip.AddrPort
+	sent     map[Key]uint64         // our last hello's time to each key
+	seen     map[Key]Seen           // what each host we said hello to sees of us
+	routes   map[Key]netip.AddrPort // the relay for datagrams to a peer
+	heard    map[Key]netip.AddrPort // the relay a peer's datagrams last came through
+	locals   map[Key]*local
+	pings    map[uint64]pingSent
+	rtts     map[pathID]Measure
+	macs     map[Key][32]byte
+	closed   bool
 
 	forwarded, forwardedBytes atomic.Uint64
 	dropped                   atomic.Uint64
@@ -139,7 +143,7 @@ func Listen(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, pub: Key(pub), conn: conn, bufs: bufs,
 		wg:   netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(cfg.WGPort)),
-		regs: map[Key]registration{}, lastTS: map[Key]uint64{}, sent: map[Key]uint64{}, seen: map[Key]Seen{},
+		regs: map[Key]registration{}, lastTS: map[Key]uint64{}, noPeerTS: map[Key]uint64{}, hellos: map[Key]netip.AddrPort{}, sent: map[Key]uint64{}, seen: map[Key]Seen{},
 		routes: map[Key]netip.AddrPort{}, heard: map[Key]netip.AddrPort{}, locals: map[Key]*local{},
 		pings: map[uint64]pingSent{}, rtts: map[pathID]Measure{}, macs: map[Key][32]byte{},
 	}
@@ -292,6 +296,7 @@ func (n *Node) Hello(k Key, addr netip.AddrPort) error {
 	copy(b[helloLen-macLen:], m[:])
 	n.mu.Lock()
 	n.sent[k] = ts
+	n.hellos[k] = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
 	n.mu.Unlock()
 	return n.send(b[:], addr)
 }
@@ -324,13 +329,36 @@ func (n *Node) handle(b []byte, src netip.AddrPort) {
 	case tDeliver:
 		n.onDeliver(b, src)
 	case tNoPeer:
-		to := Key(b[5:37])
-		n.mu.Lock()
-		m := n.rtts[pathID{to, src}]
-		m.NoPeer = time.Now()
-		n.rtts[pathID{to, src}] = m
-		n.mu.Unlock()
+		n.onNoPeer(b, src)
 	}
+}
+
+// onNoPeer takes a relay's word that it cannot reach a peer: only from a key we said
+// hello to, from the address we said it to, with the MAC of the key we share with it,
+// and newer than the last it sent (a forged or replayed one would make us leave a
+// working relay).
+func (n *Node) onNoPeer(b []byte, src netip.AddrPort) {
+	from, to := Key(b[5:37]), Key(b[37:69])
+	ts := binary.BigEndian.Uint64(b[69:])
+	mk, ok := n.macKey(from)
+	if m := mac(mk, b[:noPeerLen-macLen]); !ok || subtle.ConstantTimeCompare(m[:], b[noPeerLen-macLen:noPeerLen]) != 1 {
+		n.dropped.Add(1)
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.hellos[from] != netip.AddrPortFrom(src.Addr().Unmap(), src.Port()) {
+		n.dropped.Add(1) // a key we did not ask to relay, or not from where we asked it
+		return
+	}
+	if ts <= n.noPeerTS[from] {
+		n.dropped.Add(1) // replayed
+		return
+	}
+	n.noPeerTS[from] = ts
+	m := n.rtts[pathID{to, src}]
+	m.NoPeer = time.Now()
+	n.rtts[pathID{to, src}] = m
 }
 
 func (n *Node) onHello(b []byte, src netip.AddrPort) {
@@ -393,6 +421,23 @@ func (n *Node) onAck(b []byte) {
 		RTT: now.Sub(time.Unix(0, int64(ts)))}
 }
 
+// noPeer tells registered host from, at src, that we cannot reach to, with the MAC
+// of the key we share with it and our time, which only grows.
+func (n *Node) noPeer(from, to Key, src netip.AddrPort) {
+	mk, ok := n.macKey(from)
+	if !ok {
+		return
+	}
+	var b [noPeerLen]byte
+	putHeader(b[:], tNoPeer)
+	copy(b[5:], n.pub[:])
+	copy(b[37:], to[:])
+	binary.BigEndian.PutUint64(b[69:], uint64(time.Now().UnixNano()))
+	m := mac(mk, b[:noPeerLen-macLen])
+	copy(b[noPeerLen-macLen:], m[:])
+	_ = n.send(b[:], src)
+}
+
 // onRelay forwards a datagram from a registered host to the registered host it names.
 func (n *Node) onRelay(b []byte, src netip.AddrPort) {
 	to, from := Key(b[5:37]), Key(b[37:69])
@@ -406,10 +451,7 @@ func (n *Node) onRelay(b []byte, src netip.AddrPort) {
 		return
 	}
 	if !okTo || now.Sub(dst.at) > regTTL {
-		var np [headerLen + 32]byte
-		putHeader(np[:], tNoPeer)
-		copy(np[5:], to[:])
-		_ = n.send(np[:], src)
+		n.noPeer(from, to, src)
 		n.dropped.Add(1)
 		return
 	}
@@ -529,6 +571,7 @@ func (n *Node) Forget(k Key) {
 	delete(n.locals, k)
 	delete(n.routes, k)
 	delete(n.heard, k)
+	delete(n.hellos, k)
 	for id := range n.rtts {
 		if id.peer == k {
 			delete(n.rtts, id)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"testing"
@@ -166,6 +167,7 @@ func FuzzHandle(f *testing.F) {
 	f.Add([]byte("WFT1\x01"))
 	f.Add(append([]byte("WFT1\x03"), make([]byte, 70)...))
 	f.Add(append([]byte("WFT1\x04"), make([]byte, 50)...))
+	f.Add(append([]byte("WFT1\x05"), make([]byte, noPeerLen)...))
 	f.Add(append(append([]byte("WFT1\x04"), make([]byte, 33)...), pPong, 1, 2, 3, 4, 5, 6, 7, 8))
 	var priv [32]byte
 	priv[0] = 1
@@ -178,4 +180,55 @@ func FuzzHandle(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		n.handle(b, src)
 	})
+}
+
+// TestNoPeerAuthenticated: a relay's "no peer" counts only from the key we said hello
+// to, from where we said it, with its MAC and a time newer than the last: forged,
+// replayed and strangers' answers are dropped and counted, and leave the measure as
+// it was.
+func TestNoPeerAuthenticated(t *testing.T) {
+	r, a, b, c := newHost(t, nil), newHost(t, nil), newHost(t, nil), newHost(t, nil)
+	_ = a.n.Hello(r.pub, r.addr())
+	await(t, "hello", func() bool { return !a.n.Seen()[r.pub].At.IsZero() })
+	// frame is a "no peer" about b from the node of key from, MACed with mac.
+	frame := func(from Key, ts uint64, mk [32]byte) []byte {
+		var f [noPeerLen]byte
+		putHeader(f[:], tNoPeer)
+		copy(f[5:], from[:])
+		copy(f[37:], b.pub[:])
+		binary.BigEndian.PutUint64(f[69:], ts)
+		m := mac(mk, f[:noPeerLen-macLen])
+		copy(f[noPeerLen-macLen:], m[:])
+		return f[:]
+	}
+	noPeer := func() time.Time { return a.n.Measured(b.pub, r.addr()).NoPeer }
+	rKey, _ := r.n.macKey(a.pub)
+	cKey, _ := c.n.macKey(a.pub)
+	now := uint64(time.Now().UnixNano())
+	// A valid one from r: taken.
+	_ = r.n.send(frame(r.pub, now, rKey), a.addr())
+	await(t, "no peer", func() bool { return !noPeer().IsZero() })
+	first := noPeer()
+	for _, tc := range []struct {
+		name string
+		from *host
+		f    []byte
+	}{
+		{"replayed", r, frame(r.pub, now, rKey)},
+		{"older", r, frame(r.pub, now-1, rKey)},
+		{"forged MAC", r, frame(r.pub, now+1, [32]byte{})},
+		{"a stranger's key, its own MAC", c, frame(c.pub, now+2, cKey)},
+		{"r's key from a stranger's address", c, frame(r.pub, now+3, rKey)},
+		{"short", r, frame(r.pub, now+4, rKey)[:noPeerLen-1]},
+	} {
+		before := a.n.Dropped()
+		_ = tc.from.n.send(tc.f, a.addr())
+		await(t, tc.name+": dropped", func() bool { return a.n.Dropped() == before+1 })
+		if got := noPeer(); !got.Equal(first) {
+			t.Fatalf("%s: no peer moved from %v to %v", tc.name, first, got)
+		}
+	}
+	// A newer valid one: taken again.
+	_ = r.n.send(frame(r.pub, now+5, rKey), a.addr())
+	await(t, "a newer no peer", func() bool { return noPeer().After(first) })
 }
