@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -196,18 +197,32 @@ func (u *userWG) Configure(c wgtypes.Config) error {
 		u.kick.setOwn(c.PrivateKey.PublicKey())
 	}
 	var added []device.NoisePublicKey
-	for _, p := range c.Peers {
-		if !p.Remove && (c.ReplacePeers || u.dev.LookupPeer(device.NoisePublicKey(p.PublicKey)) == nil) {
-			added = append(added, device.NoisePublicKey(p.PublicKey))
+	var keepalive map[device.NoisePublicKey]int
+	peers := c.Peers
+	for i, p := range c.Peers {
+		key := device.NoisePublicKey(p.PublicKey)
+		if p.Remove || !c.ReplacePeers && u.dev.LookupPeer(key) != nil {
+			continue
+		}
+		added = append(added, key)
+		if p.PersistentKeepaliveInterval != nil && *p.PersistentKeepaliveInterval > 0 && u.kick.waits(key) {
+			// The kicker turns it on after kickDelay (see kicker.added).
+			if keepalive == nil {
+				keepalive = map[device.NoisePublicKey]int{}
+				peers = slices.Clone(c.Peers)
+			}
+			keepalive[key] = int(p.PersistentKeepaliveInterval.Seconds())
+			peers[i].PersistentKeepaliveInterval = nil
 		}
 	}
+	c.Peers = peers
 	if err := u.dev.IpcSet(uapiConfig(c)); err != nil {
 		return err
 	}
 	if err := u.dev.Up(); err != nil {
 		return err
 	}
-	u.kick.added(added)
+	u.kick.added(added, keepalive)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package wireguard
 import (
 	"bytes"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -27,7 +28,7 @@ type kicker struct {
 	dev     *device.Device
 	mu      sync.Mutex
 	own     device.NoisePublicKey
-	pending map[device.NoisePublicKey]bool
+	pending map[device.NoisePublicKey]int // peers to kick late, with the keepalive (s) to turn on
 	timer   *time.Timer
 	closed  bool
 }
@@ -39,8 +40,21 @@ func (k *kicker) setOwn(pub [32]byte) {
 	k.mu.Unlock()
 }
 
-// added starts a handshake with each peer in keys, now or after kickDelay.
-func (k *kicker) added(keys []device.NoisePublicKey) {
+// waits reports whether this side waits kickDelay before it starts a handshake with
+// peer key (its public key is the larger).
+func (k *kicker) waits(key device.NoisePublicKey) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return bytes.Compare(k.own[:], key[:]) <= 0
+}
+
+// added starts a handshake with each peer in keys, now or after kickDelay. keepalive
+// holds the persistent keepalive of the waiting side's new peers, which Configure
+// left out: wireguard-go sends a keepalive, and so a handshake initiation, the moment
+// a peer's keepalive is turned on, and two hosts adding each other at once then
+// cross their initiations anyway (a pair stayed without a session for 15 s in CI).
+// It is turned on after kickDelay.
+func (k *kicker) added(keys []device.NoisePublicKey, keepalive map[device.NoisePublicKey]int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, key := range keys {
@@ -52,16 +66,17 @@ func (k *kicker) added(keys []device.NoisePublicKey) {
 			continue
 		}
 		if k.pending == nil {
-			k.pending = map[device.NoisePublicKey]bool{}
+			k.pending = map[device.NoisePublicKey]int{}
 		}
-		k.pending[key] = true
+		k.pending[key] = keepalive[key]
 	}
 	if len(k.pending) > 0 && k.timer == nil && !k.closed {
 		k.timer = time.AfterFunc(kickDelay, k.late)
 	}
 }
 
-// late starts a handshake with each pending peer that has had none.
+// late turns on the pending peers' keepalives and starts a handshake with each
+// pending peer that has had none.
 func (k *kicker) late() {
 	k.mu.Lock()
 	pending := k.pending
@@ -70,6 +85,15 @@ func (k *kicker) late() {
 	k.mu.Unlock()
 	if closed {
 		return
+	}
+	var on strings.Builder
+	for key, secs := range pending {
+		if secs > 0 {
+			fmt.Fprintf(&on, "public_key=%s\nupdate_only=true\npersistent_keepalive_interval=%d\n", hex.EncodeToString(key[:]), secs)
+		}
+	}
+	if on.Len() > 0 {
+		_ = k.dev.IpcSet(on.String()) // a peer removed since is not made again (update_only)
 	}
 	cfg, err := k.dev.IpcGet()
 	if err != nil {
