@@ -41,7 +41,7 @@ func (k *kicker) setOwn(pub [32]byte) {
 }
 
 // waits reports whether this side waits kickDelay before it starts a handshake with
-// peer key (its public key is the larger).
+// peer key (our public key is not the larger of the two).
 func (k *kicker) waits(key device.NoisePublicKey) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
