@@ -181,3 +181,21 @@ func (q *Queue) Close() error {
 	}
 	return nil
 }
+
+// setPersist sets or clears the device's persist flag (TUNSETPERSIST): a persistent
+// device stays when its last queue closes.
+func (q *Queue) setPersist(on bool) error {
+	v := 0
+	if on {
+		v = 1
+	}
+	var serr error
+	err := q.rc.Control(func(fd uintptr) { serr = unix.IoctlSetInt(int(fd), unix.TUNSETPERSIST, v) })
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("tun %s: TUNSETPERSIST %d: %w", q.name, v, err)
+	}
+	return nil
+}

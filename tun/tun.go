@@ -39,6 +39,11 @@ type Config struct {
 	NoUSO bool
 	// TxQueueLen, if positive, sets the device's transmit queue length.
 	TxQueueLen int
+	// Persist makes the device outlive its queues: Close then leaves it, with its
+	// addresses, routes and MTU, for the next process to attach to (Open of the same
+	// name), and only Remove deletes it. Without Persist the kernel removes the device
+	// with its last queue.
+	Persist bool
 }
 
 // Setup is the layer-3 configuration of an open device.

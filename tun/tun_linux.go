@@ -16,10 +16,12 @@ import (
 
 // Device is an open TUN device and its queues.
 type Device struct {
-	name   string
-	queues []*Queue
-	h      *netlink.Handle // bound to the network namespace Open ran in
-	log    *zap.Logger
+	name    string
+	queues  []*Queue
+	h       *netlink.Handle // bound to the network namespace Open ran in
+	log     *zap.Logger
+	persist bool
+	found   bool // Open attached to a device that was already there
 }
 
 // Open creates (or attaches to) the TUN device cfg.Name and opens its queues. When the
@@ -33,7 +35,10 @@ func Open(cfg Config, log *zap.Logger) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tun %s: netlink handle: %w", cfg.Name, err)
 	}
-	d := &Device{name: cfg.Name, h: h, log: log}
+	d := &Device{name: cfg.Name, h: h, log: log, persist: cfg.Persist}
+	if l, err := h.LinkByName(cfg.Name); err == nil && l.Type() == "tuntap" {
+		d.found = true
+	}
 	n := max(cfg.Queues, 1)
 	mq := n > 1 && !cfg.NoMultiQueue
 	if !mq {
@@ -55,20 +60,25 @@ func Open(cfg Config, log *zap.Logger) (*Device, error) {
 		q, err = open(cfg.Name, false)
 	}
 	if err != nil && d.removeStale() {
+		d.found = false
 		q, err = open(cfg.Name, mq)
 	}
 	if err != nil {
-		d.Close()
+		d.Remove()
 		return nil, err
 	}
 	d.queues = append(d.queues, q)
 	for len(d.queues) < n {
 		q, err := open(cfg.Name, true)
 		if err != nil {
-			d.Close()
+			d.Remove()
 			return nil, err
 		}
 		d.queues = append(d.queues, q)
+	}
+	if err := q.setPersist(cfg.Persist); err != nil {
+		d.Remove()
+		return nil, err
 	}
 	if cfg.TxQueueLen > 0 {
 		link, err := d.link()
@@ -76,14 +86,19 @@ func Open(cfg Config, log *zap.Logger) (*Device, error) {
 			err = d.h.LinkSetTxQLen(link, cfg.TxQueueLen)
 		}
 		if err != nil {
-			d.Close()
+			d.Remove()
 			return nil, fmt.Errorf("tun %s: set txqueuelen %d: %w", d.name, cfg.TxQueueLen, err)
 		}
 	}
 	log.Info("TUN device open", zap.String("dev", d.name), zap.Int("queues", len(d.queues)),
-		zap.Bool("multiqueue", mq), zap.Bool("offload", d.queues[0].vnet), zap.Bool("uso", d.queues[0].uso))
+		zap.Bool("multiqueue", mq), zap.Bool("offload", d.queues[0].vnet), zap.Bool("uso", d.queues[0].uso),
+		zap.Bool("persist", cfg.Persist), zap.Bool("found", d.found))
 	return d, nil
 }
+
+// Found says whether Open attached to a device that was already there (a persistent
+// one an earlier process left) instead of making it.
+func (d *Device) Found() bool { return d.found }
 
 func openQueue(name string, mq bool) (*Queue, error) {
 	ifc, err := water.New(water.Config{
@@ -197,16 +212,36 @@ func (d *Device) setAddr4(link netlink.Link, addr netip.Addr) error {
 	return nil
 }
 
-// Close closes every queue and removes the device (a userspace data path dies with its
-// process, so leaving the device would only black-hole the overlay).
+// Close closes every queue. A device opened with Persist stays, with its addresses and
+// routes, for the next process (until then the kernel drops what is routed to it); any
+// other goes, as Remove makes sure.
 func (d *Device) Close() error {
+	if !d.persist {
+		return d.Remove()
+	}
+	err := d.closeQueues()
+	if d.h != nil {
+		d.h.Close()
+		d.h = nil
+	}
+	return err
+}
+
+func (d *Device) closeQueues() error {
 	var errs []error
 	for _, q := range d.queues {
 		errs = append(errs, q.Close())
 	}
 	d.queues = nil
+	return errors.Join(errs...)
+}
+
+// Remove closes every queue and deletes the device, persistent or not.
+func (d *Device) Remove() error {
+	errs := []error{d.closeQueues()}
 	if d.h != nil {
-		// The kernel removes a non-persistent device with its last queue; make sure.
+		// The kernel removes a non-persistent device with its last queue; make sure,
+		// and delete a persistent one.
 		if link, err := d.link(); err == nil {
 			var nf netlink.LinkNotFoundError
 			if err := d.h.LinkDel(link); err != nil && !errors.As(err, &nf) && !errors.Is(err, unix.ENODEV) {

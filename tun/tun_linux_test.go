@@ -182,3 +182,78 @@ func putCsum(b []byte, at int) {
 	}
 	b[at], b[at+1] = byte(^s>>8), byte(^s)
 }
+
+// TestPersist closes a persistent device and opens it again, as a restarted weftd
+// does: the device, its addresses, MTU and routes outlive the queues (the same
+// ifindex: found, not made again), and only Remove deletes it.
+func TestPersist(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"one queue", Config{Queues: 1}},
+		{"multi-queue", Config{Queues: 2}},
+		{"offload", Config{Queues: 2, Offload: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := netnstest.New(t, "weft-tunp")
+			ctx := context.Background()
+			cfg := c.cfg
+			cfg.Name, cfg.Persist = "flannel0", true
+			s := Setup{Addr: netip.MustParseAddr("198.18.7.0"), Addr6: netip.MustParseAddr("fd00:7::"), MTU: 1400,
+				Routes: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16"), netip.MustParsePrefix("fd00::/32")}}
+			open := func() *Device {
+				t.Helper()
+				var d *Device
+				if err := ns.Do(func() (err error) { d, err = Open(cfg, zaptest.NewLogger(t)); return err }); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.Configure(s); err != nil {
+					d.Remove()
+					t.Fatal(err)
+				}
+				return d
+			}
+			show := func() string {
+				t.Helper()
+				out, err := ns.Run(ctx, "ip", "-d", "-o", "link", "show", "flannel0")
+				if err != nil {
+					t.Fatalf("flannel0: %v %s", err, out)
+				}
+				addrs, _ := ns.Run(ctx, "ip", "addr", "show", "flannel0")
+				routes, _ := ns.Run(ctx, "ip", "route", "show", "dev", "flannel0")
+				routes6, _ := ns.Run(ctx, "ip", "-6", "route", "show", "dev", "flannel0")
+				return out + addrs + routes + routes6
+			}
+			d := open()
+			if d.Found() {
+				t.Error("Found on a new namespace's first Open")
+			}
+			before := show()
+			index := strings.Fields(before)[0]
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			kept := show()
+			for _, want := range []string{index, "persist on", "mtu 1400", "198.18.7.0/32", "fd00:7::/128", "198.18.0.0/16", "fd00::/32"} {
+				if !strings.Contains(kept, want) {
+					t.Errorf("after Close, flannel0 lacks %q:\n%s", want, kept)
+				}
+			}
+			d = open()
+			t.Cleanup(func() { d.Remove() })
+			if !d.Found() {
+				t.Error("the second Open made the device instead of finding it")
+			}
+			if again := show(); !strings.HasPrefix(again, index) {
+				t.Errorf("flannel0 made again (was %s):\n%s", index, again)
+			}
+			if err := d.Remove(); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := ns.Run(ctx, "ip", "link", "show", "flannel0"); err == nil {
+				t.Fatalf("flannel0 left after Remove: %s", out)
+			}
+		})
+	}
+}

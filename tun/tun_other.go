@@ -23,6 +23,8 @@ func Open(cfg Config, log *zap.Logger) (*Device, error) {
 func (d *Device) Queues() []*Queue                         { return nil }
 func (d *Device) Configure(Setup) error                    { return errors.ErrUnsupported }
 func (d *Device) Close() error                             { return nil }
+func (d *Device) Remove() error                            { return nil }
+func (d *Device) Found() bool                              { return false }
 func (q *Queue) Read([][]byte, []int, int) (int, error)    { return 0, errors.ErrUnsupported }
 func (q *Queue) TryRead([][]byte, []int, int) (int, error) { return 0, errors.ErrUnsupported }
 func (q *Queue) Write([][]byte, int) (int, error)          { return 0, errors.ErrUnsupported }
