@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
@@ -56,7 +57,7 @@ func Cleanup(ctx context.Context, co CleanupConfig, log *zap.Logger) error {
 		}
 		errs = append(errs, removeBlackholes(nl, env, log))
 	}
-	errs = append(errs, removeDevices(nl, log))
+	errs = append(errs, removeDevices(nl, cleanupDevices, log))
 	errs = append(errs, removeFirewall(ctx, log))
 	if (co.ReleaseLease || co.Uninstall) && co.Kube == nil {
 		errs = append(errs, releaseLease(ctx, co, env, envErr, log))
@@ -153,9 +154,10 @@ func resetRouteMTUs(nl *netlink.Handle, network netip.Prefix, log *zap.Logger) e
 	return errors.Join(errs...)
 }
 
-// removeDevices deletes the devices of every backend (cleanupDevices); the kernel
-// takes their addresses, routes, neighbours and fdb entries with them.
-func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
+// removeDevices deletes the devices of devs (cleanup: every backend's,
+// cleanupDevices); the kernel takes their addresses, routes, neighbours and fdb
+// entries with them.
+func removeDevices(nl *netlink.Handle, devs []encap.Device, log *zap.Logger) error {
 	links, err := nl.LinkList()
 	if err != nil {
 		return fmt.Errorf("list links: %w", err)
@@ -163,7 +165,7 @@ func removeDevices(nl *netlink.Handle, log *zap.Logger) error {
 	var errs []error
 	for _, l := range links {
 		name := l.Attrs().Name
-		if _, ok := weftDevice(name, l.Type()); !ok {
+		if !slices.ContainsFunc(devs, func(d encap.Device) bool { return d.Match(name, l.Type()) }) {
 			continue
 		}
 		if err := nl.LinkDel(l); err != nil {
@@ -256,4 +258,15 @@ func releaseLease(ctx context.Context, co CleanupConfig, env lease.SubnetEnv, en
 // the nftables table), whichever tools this host has.
 func removeFirewall(ctx context.Context, log *zap.Logger) error {
 	return firewall.RemoveAll(ctx, firewall.Options{Log: log})
+}
+
+// removeOtherDevices deletes the devices of the backends other than typ, which a
+// weftd of another backend type left on this host when it stopped.
+func removeOtherDevices(typ string, log *zap.Logger) error {
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	defer nl.Close()
+	return removeDevices(nl, factory.OtherDevices(typ), log.With(zap.String("why", "another backend type's")))
 }

@@ -3,6 +3,7 @@ package factory
 import (
 	"errors"
 	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -36,6 +37,26 @@ const (
 // (its Devices): those `weftd cleanup` removes.
 func Devices() []encap.Device {
 	return slices.Concat(udp.Devices, vxlan.Devices, wireguard.Devices)
+}
+
+// OtherDevices lists the devices of every backend but typ (a network config's
+// BackendType, in any case; "" is udp): each backend leaves its devices for the next
+// weftd when it stops, so a weftd starting with another backend type removes them.
+func OtherDevices(typ string) []encap.Device {
+	typ = strings.ToLower(typ)
+	if typ == "" {
+		typ = "udp"
+	}
+	var out []encap.Device
+	for _, b := range []struct {
+		typ  string
+		devs []encap.Device
+	}{{"udp", udp.Devices}, {"vxlan", vxlan.Devices}, {"wireguard", wireguard.Devices}} {
+		if b.typ != typ {
+			out = append(out, b.devs...)
+		}
+	}
+	return out
 }
 
 // DescribeMetrics sends the descriptions of the metrics of every backend that has

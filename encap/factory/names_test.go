@@ -69,3 +69,34 @@ func TestNamesAreTheBackends(t *testing.T) {
 		t.Errorf("backends that publish sites: %q; ErrSiteBackend says %q", sites, ErrSiteBackend)
 	}
 }
+
+// TestOtherDevices: a weftd starting with one backend type removes the devices of the
+// others, never its own (a udp host's flannel0, a wireguard host's flannel-wg).
+func TestOtherDevices(t *testing.T) {
+	for _, c := range []struct {
+		typ        string
+		keep, drop []string // a device name and its link type, "name/type"
+	}{
+		{"udp", []string{"flannel0/tuntap"}, []string{"flannel.1/vxlan", "flannel-wg/wireguard", "flannel-wg/tuntap"}},
+		{"", []string{"flannel0/tuntap"}, []string{"flannel.1/vxlan", "flannel-wg/tuntap"}},
+		{"VXLAN", []string{"flannel.1/vxlan", "flannel-v6.4096/vxlan"}, []string{"flannel0/tuntap", "flannel-wg-v6/tuntap"}},
+		{"wireguard", []string{"flannel-wg/wireguard", "flannel-wg/tuntap", "flannel-wg-v6/tuntap"}, []string{"flannel0/tuntap", "flannel.1/vxlan"}},
+		{"host-gw", nil, []string{"flannel0/tuntap", "flannel.1/vxlan", "flannel-wg/wireguard"}},
+	} {
+		devs := OtherDevices(c.typ)
+		match := func(nt string) bool {
+			name, typ, _ := strings.Cut(nt, "/")
+			return slices.ContainsFunc(devs, func(d encap.Device) bool { return d.Match(name, typ) })
+		}
+		for _, nt := range c.keep {
+			if match(nt) {
+				t.Errorf("%q: removes its own %s", c.typ, nt)
+			}
+		}
+		for _, nt := range c.drop {
+			if !match(nt) {
+				t.Errorf("%q: leaves another type's %s", c.typ, nt)
+			}
+		}
+	}
+}

@@ -103,6 +103,25 @@ func (r *RouteMTUs) ApplyOn(link int, network netip.Prefix) error {
 	return errors.Join(errs...)
 }
 
+// ClearOn removes the route of its own that SetOn gave each recorded subnet on link,
+// and forgets them all: a device that outlives weftd (udp's flannel0, wireguard's
+// device) keeps its network's route, but not the MTUs this process chose.
+func (r *RouteMTUs) ClearOn(link int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.m.Load()
+	if m == nil {
+		return nil
+	}
+	empty := map[netip.Prefix]int{}
+	r.m.Store(&empty)
+	var errs []error
+	for sn := range *m {
+		errs = append(errs, SetLinkRouteMTU(link, sn, 0))
+	}
+	return errors.Join(errs...)
+}
+
 // Reset writes every route to a recorded subnet that still carries its recorded MTU
 // again without it, through nl, and forgets them all: weftd stopping leaves the
 // kernel backends' routes in place (as flanneld does) but not the MTUs it chose.

@@ -131,7 +131,7 @@ func (b *backend) Register(ctx context.Context, own lease.Lease) error {
 // openLocked opens flannel0 (unless open) and configures it for b.own.
 func (b *backend) openLocked() error {
 	if b.dev == nil {
-		dev, err := tun.Open(tun.Config{Name: UDPDevice, Queues: b.opts.Workers, Offload: b.tunOffload, NoUSO: b.tunNoUSO}, b.log)
+		dev, err := tun.Open(tun.Config{Name: UDPDevice, Queues: b.opts.Workers, Offload: b.tunOffload, NoUSO: b.tunNoUSO, Persist: true}, b.log)
 		if err != nil {
 			return fmt.Errorf("udp backend: %w", err)
 		}
@@ -329,21 +329,28 @@ func deviceGone() bool {
 	return errors.As(err, &nf)
 }
 
-// Close closes the sockets and removes flannel0.
+// Close closes the sockets and flannel0's queues, and leaves flannel0 (persistent)
+// with its address and the network's routes (not the route MTUs this process chose)
+// for the next weftd, which attaches to it:
+// until then the kernel drops what is routed to it, and nothing is routed elsewhere.
+// `weftd cleanup` removes it.
 func (b *backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var err error
+	var errs []error
 	if b.px != nil {
-		err = b.px.Close()
+		errs = append(errs, b.px.Close())
+	}
+	if b.mtus.Len() > 0 {
+		if link, err := netlink.LinkByName(UDPDevice); err == nil {
+			errs = append(errs, b.mtus.ClearOn(link.Attrs().Index))
+		}
 	}
 	if b.dev != nil {
-		if derr := b.dev.Close(); err == nil {
-			err = derr
-		}
+		errs = append(errs, b.dev.Close())
 		b.dev = nil
 	}
-	return err
+	return errors.Join(errs...)
 }
 
 // Report returns the number of subnets in the data path's table and its counters

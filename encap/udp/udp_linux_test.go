@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/zap/zaptest"
 
@@ -74,17 +73,18 @@ func TestUDPBackendTwoHosts(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
+	// Stopped, the backend leaves flannel0 (persistent) with its address and the
+	// network's route, for the next weftd.
 	for i := range bes {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			out, err := nss[i].Run(context.Background(), "ip", "link", "show", UDPDevice)
-			if err != nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("flannel0 still there after Close: %s", out)
-			}
-			time.Sleep(20 * time.Millisecond)
+		out, err := nss[i].Run(context.Background(), "ip", "-d", "addr", "show", UDPDevice)
+		if err != nil {
+			t.Fatalf("flannel0 gone after Close: %v %s", err, out)
+		}
+		if !strings.Contains(out, "persist on") || !strings.Contains(out, leases[i].Subnet.Addr().String()+"/32") {
+			t.Fatalf("flannel0 after Close is not persistent with its address:\n%s", out)
+		}
+		if routes, _ := nss[i].Run(context.Background(), "ip", "route", "show", "dev", UDPDevice); !strings.Contains(routes, "198.18.0.0/16") {
+			t.Fatalf("the network's route on flannel0 went with Close: %s", routes)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -28,8 +29,15 @@ type wgDevice interface {
 	// Peers is what the device knows of its peers now: the endpoint in use (learnt
 	// from packets when none was configured) and the last handshake, by public key.
 	Peers() (map[wgtypes.Key]peerStatus, error)
-	// Close removes the device (and its UAPI socket).
+	// Close stops using the device and leaves it, with its address and routes (and
+	// the kernel's with its peers and sessions), for the next weftd; it removes the
+	// UAPI socket.
 	Close() error
+	// Remove is Close, and deletes the device.
+	Remove() error
+	// Kept says the device was taken over from an earlier weftd with its peers (the
+	// kernel's keeps them; wireguard-go's went with the process).
+	Kept() bool
 }
 
 // peerStatus is what a device knows of one peer now.
@@ -59,6 +67,20 @@ func (w *backend) open() error {
 			ws = append(ws, want{1, DeviceV6, w.opts.ListenPortV6})
 		}
 	}
+	// The device an earlier weftd left that this config does not use (Mode or
+	// IPv6 changed) goes.
+	for i, name := range []string{Device, DeviceV6} {
+		if w.devs[i] != nil || slices.ContainsFunc(ws, func(x want) bool { return x.name == name }) {
+			continue
+		}
+		if l, err := netlink.LinkByName(name); err == nil && (l.Type() == "wireguard" || l.Type() == "tuntap") {
+			if err := netlink.LinkDel(l); err != nil {
+				w.log.Warn("removing a WireGuard device this config does not use", zap.String("device", name), zap.Error(err))
+			} else {
+				w.log.Info("removed a WireGuard device this config does not use", zap.String("device", name))
+			}
+		}
+	}
 	for _, x := range ws {
 		if w.devs[x.i] != nil {
 			continue
@@ -68,7 +90,10 @@ func (w *backend) open() error {
 			return fmt.Errorf("device %s: %w", x.name, err)
 		}
 		port := x.port
-		if err := d.Configure(wgtypes.Config{PrivateKey: &w.priv, ListenPort: &port, ReplacePeers: true}); err != nil {
+		// A device taken over keeps its peers, and their sessions, until the first
+		// leases say which are gone (dropLeftPeers).
+		w.kept[x.i] = d.Kept()
+		if err := d.Configure(wgtypes.Config{PrivateKey: &w.priv, ListenPort: &port, ReplacePeers: !d.Kept()}); err != nil {
 			_ = d.Close()
 			return fmt.Errorf("device %s: %w", x.name, err)
 		}

@@ -22,14 +22,33 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
-// openWGDevice makes the WireGuard device name with mtu, after deleting a link of
-// that name left behind (flanneld recreates its device too): the kernel's when
-// impl allows it and the kernel can (netlink LinkAdd of type wireguard), else
+// openWGDevice opens the WireGuard device name with mtu. A device an earlier weftd
+// left (Close leaves it) is taken over when impl allows its kind: the kernel's link
+// keeps its peers and sessions, wireguard-go attaches to its persistent TUN. A link
+// of that name of another kind is deleted first. Else it makes one: the kernel's
+// when impl allows it and the kernel can (netlink LinkAdd of type wireguard), else
 // wireguard-go's, with its UAPI socket in socketDir, counting its drops in drops.
 func openWGDevice(name string, mtu int, impl, socketDir string, drops *wgDeviceDrops, log *zap.Logger) (wgDevice, error) {
 	if old, err := netlink.LinkByName(name); err == nil {
-		log.Warn("the device already exists; making it again", zap.String("device", name), zap.String("type", old.Type()))
-		if err := netlink.LinkDel(old); err != nil {
+		switch typ := old.Type(); {
+		case typ == "wireguard" && impl != Userspace:
+			d, err := takeKernelWG(old, mtu)
+			if err == nil {
+				log.Info("taking over the WireGuard device an earlier weftd left", zap.String("device", name), zap.String("implementation", Kernel))
+				return d, nil
+			}
+			log.Warn("the WireGuard device left cannot be taken over; making it again", zap.String("device", name), zap.Error(err))
+		case typ == "tuntap" && impl != Kernel:
+			d, err := newUserWG(name, mtu, socketDir, drops, log)
+			if err == nil {
+				log.Info("taking over the WireGuard device an earlier weftd left", zap.String("device", name), zap.String("implementation", Userspace))
+				return d, nil
+			}
+			log.Warn("the WireGuard device left cannot be taken over; making it again", zap.String("device", name), zap.Error(err))
+		default:
+			log.Warn("a device of another kind has the WireGuard device's name; making it again", zap.String("device", name), zap.String("type", typ))
+		}
+		if err := netlink.LinkDel(old); err != nil && !errors.Is(err, unix.ENODEV) {
 			return nil, fmt.Errorf("delete the old %s: %w", name, err)
 		}
 	}
@@ -52,6 +71,7 @@ type kernelWG struct {
 	name   string
 	link   netlink.Link
 	client *wgctrl.Client
+	kept   bool // taken over with its peers
 }
 
 func newKernelWG(name string, mtu int) (*kernelWG, error) {
@@ -67,8 +87,30 @@ func newKernelWG(name string, mtu int) (*kernelWG, error) {
 	return &kernelWG{name: name, link: link, client: client}, nil
 }
 
+// takeKernelWG takes over the kernel WireGuard link an earlier weftd left, with its
+// peers and sessions (the backend's Configure then corrects what changed), and gives
+// it mtu.
+func takeKernelWG(link netlink.Link, mtu int) (*kernelWG, error) {
+	client, err := wgctrl.New()
+	if err != nil {
+		return nil, fmt.Errorf("wgctrl: %w", err)
+	}
+	if _, err := client.Device(link.Attrs().Name); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("read the device: %w", err)
+	}
+	if link.Attrs().MTU != mtu {
+		if err := netlink.LinkSetMTU(link, mtu); err != nil {
+			client.Close()
+			return nil, fmt.Errorf("set mtu %d: %w", mtu, err)
+		}
+	}
+	return &kernelWG{name: link.Attrs().Name, link: link, client: client, kept: true}, nil
+}
+
 func (k *kernelWG) Name() string                     { return k.name }
 func (k *kernelWG) Kind() string                     { return Kernel }
+func (k *kernelWG) Kept() bool                       { return k.kept }
 func (k *kernelWG) Link() (netlink.Link, error)      { return netlink.LinkByName(k.name) }
 func (k *kernelWG) Configure(c wgtypes.Config) error { return k.client.ConfigureDevice(k.name, c) }
 
@@ -89,7 +131,12 @@ func (k *kernelWG) Peers() (map[wgtypes.Key]peerStatus, error) {
 	return out, nil
 }
 
-func (k *kernelWG) Close() error {
+// Close leaves the link, its peers and their sessions, carrying traffic, for the next
+// weftd.
+func (k *kernelWG) Close() error { return k.client.Close() }
+
+// Remove deletes the link.
+func (k *kernelWG) Remove() error {
 	err := netlink.LinkDel(k.link)
 	if errors.Is(err, unix.ENODEV) {
 		err = nil
@@ -113,6 +160,12 @@ func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log
 	t, err := tun.CreateTUN(name, mtu)
 	if err != nil {
 		return nil, fmt.Errorf("create the TUN device: %w", err)
+	}
+	// Persistent: the TUN, its address and routes outlive this process (Close), and
+	// the next weftd attaches to it.
+	if err := setTUNPersist(t, true); err != nil {
+		_ = t.Close()
+		return nil, err
 	}
 	dlog := log.Named("wireguard-go").With(zap.String("device", name))
 	// The device's verbose lines are counted when they tell of a drop, and formatted
@@ -188,6 +241,7 @@ func listenUAPI(name, socketDir string) (net.Listener, error) {
 
 func (u *userWG) Name() string                { return u.name }
 func (u *userWG) Kind() string                { return Userspace }
+func (u *userWG) Kept() bool                  { return false }
 func (u *userWG) Link() (netlink.Link, error) { return netlink.LinkByName(u.name) }
 
 // Configure applies c through the device's UAPI, then brings it up (a no-op when up)
@@ -235,8 +289,9 @@ func (u *userWG) Peers() (map[wgtypes.Key]peerStatus, error) {
 	return parseUAPIPeers(text), nil
 }
 
-// Close stops the device (the kernel removes its TUN with the last file) and removes
-// the UAPI socket.
+// Close stops the device and removes the UAPI socket. The TUN stays (persistent),
+// with its address and routes, for the next weftd: until then the kernel drops what
+// is routed to it. The sessions go with the process; the next one handshakes again.
 func (u *userWG) Close() error {
 	u.kick.close()
 	err := u.uapi.Close()
@@ -247,4 +302,41 @@ func (u *userWG) Close() error {
 		err = errors.Join(err, rerr)
 	}
 	return err
+}
+
+// Remove stops the device and deletes its TUN.
+func (u *userWG) Remove() error {
+	link, lerr := netlink.LinkByName(u.name)
+	err := u.Close()
+	if lerr == nil {
+		if derr := netlink.LinkDel(link); derr != nil && !errors.Is(derr, unix.ENODEV) {
+			err = errors.Join(err, fmt.Errorf("delete %s: %w", u.name, derr))
+		}
+	}
+	return err
+}
+
+// setTUNPersist sets or clears the persist flag of wireguard-go's TUN (TUNSETPERSIST),
+// without putting its file in blocking mode (os.File.Fd would).
+func setTUNPersist(t tun.Device, on bool) error {
+	nt, ok := t.(*tun.NativeTun)
+	if !ok {
+		return fmt.Errorf("TUNSETPERSIST: %T is not a TUN", t)
+	}
+	rc, err := nt.File().SyscallConn()
+	if err != nil {
+		return fmt.Errorf("TUNSETPERSIST: %w", err)
+	}
+	v := 0
+	if on {
+		v = 1
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.IoctlSetInt(int(fd), unix.TUNSETPERSIST, v) }); err != nil {
+		return fmt.Errorf("TUNSETPERSIST: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("TUNSETPERSIST: %w", serr)
+	}
+	return nil
 }

@@ -82,6 +82,44 @@ func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 		}
 		w.apply(key, w.onWay(key, want), log)
 	}
+	w.dropLeftPeers()
+}
+
+// dropLeftPeers removes, once, the peers a device taken over with its peers (kept)
+// has that no lease gives it: hosts that left while no weftd ran. The daemon's first
+// HandleEvents has every lease. w.mu is held.
+func (w *backend) dropLeftPeers() {
+	for i, d := range w.devs {
+		if d == nil || !w.kept[i] {
+			continue
+		}
+		w.kept[i] = false
+		have, err := d.Peers()
+		if err != nil {
+			w.log.Warn("reading the peers of the device taken over", zap.String("device", d.Name()), zap.Error(err))
+			continue
+		}
+		want := map[wgtypes.Key]bool{}
+		for _, c := range w.applied {
+			if c[i] != nil {
+				want[c[i].key] = true
+			}
+		}
+		var gone []wgtypes.PeerConfig
+		for k := range have {
+			if !want[k] {
+				gone = append(gone, wgtypes.PeerConfig{PublicKey: k, Remove: true})
+			}
+		}
+		if len(gone) == 0 {
+			continue
+		}
+		if err := d.Configure(wgtypes.Config{Peers: gone}); err != nil {
+			w.log.Warn("removing the peers no lease names", zap.String("device", d.Name()), zap.Error(err))
+			continue
+		}
+		w.log.Info("removed the peers no lease names from the device taken over", zap.String("device", d.Name()), zap.Int("peers", len(gone)))
+	}
 }
 
 // peerConfs is what each device should have for lease l, as flanneld computes it.

@@ -113,6 +113,9 @@ type backend struct {
 	mu sync.Mutex
 	// devs[0] is flannel-wg, devs[1] flannel-wg-v6 (Mode "separate" with IPv6 only).
 	devs [2]wgDevice
+	// kept[i] says devs[i] was taken over with the peers an earlier weftd gave it
+	// (the kernel's): the first leases' HandleEvents removes those no lease names.
+	kept [2]bool
 	// drops counts what the userspace devices dropped (drops.go).
 	drops wgDropCounts
 	own   lease.Lease
@@ -257,14 +260,19 @@ func (w *backend) setUp(f encap.Family) error {
 	return wgRoute(link, f.Network)
 }
 
-// Close removes the devices (and the userspace devices' UAPI sockets), as flanneld
-// removes its devices when it stops.
+// Close leaves the devices, with their addresses and routes (the kernel's with its
+// peers and sessions), for the next weftd, and removes the userspace devices' UAPI
+// sockets and the route MTUs this process chose; flanneld removes its devices when it
+// stops. `weftd cleanup` removes them.
 func (w *backend) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var errs []error
 	for i, d := range w.devs {
 		if d != nil {
+			if link, err := d.Link(); err == nil && w.mtus.Len() > 0 {
+				errs = append(errs, w.mtus.ClearOn(link.Attrs().Index))
+			}
 			errs = append(errs, d.Close())
 			w.devs[i] = nil
 		}

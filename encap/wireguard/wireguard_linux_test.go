@@ -181,8 +181,9 @@ func TestWireGuardUserspacePair(t *testing.T) {
 	if err := a.be.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if out, _ := a.ns.Run(ctx, "ip", "link", "show", "flannel-wg"); !strings.Contains(out, "does not exist") {
-		t.Fatalf("flannel-wg left after Close: %s", out)
+	// The device stays (persistent), with its address and route, for the next weftd.
+	if out, err := a.ns.Run(ctx, "ip", "-d", "addr", "show", "flannel-wg"); err != nil || !strings.Contains(out, "persist on") {
+		t.Fatalf("flannel-wg not left persistent after Close: %v %s", err, out)
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("UAPI socket left after Close: %v", err)
