@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -114,6 +115,11 @@ func (d *daemon) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Each backend leaves its devices when weftd stops, for the next weftd; those of
+	// another backend type have no next one.
+	if err := removeOtherDevices(cfg.BackendType, d.log); err != nil {
+		d.log.Warn("removing another backend type's devices", zap.Error(err))
+	}
 	d.be.Store(&be)
 	defer func() {
 		if err := be.Close(); err != nil {
@@ -140,7 +146,12 @@ func (d *daemon) run(ctx context.Context) error {
 	own.Attrs.Site, own.Attrs.SiteIP, own.Attrs.NAT = attrs.Site, attrs.SiteIP, attrs.NAT
 	d.log.Info("lease acquired", ownLeaseFields(own)...)
 	d.held.Store(&own)
-	env, err := d.install(ctx, cfg, be, own)
+	// The other hosts' leases are listed beside the data path's setup, and the first
+	// batch goes to the backend right after Register: a restarted weftd's device
+	// (left in place by the last one) carries traffic again as soon as it can.
+	w := d.watch(ctx, mgr, own.Key())
+	defer w.close()
+	env, err := d.install(ctx, cfg, be, own, w)
 	if err != nil {
 		return err
 	}
@@ -161,7 +172,36 @@ func (d *daemon) run(ctx context.Context) error {
 	follow.Go(func() {
 		followExternal(fctx, choice, ext, d.log, func(old, next encap.ExternalInterface) { d.externalMoved(mgr, be, old, next) })
 	})
-	return d.serve(ctx, mgr, be, own, env)
+	return d.serve(ctx, mgr, be, own, env, w)
+}
+
+// firstLeasesWait bounds how long install waits for the watch's first batch after
+// Register: a store slow to list does not hold up the firewall and subnet.env (feed
+// hands the batch on when it comes).
+const firstLeasesWait = time.Second
+
+// leaseWatch is one Watch of the other hosts' leases, running until closed.
+type leaseWatch struct {
+	events chan []lease.Event
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+// watch starts watching the leases of every host but own.
+func (d *daemon) watch(ctx context.Context, mgr lease.Manager, own lease.Key) *leaseWatch {
+	wctx, stop := context.WithCancel(ctx)
+	w := &leaseWatch{events: make(chan []lease.Event, 16), stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		_ = mgr.Watch(wctx, own, w.events)
+	}()
+	return w
+}
+
+// close stops the watch and waits for it; a second close does nothing.
+func (w *leaseWatch) close() {
+	w.stop()
+	<-w.done
 }
 
 // prepare waits for the network config and the lease source's cache, and finds the
@@ -206,10 +246,18 @@ func (d *daemon) ifaceChoice(publicIP string) ifaceChoice {
 
 // install sets the host up for our lease own: the backend, the firewall rules, the
 // blackhole routes and subnet.env (returned), and starts the firewall's resync.
-func (d *daemon) install(ctx context.Context, cfg *lease.Config, be encap.Backend, own lease.Lease) (lease.SubnetEnv, error) {
+func (d *daemon) install(ctx context.Context, cfg *lease.Config, be encap.Backend, own lease.Lease, w *leaseWatch) (lease.SubnetEnv, error) {
 	if err := be.Register(ctx, own); err != nil {
 		return lease.SubnetEnv{}, fmt.Errorf("%s backend: %w", be.Type(), err)
 	}
+	t := time.NewTimer(firstLeasesWait)
+	select {
+	case evs := <-w.events:
+		d.handle(ctx, be, evs)
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	t.Stop()
 	// The rules come before subnet.env, as flanneld's do: a pod the CNI plugin starts
 	// once the file is there must not send a packet unmasqueraded. They outlive weftd:
 	// the kernel keeps forwarding for vxlan and host-gw while weftd restarts, which a
@@ -234,7 +282,7 @@ func (d *daemon) install(ctx context.Context, cfg *lease.Config, be encap.Backen
 }
 
 // serve runs the backend and feeds it lease events until ctx ends.
-func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend, own lease.Lease, env lease.SubnetEnv) error {
+func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend, own lease.Lease, env lease.SubnetEnv, w *leaseWatch) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -273,18 +321,14 @@ func (d *daemon) serve(ctx context.Context, mgr lease.Manager, be encap.Backend,
 	}()
 
 	for {
-		events := make(chan []lease.Event, 16)
-		wctx, stopWatch := context.WithCancel(ctx)
-		wdone := make(chan struct{})
-		go func(k lease.Key) {
-			defer close(wdone)
-			_ = mgr.Watch(wctx, k, events)
-		}(own.Key())
+		if w == nil {
+			w = d.watch(ctx, mgr, own.Key())
+		}
 		d.ready.Store(true)
 		d.notify.ready(readyStatus(leaseName(own), be.Type()))
-		next, err := d.feed(ctx, be, events, changed, errc)
-		stopWatch()
-		<-wdone
+		next, err := d.feed(ctx, be, w.events, changed, errc)
+		w.close()
+		w = nil
 		if err != nil || ctx.Err() != nil {
 			d.ready.Store(false)
 			return err
@@ -325,12 +369,17 @@ func (d *daemon) feed(ctx context.Context, be encap.Backend, events <-chan []lea
 		case l := <-changed:
 			return l, nil
 		case evs := <-events:
-			for _, ev := range evs {
-				d.log.Info("lease "+ev.Type.String(), peerLeaseFields(ev.Lease)...)
-			}
-			be.HandleEvents(ctx, evs)
+			d.handle(ctx, be, evs)
 		}
 	}
+}
+
+// handle logs lease events and passes them to the backend.
+func (d *daemon) handle(ctx context.Context, be encap.Backend, evs []lease.Event) {
+	for _, ev := range evs {
+		d.log.Info("lease "+ev.Type.String(), peerLeaseFields(ev.Lease)...)
+	}
+	be.HandleEvents(ctx, evs)
 }
 
 // manager builds the lease source the flags ask for.
