@@ -26,7 +26,11 @@ dir=$(cd "$pkg" && pwd)
 fail=0
 for i in $(seq "$n"); do
 	start=$(date +%s)
-	if (cd "$dir" && WEFT_E2E=1 WEFT_BIN="$bin" "$testbin" -test.run "$run" -test.count=1 -test.timeout 20m -test.v) >"$out/run-$i.log" 2>&1; then
+	ok=0
+	(cd "$dir" && WEFT_E2E=1 WEFT_BIN="$bin" "$testbin" -test.run "$run" -test.count=1 -test.timeout 20m -test.v) >"$out/run-$i.log" 2>&1 || ok=$?
+	# Each top-level test's verdict, for the count per test at the end.
+	grep -E '^--- (PASS|FAIL|SKIP): Test[^ /]+ ' "$out/run-$i.log" | awk '{print $2, $3}' >>"$out/results" || true
+	if [ "$ok" -eq 0 ]; then
 		echo "run $i/$n: ok ($(( $(date +%s) - start )) s)"
 		rm -f "$out/run-$i.log"
 	else
@@ -35,5 +39,7 @@ for i in $(seq "$n"); do
 		grep -E '^\s+--- FAIL|_test.go:[0-9]+:' "$out/run-$i.log" | head -5 || true
 	fi
 done
+echo "per test (verdict, test, runs):"
+sort "$out/results" 2>/dev/null | uniq -c | awk '{print "  " $2, $3, $1}'
 echo "stress: $((n - fail)) passed, $fail failed ($run, $n runs beside a $(nproc)-core CPU hog)"
 [ "$fail" -eq 0 ]
