@@ -7,27 +7,39 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 )
 
 // TestCleanupManifest keeps weft-cleanup.yml in step with weft.yml and weftd: one
 // DaemonSet in weft's namespace on the host network, everywhere weft runs, with
 // make image's image, handing the node to flanneld (--firewall-only, with the node's
-// marks through the API as flannel's ServiceAccount, the node from NODE_NAME) in an
-// init container, without privilege.
+// marks through the API, the node from NODE_NAME) in an init container, without
+// privilege, as a ServiceAccount of its own (flannel's is gone after `helm uninstall`
+// on k3s and RKE2) that may get nodes and patch nodes/status and nothing else.
 func TestCleanupManifest(t *testing.T) {
 	o := load(t, "weft-cleanup.yml")
-	if len(o.all) != 1 {
-		t.Fatalf("%d objects, want only the DaemonSet", len(o.all))
+	if len(o.all) != 4 {
+		t.Fatalf("%d objects, want the ClusterRole, its binding, the ServiceAccount and the DaemonSet", len(o.all))
 	}
 	ds := one(t, "DaemonSets", o.daemonSets)
+	role := one(t, "ClusterRoles", o.roles)
+	binding := one(t, "ClusterRoleBindings", o.bindings)
+	account := one(t, "ServiceAccounts", o.accounts)
 	weft := one(t, "DaemonSets", load(t, "weft.yml").daemonSets)
 	spec := ds.Spec.Template.Spec
 	if ds.Namespace != weft.Namespace || ds.Name != "weft-cleanup" || !spec.HostNetwork {
 		t.Errorf("DaemonSet %s/%s, host network %v: want kube-flannel/weft-cleanup on the host network", ds.Namespace, ds.Name, spec.HostNetwork)
 	}
-	if spec.ServiceAccountName != weft.Spec.Template.Spec.ServiceAccountName {
-		t.Errorf("ServiceAccount %q, want flannel's %q (its rights on nodes/status remove weft's marks)",
-			spec.ServiceAccountName, weft.Spec.Template.Spec.ServiceAccountName)
+	if spec.ServiceAccountName != account.Name || account.Namespace != ds.Namespace || account.Name == weft.Spec.Template.Spec.ServiceAccountName {
+		t.Errorf("ServiceAccount %q (made: %s/%s), want its own, not flannel's %q", spec.ServiceAccountName,
+			account.Namespace, account.Name, weft.Spec.Template.Spec.ServiceAccountName)
+	}
+	if rules := roleRules(role); !slices.Equal(rules, []string{"nodes/status:patch", "nodes:get"}) {
+		t.Errorf("ClusterRole %s allows %v, want exactly nodes:get and nodes/status:patch", role.Name, rules)
+	}
+	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Name != account.Name ||
+		binding.Subjects[0].Namespace != account.Namespace {
+		t.Errorf("ClusterRoleBinding %+v does not bind %s to %s/%s", binding, role.Name, account.Namespace, account.Name)
 	}
 	if !slices.EqualFunc(spec.Tolerations, weft.Spec.Template.Spec.Tolerations, func(a, b corev1.Toleration) bool { return a == b }) {
 		t.Errorf("tolerations %v, want weft.yml's %v: every node weft ran on", spec.Tolerations, weft.Spec.Template.Spec.Tolerations)
@@ -88,16 +100,7 @@ func TestUninstallManifest(t *testing.T) {
 	if ns.Name == weft.Namespace {
 		t.Errorf("namespace %s is weft.yml's, which kubectl delete -f weft.yml removes first", ns.Name)
 	}
-	var rules []string
-	for _, r := range role.Rules {
-		for _, res := range r.Resources {
-			for _, v := range r.Verbs {
-				rules = append(rules, res+":"+v)
-			}
-		}
-	}
-	slices.Sort(rules)
-	if want := []string{"nodes/status:patch", "nodes:get"}; !slices.Equal(rules, want) {
+	if rules, want := roleRules(role), []string{"nodes/status:patch", "nodes:get"}; !slices.Equal(rules, want) {
 		t.Errorf("ClusterRole %s allows %v, want exactly %v", role.Name, rules, want)
 	}
 	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Name != account.Name ||
@@ -142,4 +145,18 @@ func TestUninstallManifest(t *testing.T) {
 			t.Errorf("%s is removed from %s, which the init container does not mount", f, path.Dir(f))
 		}
 	}
+}
+
+// roleRules lists a ClusterRole's rules as sorted "resource:verb" pairs.
+func roleRules(role *rbacv1.ClusterRole) []string {
+	var rules []string
+	for _, r := range role.Rules {
+		for _, res := range r.Resources {
+			for _, v := range r.Verbs {
+				rules = append(rules, res+":"+v)
+			}
+		}
+	}
+	slices.Sort(rules)
+	return rules
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -217,8 +218,26 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 		return ds.Status.ObservedGeneration == ds.Generation && ds.Status.DesiredNumberScheduled == 2 && ds.Status.NumberReady == 2,
 			fmt.Sprintf("desired %d ready %d", ds.Status.DesiredNumberScheduled, ds.Status.NumberReady)
 	})
-	if err := c.Admin.AppsV1().DaemonSets("kube-flannel").Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}); err != nil {
+	// Its pods ran as its own ServiceAccount, whose rights alone removed weft's marks
+	// (checkBackOnFlannel): flannel's is gone after `helm uninstall` on k3s and RKE2.
+	pods, err := c.Admin.CoreV1().Pods("kube-flannel").List(ctx, metav1.ListOptions{LabelSelector: "app=weft-cleanup"})
+	if err != nil {
 		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.ServiceAccountName != "weft-cleanup" {
+			t.Errorf("pod %s ran as ServiceAccount %q, want weft-cleanup's own", p.Name, p.Spec.ServiceAccountName)
+		}
+	}
+	// kubectl delete -f weft-cleanup.yml: every object it made.
+	errs := []error{
+		c.Admin.AppsV1().DaemonSets("kube-flannel").Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}),
+		c.Admin.CoreV1().ServiceAccounts("kube-flannel").Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}),
+		c.Admin.RbacV1().ClusterRoleBindings().Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}),
+		c.Admin.RbacV1().ClusterRoles().Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}),
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("deleting weft-cleanup.yml's objects: %v", err)
 	}
 	awaitNoPods(t, ctx, c, "app=weft-cleanup")
 	sent, received, gap = p.stop(t, ctx)
