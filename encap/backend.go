@@ -40,8 +40,10 @@ type ExternalInterface struct {
 }
 
 // Backend carries traffic to the subnets of other hosts. The daemon calls, in order:
-// Attrs (before acquiring a lease), Register (once the lease is held), then Run in a
-// goroutine while it passes lease events to HandleEvents, and Close at the end.
+// Attrs (before acquiring a lease), Register (once the lease is held), HandleEvents
+// with the first batch of the other hosts' leases if it comes within a second, then
+// Run in a goroutine while it passes lease events to HandleEvents, and Close at the
+// end.
 type Backend interface {
 	// Type is the BackendType published in leases ("udp", "vxlan", "host-gw",
 	// "wireguard", "extension", "alloc").
@@ -58,7 +60,10 @@ type Backend interface {
 	HandleEvents(ctx context.Context, events []lease.Event)
 	// Run runs the data path and periodic work until ctx ends.
 	Run(ctx context.Context) error
-	// Close releases what the backend holds. vxlan and host-gw leave their kernel data
-	// paths in place (a restart interrupts nothing); udp and wireguard do not (yet).
+	// Close releases what the backend holds and leaves its data path in place for the
+	// next weftd, which takes it over: vxlan, host-gw and the kernel's WireGuard keep
+	// forwarding in the kernel; udp and userspace WireGuard leave their device (a
+	// persistent TUN, with its addresses and routes) without a process reading it.
+	// `weftd cleanup` removes them.
 	Close() error
 }
