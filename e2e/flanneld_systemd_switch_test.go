@@ -175,15 +175,15 @@ FLANNEL_OPTIONS="-iface=eth0 -ip-masq"
 	awaitReplies(t, p, 50)
 	start = time.Now()
 	back := strings.SplitAfter(pageBlock(t, page, "weft:sysconfig-back"), "\n")
-	if len(back) != 4 || !strings.Contains(back[2], "cleanup --firewall-only") {
-		t.Fatalf("%s: the way back is not disable weftd, enable flanneld, weftd cleanup --firewall-only: %q", switchDoc, back)
+	if len(back) != 5 || !strings.Contains(back[1], "ip link delete flannel0") || !strings.Contains(back[3], "cleanup --firewall-only") {
+		t.Fatalf("%s: the way back is not disable weftd, delete flannel0, enable flanneld, weftd cleanup --firewall-only: %q", switchDoc, back)
 	}
-	sdSh(t, sd, back[0]+back[1])
+	sdSh(t, sd, back[0]+back[1]+back[2])
 	active = time.Since(start)
 	if !strings.Contains(chains(t, c, a), "WEFT-FWD") {
 		t.Fatalf("weft's rules gone before weftd cleanup ran: the check below would prove nothing")
 	}
-	sdSh(t, sd, back[2]) // weftd cleanup --firewall-only: the chains are checked below
+	sdSh(t, sd, back[3]) // weftd cleanup --firewall-only: the chains are checked below
 	if j := sd.must("journalctl", "--no-pager", "-o", "cat", "-u", "flanneld.service"); strings.Count(j, "for current IP") != 1 {
 		t.Errorf("flanneld did not find weftd's lease by its public IP on the way back (one \"Found lease ... for current IP\"):\n%s", j)
 	}
@@ -230,9 +230,9 @@ func sdSh(t *testing.T, sd *sdNode, script string) string {
 // vxlan: the kernel keeps forwarding over flannel.1 while neither daemon runs, so a
 // switch should lose none; 50 leaves room for a slow machine, not for a broken data
 // path (flannel.1 made again with another MAC lost 118 in a trial: the peer has to
-// read the new VtepMAC). udp: flannel0 is the daemon's TUN and goes with it, so
-// traffic stops from the old daemon's exit until the new one reads its TUN, before
-// it is active: at most the pings of the commands' time, and 50 more.
+// read the new VtepMAC). udp: nothing reads flannel0 (weftd's persistent TUN, or
+// flanneld's, which goes with it) from the old daemon's exit until the new one reads
+// its TUN, before it is active: at most the pings of the commands' time, and 50 more.
 func maxLost(backend string, took time.Duration) int {
 	if backend == "vxlan" {
 		return 50

@@ -21,7 +21,8 @@ import (
 
 // TestUDPBackendTwoHosts runs the udp backend on two lab hosts linked by a veth:
 // Register opens flannel0 there, HandleEvents fills the table, ping crosses both ways,
-// a removed lease answers net unreachable, Close removes flannel0.
+// a removed lease answers net unreachable, Close leaves flannel0 (persistent) with its
+// address and route.
 func TestUDPBackendTwoHosts(t *testing.T) {
 	l := labtest.New(t, lab.Spec{Prefix: "wudp", NoRouter: true, Hosts: []lab.HostSpec{{Name: "a"}, {Name: "b"}}})
 	testenv.NeedTools(t, "ping")
