@@ -17,7 +17,9 @@ import (
 func (d *daemon) kubeManager() (lease.Manager, error) {
 	d.log.Debug("EVENT_QUEUE_DEPTH changes nothing in weftd: its node watch has no event queue",
 		zap.Int("depth", d.cfg.KubeEventQueueDepth))
-	return kube.New(*d.cfg.Kube, d.log.Named("kube"))
+	opts := *d.cfg.Kube
+	opts.Version = d.cfg.Build.Version
+	return kube.New(opts, d.log.Named("kube"))
 }
 
 // kubeCacheSyncTimeout is how long flanneld waits for its node cache before it gives

@@ -554,6 +554,9 @@ func (s *kubeSide) nodeView(ctx context.Context, d *lab.Daemon, self, prefix str
 		return err
 	}
 	for k, v := range n.Annotations {
+		if strings.HasPrefix(k, "weft.weftnet.io/") {
+			continue // weft's own (its version, sites), which flanneld never writes nor reads
+		}
 		view[prefix+"node annotation "+k] = norm.text(v)
 	}
 	view[prefix+"node NetworkUnavailable"] = absent

@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -67,6 +70,15 @@ func TestPeersKubeCondition(t *testing.T) {
 		t.Errorf("a's GET /peers for b: %+v, want reason %s, detail naming UDP 8472, endpoint %s:8472", p, paths.ReasonEncap, b.ip)
 	}
 
+	// weftd status, with weftd's own rights (kube-flannel's ClusterRole), names the
+	// node and the peer it cannot reach, and exits 1.
+	out, code := weftdStatus(t, c, a, id)
+	t.Logf("weftd status with b's VXLAN blocked (exit %d):\n%s", code, out)
+	if code != 1 || !strings.Contains(out, "node-a cannot reach "+cidrs["b"]+" encap-blocked UDP 8472") {
+		t.Errorf("weftd status with b's VXLAN blocked: exit %d, want 1 and node-a's problem named:\n%s", code, out)
+	}
+	statusJSON(t, c, a, id, b.ip)
+
 	unblock()
 	start = time.Now()
 	again := waitPeersCondition(t, cs, 30*time.Second, corev1.ConditionTrue, "PeersReachable", "2 of 2 peers reachable")
@@ -80,6 +92,14 @@ func TestPeersKubeCondition(t *testing.T) {
 		t.Errorf("transitions at %v (True), %v (False), %v (True): want each later, the last two 10 s apart",
 			up.LastTransitionTime, down.LastTransitionTime, again.LastTransitionTime)
 	}
+	// Every node's condition flips back (each at most conditionFlipEvery after its
+	// last patch): then weftd status exits 0.
+	eventually(t, 30*time.Second, func() error {
+		if out, code := weftdStatus(t, c, a, id); code != 0 || !strings.Contains(out, "3 of 3 reporting reach every peer") {
+			return fmt.Errorf("weftd status exit %d:\n%s", code, out)
+		}
+		return nil
+	})
 	for typ, want := range kubelet {
 		if got := findCondition(getNode(t, cs, "node-a"), typ); got == nil || !reflect.DeepEqual(*got, want) {
 			t.Errorf("node-a condition %s changed: %+v, want %+v", typ, got, want)
@@ -264,6 +284,51 @@ func flannelRights(t *testing.T, c *cluster, admin kubernetes.Interface, id kube
 		}
 		if res.Status.Allowed != tc.allowed {
 			t.Errorf("%s may %s %s/%s in %q: %v, want %v", kubetest.User, tc.verb, tc.resource, tc.sub, tc.ns, res.Status.Allowed, tc.allowed)
+		}
+	}
+}
+
+// weftdStatus runs `weftd status --kube-subnet-mgr` on h with weftd's own identity
+// (kube-flannel's rights) and returns its output and exit status.
+func weftdStatus(t *testing.T, c *cluster, h *host, id kubetest.Identity, extra ...string) (string, int) {
+	t.Helper()
+	cmd := h.ns.Command(context.Background(), c.bin, append([]string{"status", "--kube-subnet-mgr", "--kubeconfig-file=" + id.Kubeconfig}, extra...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return out.String(), 0
+	case errors.As(err, &ee):
+		return out.String() + errOut.String(), ee.ExitCode()
+	}
+	t.Fatalf("weftd status: %v", err)
+	return "", 0
+}
+
+// statusJSON checks weftd status -o json: three nodes, node-a's backend, version and
+// node-b's outside address, and the summary's count of nodes reaching every peer.
+func statusJSON(t *testing.T, c *cluster, h *host, id kubetest.Identity, bIP string) {
+	t.Helper()
+	out, code := weftdStatus(t, c, h, id, "-o", "json")
+	var st struct {
+		Nodes []struct {
+			Name, Backend, Outside, Version string
+			Reported, Reachable             bool
+		}
+		Summary struct{ Nodes, Reporting, AllReachable int }
+		Healthy bool
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || code != 1 || st.Healthy {
+		t.Fatalf("weftd status -o json: exit %d, %v:\n%s", code, err, out)
+	}
+	if len(st.Nodes) != 3 || st.Summary.Nodes != 3 || st.Summary.AllReachable > 1 {
+		t.Errorf("weftd status -o json: %+v, want 3 nodes, at most 1 reaching every peer", st)
+	}
+	for _, n := range st.Nodes {
+		if n.Backend != "vxlan" || n.Version == "" || !n.Reported || n.Name == "node-b" && n.Outside != bIP {
+			t.Errorf("weftd status -o json: node %+v, want vxlan, a version, reported (node-b at %s)", n, bIP)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package paths
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -40,7 +41,93 @@ func (r Report) Summary() (ok bool, msg string) {
 	if len(degraded) > 0 {
 		fmt.Fprintf(&b, "; %d degraded: %s", len(degraded), strings.Join(degraded, ", "))
 	}
+	if w := r.Ways(); w.Punched+w.Relayed > 0 {
+		fmt.Fprintf(&b, "; ways: %d direct, %d punched, %d relayed", w.Direct, w.Punched, w.Relayed)
+	}
 	return len(down) == 0, b.String()
+}
+
+// Ways counts the peers on each way.
+type Ways struct {
+	Direct  int `json:"direct"`
+	Punched int `json:"punched"`
+	Relayed int `json:"relayed"`
+}
+
+// Ways counts the peers by Path: punched, relayed ("relay via ..."), and direct (every
+// other, a backend that does not choose its ways included).
+func (r Report) Ways() Ways {
+	var w Ways
+	for _, p := range r.Peers {
+		switch {
+		case p.Path == "punched":
+			w.Punched++
+		case strings.HasPrefix(p.Path, "relay"):
+			w.Relayed++
+		default:
+			w.Direct++
+		}
+	}
+	return w
+}
+
+// ErrNotSummary is wrapped by ParseSummary's error for a message Summary did not write.
+var ErrNotSummary = errors.New("not a peers summary")
+
+// Summarized is a Summary message read back (a node's condition, for weftd status).
+type Summarized struct {
+	Peers int `json:"peers"`
+	// Down and Degraded name a peer each as Summary does: "subnet reason[ detail]".
+	Down     []string `json:"down,omitempty"`
+	Degraded []string `json:"degraded,omitempty"`
+	// Ways are the ones the message gives; without any, every peer is direct.
+	Ways Ways `json:"ways"`
+}
+
+// ParseSummary reads a message Summary wrote.
+func ParseSummary(msg string) (Summarized, error) {
+	bad := func(why string) (Summarized, error) {
+		return Summarized{}, fmt.Errorf("%w: %q: %s", ErrNotSummary, msg, why)
+	}
+	parts := strings.Split(msg, "; ")
+	var s Summarized
+	head, list, isDown := strings.Cut(parts[0], " peers down: ")
+	if !isDown {
+		var ok bool
+		if head, ok = strings.CutSuffix(parts[0], " peers reachable"); !ok {
+			return bad("neither reachable nor down")
+		}
+	}
+	var n, of int
+	if _, err := fmt.Sscanf(head, "%d of %d", &n, &of); err != nil || n < 0 || of < n {
+		return bad("no count of peers")
+	}
+	s.Peers = of
+	if isDown {
+		s.Down = strings.Split(list, ", ")
+		if len(s.Down) != n {
+			return bad("the count of peers down is not the list's")
+		}
+	}
+	ways := false
+	for _, p := range parts[1:] {
+		if w, ok := strings.CutPrefix(p, "ways: "); ok {
+			if _, err := fmt.Sscanf(w, "%d direct, %d punched, %d relayed", &s.Ways.Direct, &s.Ways.Punched, &s.Ways.Relayed); err != nil {
+				return bad("ways unreadable")
+			}
+			ways = true
+			continue
+		}
+		if _, list, ok := strings.Cut(p, " degraded: "); ok {
+			s.Degraded = strings.Split(list, ", ")
+			continue
+		}
+		return bad("unknown part " + strconv.Quote(p))
+	}
+	if !ways {
+		s.Ways.Direct = s.Peers
+	}
+	return s, nil
 }
 
 // why is the short cause after a reason: the port of a blocked tunnel, the MTU found.

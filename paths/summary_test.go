@@ -2,6 +2,8 @@ package paths
 
 import (
 	"bytes"
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -54,4 +56,48 @@ func TestWriteTable(t *testing.T) {
 	if !strings.Contains(b.String(), "198.18.3.0/24 (down): check UDP 8472") {
 		t.Errorf("no detail line:\n%s", b.String())
 	}
+}
+
+// TestParseSummary reads back what Summary writes, ways included, and refuses what it
+// does not write.
+func TestParseSummary(t *testing.T) {
+	up := Peer{Subnet: "198.18.1.0/24", State: StateUp, Path: "direct"}
+	punched := Peer{Subnet: "198.18.2.0/24", State: StateUp, Path: "punched"}
+	relayed := Peer{Subnet: "198.18.5.0/24", State: StateUp, Path: "relay via 198.18.9.0/24"}
+	down := Peer{Subnet: "198.18.3.0/24", State: StateDown, Reason: ReasonEncap, Endpoint: "192.0.2.3:8472"}
+	mtu := Peer{Subnet: "198.18.4.0/24", State: StateDegraded, Reason: ReasonPathMTU, PathMTU: 1350}
+	for _, tc := range []struct {
+		name  string
+		peers []Peer
+		want  Summarized
+	}{
+		{"none", nil, Summarized{}},
+		{"all up, no ways", []Peer{up, up}, Summarized{Peers: 2, Ways: Ways{Direct: 2}}},
+		{"one down", []Peer{up, down}, Summarized{Peers: 2, Down: []string{"198.18.3.0/24 encap-blocked UDP 8472"}, Ways: Ways{Direct: 2}}},
+		{"degraded and ways", []Peer{mtu, punched, relayed, down},
+			Summarized{Peers: 4, Down: []string{"198.18.3.0/24 encap-blocked UDP 8472"}, Degraded: []string{"198.18.4.0/24 path-mtu 1350"},
+				Ways: Ways{Direct: 2, Punched: 1, Relayed: 1}}},
+	} {
+		_, msg := Report{Peers: tc.peers}.Summary()
+		got, err := ParseSummary(msg)
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: ParseSummary(%q) = %+v, %v; want %+v", tc.name, msg, got, err, tc.want)
+		}
+	}
+	for _, msg := range []string{"", "Flannel is running on this node", "2 of 1 peers reachable", "1 of 2 peers down: a, b",
+		"2 of 2 peers reachable; ways: many", "2 of 2 peers reachable; something else"} {
+		if _, err := ParseSummary(msg); !errors.Is(err, ErrNotSummary) {
+			t.Errorf("ParseSummary(%q): %v, want ErrNotSummary", msg, err)
+		}
+	}
+}
+
+func FuzzParseSummary(f *testing.F) {
+	f.Add("1 of 2 peers down: 198.18.3.0/24 encap-blocked UDP 8472; 1 degraded: x; ways: 1 direct, 0 punched, 1 relayed")
+	f.Fuzz(func(t *testing.T, msg string) {
+		s, err := ParseSummary(msg)
+		if err == nil && (s.Peers < 0 || len(s.Down) > s.Peers) {
+			t.Fatalf("ParseSummary(%q) = %+v", msg, s)
+		}
+	})
 }

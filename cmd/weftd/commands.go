@@ -18,6 +18,7 @@ func commands() []command {
 	return []command{
 		{"cleanup", "remove what weftd made on this host: devices, routes, firewall rules, subnet.env", runCleanup},
 		{"peers", "show the peers as the running weftd's probes find them (state, reason, round trip)", runPeers},
+		{"status", "show the whole cluster: which nodes reach every peer, which cannot and why", runStatus},
 		{"check-config", "check a network config: what weftd does with it, and where it differs from flanneld", runCheckConfig},
 		{"migrate-etcd", "copy the network config and leases from etcd's v2 keyspace to its v3 keyspace", runMigrate},
 		{"help", "print this usage, or a command's: weftd help COMMAND (as weftd COMMAND --help)", runHelp},

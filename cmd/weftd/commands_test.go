@@ -54,7 +54,7 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// TestCommandsListed: the commands are cleanup, peers, check-config, migrate-etcd and help,
+// TestCommandsListed: the commands are cleanup, peers, status, check-config, migrate-etcd and help,
 // each with one line that fits a terminal.
 func TestCommandsListed(t *testing.T) {
 	var names []string
@@ -64,7 +64,7 @@ func TestCommandsListed(t *testing.T) {
 			t.Errorf("%s: summary %q: one line under 100 columns, starting lower case", c.name, c.summary)
 		}
 	}
-	if got := strings.Join(names, " "); got != "cleanup peers check-config migrate-etcd help" {
+	if got := strings.Join(names, " "); got != "cleanup peers status check-config migrate-etcd help" {
 		t.Errorf("commands %q", got)
 	}
 }

@@ -45,6 +45,14 @@ const (
 	annOutside    = weftAnnPrefix + "outside"
 )
 
+// Weft's annotations that `weftd status` reads: the version of the weftd that runs on
+// the node (written whenever weftd publishes its lease), and the site ones above.
+const (
+	AnnVersion = weftAnnPrefix + "version"
+	AnnSite    = annSite
+	AnnOutside = annOutside
+)
+
 // DefaultSiteLabel is the node label a node's site is read from by default, as Kilo
 // reads its locations.
 const DefaultSiteLabel = "topology.kubernetes.io/region"
@@ -75,4 +83,13 @@ func keyPrefix(p string) (string, error) {
 		return "", fmt.Errorf("%w %q: keys would be invalid: %s", ErrBadAnnotationPrefix, p, strings.Join(errs, "; "))
 	}
 	return p, nil
+}
+
+// KeyPrefix is what every annotation key starts with for --kube-annotation-prefix p
+// (empty: flanneld's default), by flanneld's rule (see keyPrefix).
+func KeyPrefix(p string) (string, error) {
+	if p == "" {
+		p = DefaultAnnotationPrefix
+	}
+	return keyPrefix(p)
 }

@@ -70,6 +70,9 @@ type Options struct {
 	RelistSpread time.Duration
 	// SiteLabel is the node label our site is read from (Site); empty: no site.
 	SiteLabel string
+	// Version is the weftd version our node publishes (weft.weftnet.io/version, which
+	// `weftd status` shows); empty: none.
+	Version string
 }
 
 // Manager is the lease.Manager of --kube-subnet-mgr. It needs no more rights than
@@ -475,6 +478,9 @@ func (m *Manager) wanted(n *corev1.Node, attrs lease.Attrs) map[string]string {
 	if vxlan && len(attrs.BackendV6Data) > 0 || !vxlan && attrs.PublicIPv6.IsValid() {
 		w[m.key(annBackendV6Data)] = jsonOrNull(attrs.BackendV6Data)
 		w[m.key(annPublicIPv6)] = m.overwritten(n, annPublicIPv6Overwrite, attrs.PublicIPv6, true).String()
+	}
+	if m.opts.Version != "" {
+		w[AnnVersion] = m.opts.Version
 	}
 	if attrs.Site != "" {
 		w[annSite], w[annSiteIP], w[annNAT] = attrs.Site, attrs.SiteIP.String(), strconv.FormatBool(attrs.NAT)
