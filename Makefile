@@ -97,7 +97,8 @@ pin:
 # weftd, weft-install and weft-cni (built as for the image) with an SBOM each (the Go
 # modules the binary embeds, by cyclonedx-gomod); the image tar tagged VERSION; the
 # chart (helm package, version and appVersion VERSION); weft.yml, weft-cleanup.yml and weft-uninstall.yml;
-# the chart and manifests naming the image by tag and digest; and SHA256SUMS. It
+# the chart and manifests naming the image by tag and digest; the systemd unit
+# weftd.service and its drop-in flanneld-sysconfig.conf; and SHA256SUMS. It
 # refuses a VERSION not given, not semantic, or without a `## [VERSION]` in CHANGELOG.
 RELEASE_DIR     ?= $(BIN)/release/$(VERSION)
 RELEASE_ARCHS   ?= $(ALL_ARCHS)

@@ -21,7 +21,9 @@ import (
 // A release (make release VERSION=x.y.z) is one folder: per platform, weftd, weft-install
 // and weft-cni with an SBOM each; the image archive tagged with the version; the chart
 // packaged with that version and naming that image; weft.yml, weft-cleanup.yml, weft-uninstall.yml
-// pinned to it; and SHA256SUMS over all of them.
+// pinned to it; the systemd unit weftd.service and its drop-in for flanneld's
+// sysconfig file (flanneld-sysconfig.conf, for /etc/systemd/system/weftd.service.d/);
+// and SHA256SUMS over all of them.
 
 var (
 	// errVersion is wrapped when the version is missing or not semantic.
@@ -42,6 +44,7 @@ var releaseBins = []string{"weftd", "weft-install", "weft-cni"}
 type releaseOpts struct {
 	version, changelog, out, repo, chart string
 	manifests                            []string
+	files                                []string // shipped as they are (the systemd unit and drop-in)
 	sbom                                 []string // the SBOM tool's command line, without its arguments
 	image                                imageOpts
 }
@@ -75,6 +78,8 @@ func runRelease(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.repo, "repo", imageRepo, "the image's repository; its tag is the version")
 	fs.StringVar(&o.chart, "chart", "deploy/chart/weft", "the Helm chart to package")
 	fs.StringVar(&manifests, "manifests", "deploy/weft.yml,deploy/weft-cleanup.yml,deploy/weft-uninstall.yml", "manifests to pin to the release's image and ship")
+	var files string
+	fs.StringVar(&files, "files", "deploy/weftd.service,deploy/weftd.service.d/flanneld-sysconfig.conf", "files to ship as they are, by their base names")
 	fs.StringVar(&sbom, "sbom", "", "command that writes a binary's SBOM: it is given bin -json … -output FILE BINARY (required)")
 	addImageFlags(fs, &o.image, &archs)
 	if err := fs.Parse(args); err != nil {
@@ -91,6 +96,7 @@ func runRelease(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	o.manifests = strings.Split(manifests, ",")
+	o.files = splitNonEmpty(files)
 	o.sbom = strings.Fields(sbom)
 	// Stopped (make's ^C), the release stops its commands and removes what it wrote.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -134,6 +140,12 @@ func release(ctx context.Context, o releaseOpts, stdout io.Writer) error {
 			return err
 		}
 	}
+	for _, f := range o.files {
+		if err := copyFile(f, filepath.Join(tmp, filepath.Base(f))); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\n", filepath.Base(f))
+	}
 	pkg, err := packageChart(o.chart, tmp, o.version, img.ref, digest)
 	if err != nil {
 		return err
@@ -167,4 +179,25 @@ func pinCopy(src, dst, ref string, digest v1.Hash) error {
 	}
 	_, err = writeFile(dst, func(w io.Writer) error { _, err := io.Copy(w, bytes.NewReader(out)); return err })
 	return err
+}
+
+// copyFile writes src's bytes to dst.
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	_, err = writeFile(dst, func(w io.Writer) error { _, err := w.Write(data); return err })
+	return err
+}
+
+// splitNonEmpty splits a comma-separated list, dropping empty items.
+func splitNonEmpty(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
@@ -103,13 +104,22 @@ func TestRelease(t *testing.T) {
 			bins = append(bins, b+"-linux-"+a)
 		}
 	}
-	want := []string{"SHA256SUMS", "weft-" + releaseVersion + ".tgz", "weft-cleanup.yml", "weft-uninstall.yml", "weft.yml", "weftd-image-" + releaseVersion + ".tar"}
+	want := []string{"SHA256SUMS", "weft-" + releaseVersion + ".tgz", "weft-cleanup.yml", "weft-uninstall.yml", "weft.yml", "weftd-image-" + releaseVersion + ".tar",
+		"weftd.service", "flanneld-sysconfig.conf"}
 	for _, b := range bins {
 		want = append(want, b, b+".cdx.json")
 	}
 	checkOnly(t, out, want...)
 	checkSums(t, out, len(want)-1)
 	checkReleaseImage(t, out)
+	// The systemd unit and its drop-in, as they are in deploy/.
+	for shipped, src := range map[string]string{"weftd.service": "weftd.service", "flanneld-sysconfig.conf": "weftd.service.d/flanneld-sysconfig.conf"} {
+		got, err1 := os.ReadFile(filepath.Join(out, shipped))
+		want, err2 := os.ReadFile(filepath.Join("..", "..", "deploy", src))
+		if err1 != nil || err2 != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s in the release is not deploy/%s (%v, %v)", shipped, src, err1, err2)
+		}
+	}
 	for _, b := range bins {
 		checkSBOM(t, filepath.Join(out, b+".cdx.json"), strings.HasPrefix(b, "weftd-"))
 	}
