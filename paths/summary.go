@@ -77,6 +77,11 @@ var ErrNotSummary = errors.New("not a peers summary")
 // Summarized is a Summary message read back (a node's condition, for weftd status).
 type Summarized struct {
 	Peers int `json:"peers"`
+	// Unreachable is how many peers are down.
+	Unreachable int `json:"unreachable"`
+	// Cut says the message was cut short (a node condition's is at most 256 bytes,
+	// ending in "…"): the counts hold, the lists and ways may lack their end.
+	Cut bool `json:"cut,omitempty"`
 	// Down and Degraded name a peer each as Summary does: "subnet reason[ detail]".
 	Down     []string `json:"down,omitempty"`
 	Degraded []string `json:"degraded,omitempty"`
@@ -89,8 +94,14 @@ func ParseSummary(msg string) (Summarized, error) {
 	bad := func(why string) (Summarized, error) {
 		return Summarized{}, fmt.Errorf("%w: %q: %s", ErrNotSummary, msg, why)
 	}
-	parts := strings.Split(msg, "; ")
 	var s Summarized
+	if m, ok := strings.CutSuffix(msg, "…"); ok {
+		msg, s.Cut = m, true
+	}
+	parts := strings.Split(msg, "; ")
+	if s.Cut && len(parts) > 1 {
+		parts = parts[:len(parts)-1] // the part cut short
+	}
 	head, list, isDown := strings.Cut(parts[0], " peers down: ")
 	if !isDown {
 		var ok bool
@@ -104,8 +115,12 @@ func ParseSummary(msg string) (Summarized, error) {
 	}
 	s.Peers = of
 	if isDown {
+		s.Unreachable = n
 		s.Down = strings.Split(list, ", ")
-		if len(s.Down) != n {
+		switch {
+		case s.Cut && len(parts) == 1:
+			s.Down = s.Down[:len(s.Down)-1] // the peer cut short
+		case len(s.Down) != n:
 			return bad("the count of peers down is not the list's")
 		}
 	}
@@ -124,7 +139,7 @@ func ParseSummary(msg string) (Summarized, error) {
 		}
 		return bad("unknown part " + strconv.Quote(p))
 	}
-	if !ways {
+	if !ways && !s.Cut {
 		s.Ways.Direct = s.Peers
 	}
 	return s, nil

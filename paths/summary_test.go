@@ -73,15 +73,30 @@ func TestParseSummary(t *testing.T) {
 	}{
 		{"none", nil, Summarized{}},
 		{"all up, no ways", []Peer{up, up}, Summarized{Peers: 2, Ways: Ways{Direct: 2}}},
-		{"one down", []Peer{up, down}, Summarized{Peers: 2, Down: []string{"198.18.3.0/24 encap-blocked UDP 8472"}, Ways: Ways{Direct: 2}}},
+		{"one down", []Peer{up, down}, Summarized{Peers: 2, Unreachable: 1, Down: []string{"198.18.3.0/24 encap-blocked UDP 8472"}, Ways: Ways{Direct: 2}}},
 		{"degraded and ways", []Peer{mtu, punched, relayed, down},
-			Summarized{Peers: 4, Down: []string{"198.18.3.0/24 encap-blocked UDP 8472"}, Degraded: []string{"198.18.4.0/24 path-mtu 1350"},
+			Summarized{Peers: 4, Unreachable: 1, Down: []string{"198.18.3.0/24 encap-blocked UDP 8472"}, Degraded: []string{"198.18.4.0/24 path-mtu 1350"},
 				Ways: Ways{Direct: 2, Punched: 1, Relayed: 1}}},
 	} {
 		_, msg := Report{Peers: tc.peers}.Summary()
 		got, err := ParseSummary(msg)
 		if err != nil || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: ParseSummary(%q) = %+v, %v; want %+v", tc.name, msg, got, err, tc.want)
+		}
+	}
+	// A condition's message cut at 256 bytes ("…"): the counts hold, the lists lose
+	// their end.
+	for _, tc := range []struct {
+		msg  string
+		want Summarized
+	}{
+		{"3 of 40 peers down: 198.18.3.0/24 encap-blocked UDP 8472, 198.18.5.0/24 encap-bl…",
+			Summarized{Peers: 40, Unreachable: 3, Cut: true, Down: []string{"198.18.3.0/24 encap-blocked UDP 8472"}}},
+		{"40 of 40 peers reachable; 1 degraded: 198.18.4.0/24 path-mtu 1350; ways: 3 dir…",
+			Summarized{Peers: 40, Cut: true, Degraded: []string{"198.18.4.0/24 path-mtu 1350"}}},
+	} {
+		if got, err := ParseSummary(tc.msg); err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("ParseSummary(%q) = %+v, %v; want %+v", tc.msg, got, err, tc.want)
 		}
 	}
 	for _, msg := range []string{"", "Flannel is running on this node", "2 of 1 peers reachable", "1 of 2 peers down: a, b",
@@ -96,7 +111,7 @@ func FuzzParseSummary(f *testing.F) {
 	f.Add("1 of 2 peers down: 198.18.3.0/24 encap-blocked UDP 8472; 1 degraded: x; ways: 1 direct, 0 punched, 1 relayed")
 	f.Fuzz(func(t *testing.T, msg string) {
 		s, err := ParseSummary(msg)
-		if err == nil && (s.Peers < 0 || len(s.Down) > s.Peers) {
+		if err == nil && (s.Peers < 0 || s.Unreachable > s.Peers || len(s.Down) > s.Unreachable) {
 			t.Fatalf("ParseSummary(%q) = %+v", msg, s)
 		}
 	})

@@ -187,6 +187,9 @@ func (c Cluster) WriteText(w io.Writer, now time.Time) error {
 		switch {
 		case n.Reported && !n.Reachable:
 			down := strings.Join(n.Peers.Down, "; ")
+			if n.Peers.Cut {
+				down = fmt.Sprintf("%d peers, among them %s", n.Peers.Unreachable, down)
+			}
 			if n.Error != "" {
 				down = n.Message // the condition, unreadable: as it is
 			}
@@ -210,8 +213,11 @@ func (c Cluster) WriteText(w io.Writer, now time.Time) error {
 		case n.Reported && n.Error != "":
 			peers, ways, changed = "?", "?", ago(n.LastChange, now)
 		case n.Reported:
-			peers = fmt.Sprintf("%d of %d reachable", n.Peers.Peers-len(n.Peers.Down), n.Peers.Peers)
+			peers = fmt.Sprintf("%d of %d reachable", n.Peers.Peers-n.Peers.Unreachable, n.Peers.Peers)
 			ways = fmt.Sprintf("%d/%d/%d", n.Peers.Ways.Direct, n.Peers.Ways.Punched, n.Peers.Ways.Relayed)
+			if n.Peers.Cut {
+				ways = "?" // cut from the condition's message
+			}
 			changed = ago(n.LastChange, now)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, dash(n.Subnet), dash(n.Site), dash(n.Backend),
@@ -220,7 +226,11 @@ func (c Cluster) WriteText(w io.Writer, now time.Time) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := io.WriteString(w, "(WAYS: direct/punched/relayed; VERSION empty: flanneld or a weftd before 0.2)\n")
+	foot := "(WAYS: direct/punched/relayed)\n"
+	if c.Source == "kubernetes" {
+		foot = "(WAYS: direct/punched/relayed; VERSION empty: flanneld or a weftd before 0.2)\n"
+	}
+	_, err := io.WriteString(w, foot)
 	return err
 }
 
