@@ -6,8 +6,10 @@ import (
 	"testing"
 
 	"helm.sh/helm/v3/pkg/chartutil"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
 )
 
 // TestChartFlannelValuesFile renders the chart with a values file written for
@@ -173,4 +175,62 @@ func yamlValues(t *testing.T, s string) map[string]any {
 		t.Fatal(err)
 	}
 	return v.AsMap()
+}
+
+// TestChartPodMonitor: metrics.podMonitor.enabled makes a PodMonitor that scrapes the
+// DaemonSet's pods on their healthz port at /metrics, with the labels and interval
+// given; off (the default) there is none (decode refuses a kind it does not know), and
+// without a healthz port it is refused.
+func TestChartPodMonitor(t *testing.T) {
+	mustRender(t, nil)
+	vals := yamlValues(t, "metrics:\n  podMonitor:\n    enabled: true\n    interval: 15s\n    labels:\n      release: prom\n")
+	m, err := renderChart(t, chartDir, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pm struct {
+		APIVersion, Kind string
+		Metadata         struct {
+			Name, Namespace string
+			Labels          map[string]string
+		}
+		Spec struct {
+			Selector            struct{ MatchLabels map[string]string }
+			PodMetricsEndpoints []struct{ Port, Path, Interval string }
+		}
+	}
+	var pods map[string]string
+	for _, doc := range strings.Split(m, "\n---") {
+		if strings.Contains(doc, "kind: PodMonitor") {
+			if err := yaml.UnmarshalStrict([]byte(doc), &pm); err != nil {
+				t.Fatalf("PodMonitor: %v\n%s", err, doc)
+			}
+		}
+		if strings.Contains(doc, "kind: DaemonSet") {
+			var ds appsv1.DaemonSet
+			if err := yaml.Unmarshal([]byte(doc), &ds); err != nil {
+				t.Fatal(err)
+			}
+			pods = ds.Spec.Template.Labels
+		}
+	}
+	if pm.APIVersion != "monitoring.coreos.com/v1" || pm.Kind != "PodMonitor" || pm.Metadata.Namespace != "kube-flannel" ||
+		pm.Metadata.Labels["release"] != "prom" {
+		t.Fatalf("PodMonitor %+v", pm)
+	}
+	for k, v := range pm.Spec.Selector.MatchLabels {
+		if pods[k] != v {
+			t.Errorf("the PodMonitor selects %s=%s; the DaemonSet's pods are %v", k, v, pods)
+		}
+	}
+	if len(pm.Spec.Selector.MatchLabels) == 0 || len(pm.Spec.PodMetricsEndpoints) != 1 {
+		t.Fatalf("PodMonitor spec %+v", pm.Spec)
+	}
+	if e := pm.Spec.PodMetricsEndpoints[0]; e.Port != "healthz" || e.Path != "/metrics" || e.Interval != "15s" {
+		t.Errorf("endpoint %+v, want port healthz, /metrics, 15s", e)
+	}
+	vals = yamlValues(t, "metrics:\n  podMonitor:\n    enabled: true\nflannel:\n  healthz:\n    port: 0\n")
+	if _, err := renderChart(t, chartDir, vals); err == nil || !strings.Contains(err.Error(), "flannel.healthz.port") {
+		t.Errorf("podMonitor without a healthz port: %v, want a refusal naming flannel.healthz.port", err)
+	}
 }
