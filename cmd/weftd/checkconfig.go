@@ -6,14 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/weftnet/weft/encap"
-	"github.com/weftnet/weft/encap/factory"
-	"github.com/weftnet/weft/firewall"
+	"github.com/weftnet/weft/checkconfig"
 	"github.com/weftnet/weft/lease"
 	"github.com/weftnet/weft/lease/etcd"
 	"github.com/weftnet/weft/lease/kube"
@@ -90,9 +87,10 @@ func checkConfig(args []string, env func(string) string, stdin io.Reader, stdout
 		fmt.Fprintf(stderr, "weftd check-config: %v\n", err)
 		return 2
 	}
-	v := verdictOf(data, co.kubeMode(), co.tuning, co.underlayMTU)
-	v.write(stdout)
-	if v.err != nil {
+	v := checkconfig.Check(data, checkconfig.Input{KubeMode: co.kubeMode(), Tuning: co.tuning.withProbe(),
+		ProbeOff: co.tuning.Probe.Off, UnderlayMTU: co.underlayMTU})
+	v.Write(stdout)
+	if v.Err != nil {
 		return 1
 	}
 	return 0
@@ -174,121 +172,4 @@ func (co *checkOptions) read(ctx context.Context, stdin io.Reader, stderr io.Wri
 		err = fmt.Errorf("%w (weftd would wait for it)", err)
 	}
 	return src, data, err
-}
-
-// verdict is what check-config says of a config: what weftd does with it, where that
-// differs from flanneld, and the error weftd would stop with (nil: it runs).
-type verdict struct {
-	notes []encap.Note
-	err   error
-}
-
-// verdictOf checks data as weftd does at start: lease.ParseConfig, then the backend's
-// checks (factory.Check) on an underlay of underlayMTU bytes, in Kubernetes mode or
-// etcd mode.
-func verdictOf(data []byte, kubeMode bool, tuning settings, underlayMTU int) verdict {
-	cfg, err := lease.ParseConfig(data)
-	if err != nil {
-		return verdict{err: err, notes: []encap.Note{encap.Differs("bad-config-exits",
-			"flanneld logs a bad network config and tries again every second for ever; weftd exits with status 1, naming the field")}}
-	}
-	notes := networkNotes(cfg, kubeMode, tuning)
-	be, err := factory.Check(cfg, encap.ExternalInterface{MTU: underlayMTU}, tuning.withProbe())
-	return verdict{notes: append(notes, be...), err: err}
-}
-
-// networkNotes are what weftd does with the network config beside the backend, and the
-// differences from flanneld that follow from the config and the mode.
-func networkNotes(cfg *lease.Config, kubeMode bool, tuning settings) []encap.Note {
-	var notes []encap.Note
-	if cfg.EnableIPv4 {
-		notes = append(notes, encap.Do(fmt.Sprintf("Network %v: subnets of /%d from %v to %v (%d subnets)",
-			cfg.Network, cfg.SubnetLen, cfg.SubnetMin, cfg.SubnetMax, cfg.Index(cfg.SubnetMax)-cfg.Index(cfg.SubnetMin)+1)))
-	} else {
-		notes = append(notes, encap.Do("no IPv4 network (EnableIPv4 false): IPv6 only"))
-	}
-	if cfg.EnableIPv6 {
-		notes = append(notes, encap.Do(fmt.Sprintf("IPv6Network %v: subnets of /%d from %v to %v",
-			cfg.IPv6Network, cfg.IPv6SubnetLen, netip.PrefixFrom(cfg.IPv6SubnetMin, cfg.IPv6SubnetLen),
-			netip.PrefixFrom(cfg.IPv6SubnetMax, cfg.IPv6SubnetLen))))
-	}
-	if kubeMode {
-		notes = append(notes, encap.Do("Kubernetes mode: our subnet is our node's podCIDR (podCIDRs), which must lie in the network"))
-	} else {
-		notes = append(notes, encap.Do("etcd mode: a lease of 24 h under the prefix's subnets/, renewed before it runs out"))
-	}
-	if cfg.EnableNFTables {
-		notes = append(notes, encap.Do("firewall: nftables, table ip "+firewall.NFTTable+" (and ip6 "+firewall.NFTTable+
-			"), for --ip-masq and --iptables-forward-rules"))
-	} else {
-		notes = append(notes, encap.Do("firewall: iptables chains "+firewall.MasqChain+" (--ip-masq) and "+firewall.ForwardChain+
-			" (--iptables-forward-rules), in --iptables-mode's iptables"))
-	}
-	if kubeMode {
-		notes = append(notes,
-			encap.Differs("kube-outside-network-unannotated", "a podCIDR outside the network: weftd refuses before it annotates our node; flanneld annotates it first"),
-			encap.Differs("kube-waits-for-podcidr", "a node without a podCIDR yet: weftd waits, not ready; flanneld exits 1 until it has one"),
-			encap.Differs("kube-stale-peer-removed", "at start weftd removes the routes of nodes deleted while it was down; flanneld keeps them"))
-		if cfg.EnableIPv4 && cfg.EnableIPv6 {
-			notes = append(notes, encap.Differs("a peer node missing one family's annotations",
-				"a peer node missing one family's annotations is taken with the other family; flanneld skips it"))
-		}
-	} else {
-		notes = append(notes,
-			encap.Differs("lease-host-id", "the lease value carries WeftHostID (a second host with the same PublicIP is stopped); flanneld ignores it"),
-			encap.Differs("The lease state file", "weftd also keeps its subnet in --lease-state-file, to get it back after an outage longer than the lease"))
-		if cfg.EnableIPv6 {
-			notes = append(notes, encap.Differs("Choosing the IPv6 subnet",
-				"a free IPv6 subnet is picked at random over the whole range, and each family's previous subnet is reused on its own; flanneld picks among the first 100 free and reuses them only as a pair"))
-		}
-		if !cfg.EnableIPv4 {
-			notes = append(notes, encap.Differs("IPv6-only networks in etcd mode",
-				"flanneld cannot share an IPv6-only network in etcd with any other host; weftd can, but flanneld's hosts on it pass no traffic"))
-		}
-	}
-	if cfg.EnableNFTables {
-		notes = append(notes, encap.Differs("nft-rules",
-			"with --ip-masq, weftd's nftables rules mean what the iptables rules mean; flanneld's nftables rules do not (they never masquerade the host's own traffic into the overlay)"))
-	}
-	if cfg.EnableIPv6 {
-		notes = append(notes, encap.Differs("Interface addresses",
-			"weftd takes the interface's first global IPv6 address; flanneld may take a link-local one"))
-	}
-	if !tuning.Probe.Off {
-		notes = append(notes, encap.Differs("Peer probes",
-			"weftd probes every peer (ICMP echoes, GET /peers) and lowers the MTU of a peer's route when its path needs it; flanneld does neither (WEFT_PROBE=false turns this off)"))
-	}
-	notes = append(notes, encap.Differs("Firewall rules at stop",
-		"at start weftd removes flanneld's own chains and nftables table once its rules are written; `weftd cleanup` removes weft's"))
-	return append(notes, encap.Do("backend "+cfg.BackendType+":"))
-}
-
-// write prints the verdict: what weftd does, what differs from flanneld, and whether
-// weftd runs the config.
-func (v verdict) write(w io.Writer) {
-	var do, diff []encap.Note
-	for _, n := range v.notes {
-		if n.Diff == "" {
-			do = append(do, n)
-		} else {
-			diff = append(diff, n)
-		}
-	}
-	if len(do) > 0 {
-		fmt.Fprintln(w, "\nweftd will:")
-		for _, n := range do {
-			fmt.Fprintf(w, "  - %s\n", n.Text)
-		}
-	}
-	if len(diff) > 0 {
-		fmt.Fprintln(w, "\ndiffers from flanneld (docs/compatibility.md):")
-		for _, n := range diff {
-			fmt.Fprintf(w, "  - [%s] %s\n", n.Diff, n.Text)
-		}
-	}
-	if v.err != nil {
-		fmt.Fprintf(w, "\nrefused: %v\nweftd would stop at start with status 1 and write no subnet.env\n", v.err)
-		return
-	}
-	fmt.Fprintln(w, "\naccepted: weftd would run this config")
 }

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/weftnet/weft/checkconfig"
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/encap/factory"
 	"github.com/weftnet/weft/lease"
@@ -156,7 +157,7 @@ func TestCheckConfigIsStart(t *testing.T) {
 			continue // flags that change the host, not the config
 		}
 		t.Run(c.name, func(t *testing.T) {
-			v := verdictOf([]byte(c.conf), false, settings{}, ext.MTU)
+			v := checkconfig.Check([]byte(c.conf), checkconfig.Input{UnderlayMTU: ext.MTU})
 			want := ""
 			cfg, err := lease.ParseConfig([]byte(c.conf))
 			if err == nil {
@@ -172,8 +173,8 @@ func TestCheckConfigIsStart(t *testing.T) {
 				want = err.Error()
 			}
 			got := ""
-			if v.err != nil {
-				got = v.err.Error()
+			if v.Err != nil {
+				got = v.Err.Error()
 			}
 			if got != want {
 				t.Errorf("check-config says %q; weftd's start says %q", got, want)
