@@ -106,3 +106,33 @@ func testRestartLoss(t *testing.T, backend string) {
 		t.Errorf("weftd's log does not say it took %s over", dev)
 	}
 }
+
+// TestRestartOtherBackend: a weftd started with another backend type removes the
+// device the last one left (udp's flannel0 stays on stop, for the next weftd of its
+// type), and its route with it; the new backend carries the traffic.
+func TestRestartOtherBackend(t *testing.T) {
+	c := newCluster(t, "v3")
+	c.putConfig(`{"Network":"198.18.0.0/16","SubnetLen":24,"Backend":{"Type":"udp"}}`)
+	a := c.addHost("a", "lan1")
+	c.start(a)
+	c.waitSubnetEnv(a)
+	c.stop(a)
+	if out := c.sh(a.ns, "ip -o link show"); !strings.Contains(out, "flannel0") {
+		t.Fatalf("flannel0 gone when udp's weftd stopped:\n%s", out)
+	}
+	c.putConfig(`{"Network":"198.18.0.0/16","SubnetLen":24,"Backend":{"Type":"vxlan"}}`)
+	c.start(a)
+	c.waitSubnetEnv(a)
+	eventually(t, 10*time.Second, func() error { return healthy(a) })
+	if out := c.sh(a.ns, "ip -o link show"); strings.Contains(out, "flannel0") || !strings.Contains(out, "flannel.1") {
+		t.Fatalf("after the switch to vxlan: want flannel.1 and no flannel0:\n%s", out)
+	}
+	if routes := c.sh(a.ns, "ip route show 198.18.0.0/16"); strings.Contains(routes, "flannel0") {
+		t.Fatalf("udp's route left: %s", routes)
+	}
+	b := c.addHost("b", "lan1")
+	c.start(b)
+	podA, podB := c.attachPod(a, c.waitSubnetEnv(a)), c.attachPod(b, c.waitSubnetEnv(b))
+	c.ping(a.pod, podB)
+	c.ping(b.pod, podA)
+}
