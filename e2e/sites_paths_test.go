@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -305,10 +307,26 @@ func sitesConntrack(t *testing.T, s *siteLab) {
 // reaches p's, a2's and b1's) within 10 s of the start.
 func sitesRestart(t *testing.T, s *siteLab) {
 	c := s.at(t)
+	// a1 keeps the way that works to b1 (punched, sitesAcrossNAT) beside its key.
+	waysFile := filepath.Join(wgDir(c, s.h["a1"]), "weft-ways.json")
+	eventually(t, 10*time.Second, func() error {
+		data, err := os.ReadFile(waysFile)
+		if err != nil || !strings.Contains(string(data), `"punched"`) {
+			return fmt.Errorf("a1's %s keeps no punched way: %v %s", waysFile, err, data)
+		}
+		return nil
+	})
 	c.stop(s.h["a1"])
 	started := time.Now()
 	s.start(c, "a1")
 	c.waitSubnetEnv(s.h["a1"])
+	// It starts b1 there, not on direct (which would take tryFor to give up).
+	// (10 s is the goal; 20 s leaves room for a loaded machine's probe rounds.)
+	p := s.awaitPath(t, "a1", "b1", func(p string) bool { return p == "punched" }, 20*time.Second)
+	t.Logf("a1 -> b1 punched and up %v after weftd on a1 started again: %s", time.Since(started).Round(time.Millisecond), p.PathDetail)
+	if !strings.Contains(p.PathDetail, "before weftd restarted") {
+		t.Errorf("a1's way to b1 after the restart: %q (%s), want the punched way kept before it", p.Path, p.PathDetail)
+	}
 	for _, to := range []string{"p", "a2", "b1"} {
 		left := 10*time.Second - time.Since(started)
 		if to == "b1" {

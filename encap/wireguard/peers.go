@@ -41,6 +41,7 @@ type wgPeerConf struct {
 func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	var resume []netip.Prefix // new peers an earlier weftd kept a way for
 	for _, ev := range events {
 		l := ev.Lease
 		key := encap.PeerKey(l)
@@ -76,11 +77,23 @@ func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 				w.forgetWay(key, old)
 			} else if w.ways[key] == nil {
 				w.ways[key] = &wayState{since: time.Now(), why: "direct: what the peer publishes"}
+				if want[0] != nil {
+					if _, ok := w.keptWays[want[0].key]; ok {
+						resume = append(resume, key)
+					}
+				}
 			} else {
 				w.newOutside(key, old, l)
 			}
 		}
 		w.apply(key, w.onWay(key, want), log)
+	}
+	// After the whole batch: a relay's lease may come after its peer's.
+	for _, key := range resume {
+		ws, confs := w.ways[key], w.base[key]
+		if ws != nil && confs[0] != nil && w.resumeWay(key, confs[0].key, ws) {
+			w.apply(key, w.onWay(key, confs), w.log.With(zap.Stringer("subnet", key)))
+		}
 	}
 	w.dropLeftPeers()
 }

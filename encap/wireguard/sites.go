@@ -317,6 +317,7 @@ func (w *backend) choose(now time.Time) {
 	for key, ws := range w.ways {
 		w.step(key, ws, cands, status, now)
 	}
+	w.saveWays()
 }
 
 // seenWG reports whether a host we said hello to told us lately where it sees our

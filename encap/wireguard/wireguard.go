@@ -134,6 +134,11 @@ type backend struct {
 	leases map[netip.Prefix]lease.Lease
 	base   map[netip.Prefix][2]*wgPeerConf
 	ways   map[netip.Prefix]*wayState
+	// keptWays are the ways an earlier weftd kept (keptways.go), by public key, each
+	// resumed once; waysSaved and waysSavedAt are what saveWays last wrote, and when.
+	keptWays    map[wgtypes.Key]keptWay
+	waysSaved   string
+	waysSavedAt time.Time
 	// The path socket (nil: none) on pathPort; noChoice keeps every peer direct.
 	node     *relay.Node
 	pathPort int
@@ -177,6 +182,7 @@ func New(cfg *lease.Config, ext encap.ExternalInterface, tuning Tuning, log *zap
 		return nil, fmt.Errorf("wireguard backend: private key: %w", err)
 	}
 	w.priv = priv
+	w.loadKeptWays()
 	log.Info("WireGuard private key", zap.String("file", w.keyFile), zap.Bool("made", made),
 		zap.Stringer("public-key", priv.PublicKey()))
 	return w, nil

@@ -1,0 +1,143 @@
+package wireguard
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// WaysFile is the name of the file, beside the private key, where a host with a site
+// keeps the ways that worked (punched at which NAT address, relayed by whom), so that
+// a restarted weftd starts each peer there instead of on direct: a punched pair
+// answers again at once instead of after direct's tryFor.
+const WaysFile = "weft-ways.json"
+
+// keptWay is one peer's way as the file keeps it.
+type keptWay struct {
+	Way string `json:"way"` // "punched" or "relay"
+	// Outside is the NAT address a punched peer was reached at; Relay the subnet of
+	// the relay of a relayed one.
+	Outside netip.AddrPort `json:"outside,omitzero"`
+	Relay   netip.Prefix   `json:"relay,omitzero"`
+	At      time.Time      `json:"at"`
+}
+
+// keptWays are the file's contents: ways by the peer's public key.
+type keptWays struct {
+	Ways map[string]keptWay `json:"ways"`
+}
+
+// keptMaxAge: a way kept longer ago than this is not resumed (a NAT forgets its
+// mappings in minutes).
+const keptMaxAge = 10 * time.Minute
+
+// waysPath is the ways file of the backend: beside the private key.
+func (w *backend) waysPath() string { return filepath.Join(filepath.Dir(w.keyFile), WaysFile) }
+
+// loadKeptWays reads the ways an earlier weftd kept; a missing or unreadable file
+// (logged) keeps none.
+func (w *backend) loadKeptWays() {
+	data, err := os.ReadFile(w.waysPath())
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	var k keptWays
+	if err == nil {
+		err = json.Unmarshal(data, &k)
+	}
+	if err != nil {
+		w.log.Warn("the ways kept before the restart are unreadable; every peer starts direct", zap.String("file", w.waysPath()), zap.Error(err))
+		return
+	}
+	w.keptWays = map[wgtypes.Key]keptWay{}
+	for s, kw := range k.Ways {
+		key, err := wgtypes.ParseKey(s)
+		if err != nil || time.Since(kw.At) > keptMaxAge || (kw.Way != "punched" && kw.Way != "relay") {
+			continue
+		}
+		w.keptWays[key] = kw
+	}
+	if len(w.keptWays) > 0 {
+		w.log.Info("ways kept before the restart", zap.String("file", w.waysPath()), zap.Int("peers", len(w.keptWays)))
+	}
+}
+
+// resumeWay starts peer key (public key pk) on the way an earlier weftd kept for it,
+// if its lease still publishes that NAT address (punched) or the relay's lease is
+// known (relay); it reports whether it did. The kept way is used once. w.mu is held.
+func (w *backend) resumeWay(key netip.Prefix, pk wgtypes.Key, ws *wayState) bool {
+	kw, ok := w.keptWays[pk]
+	if !ok {
+		return false
+	}
+	delete(w.keptWays, pk)
+	l := w.leases[key]
+	switch kw.Way {
+	case "punched":
+		if !l.Attrs.Outside.IsValid() || l.Attrs.Outside != kw.Outside {
+			return false
+		}
+		ws.way = wayPunched
+		ws.why = fmt.Sprintf("punched: the way that worked before weftd restarted (%v)", kw.Outside)
+	case "relay":
+		rl, ok := w.leases[kw.Relay]
+		if !ok || !directAddr(rl).Is4() {
+			return false
+		}
+		ws.way, ws.relay, ws.relayAddr = wayRelay, kw.Relay, w.pathAddr(kw.Relay)
+		ws.why = fmt.Sprintf("relay via %v: the way that worked before weftd restarted", kw.Relay)
+	default:
+		return false
+	}
+	w.pathChanges++
+	w.relayMTU(l.Subnet, ws.way == wayRelay)
+	w.log.Info("peer path", zap.Stringer("subnet", key), zap.Stringer("way", ws.way), zap.String("why", ws.why))
+	return true
+}
+
+// saveWays writes the ways that work now (punched and answering, or relayed) to the
+// ways file, replacing it: when they changed, and once a minute (their time says
+// when this weftd last ran). w.mu is held.
+func (w *backend) saveWays() {
+	k := keptWays{Ways: map[string]keptWay{}}
+	for key, ws := range w.ways {
+		c := w.base[key][0]
+		if c == nil {
+			continue
+		}
+		switch {
+		case ws.way == wayPunched && ws.answered:
+			k.Ways[c.key.String()] = keptWay{Way: "punched", Outside: w.leases[key].Attrs.Outside}
+		case ws.way == wayRelay && ws.relay.IsValid():
+			k.Ways[c.key.String()] = keptWay{Way: "relay", Relay: ws.relay}
+		}
+	}
+	sig, _ := json.Marshal(k) // without times: what the file says
+	now := time.Now().UTC()
+	if string(sig) == w.waysSaved && now.Sub(w.waysSavedAt) < time.Minute {
+		return
+	}
+	for s, kw := range k.Ways {
+		kw.At = now
+		k.Ways[s] = kw
+	}
+	data, err := json.MarshalIndent(k, "", "  ")
+	if err == nil {
+		tmp := w.waysPath() + ".tmp"
+		if err = os.WriteFile(tmp, append(data, '\n'), 0o600); err == nil {
+			err = os.Rename(tmp, w.waysPath())
+		}
+	}
+	// Tried again when the ways change, or after a minute: not every tick.
+	w.waysSaved, w.waysSavedAt = string(sig), now
+	if err != nil {
+		w.log.Warn("keeping the ways for the next start", zap.String("file", w.waysPath()), zap.Error(err))
+	}
+}
