@@ -14,7 +14,7 @@ import (
 // port 8472, MTU the underlay's: extMTU) and weftd's bounds; errors wrap
 // encap.ErrBadOption and name the option.
 func parseOptions(raw json.RawMessage, extMTU int) (vxlanOptions, error) {
-	o := vxlanOptions{VNI: 1, Port: 8472}
+	o := vxlanOptions{VNI: 1, Port: DefaultPort}
 	if err := encap.DecodeOptions("vxlan", raw, &o); err != nil {
 		return o, err
 	}
@@ -72,3 +72,7 @@ func Check(cfg *lease.Config, ext encap.ExternalInterface) ([]encap.Note, error)
 	}
 	return notes, nil
 }
+
+// DefaultPort is the VXLAN UDP port without a Port option (the Linux kernel's
+// historic default, as flanneld's).
+const DefaultPort = 8472

@@ -19,7 +19,7 @@ import (
 // the path socket's port (negative: none); errors wrap encap.ErrBadOption and name
 // the option.
 func parseOptions(raw json.RawMessage, extMTU int, tuning Tuning) (wireguardOptions, *wgtypes.Key, int, error) {
-	o := wireguardOptions{ListenPort: 51820, ListenPortV6: 51821, MTU: extMTU, Mode: wgSeparate, Device: Auto}
+	o := wireguardOptions{ListenPort: DefaultListenPort, ListenPortV6: DefaultListenPortV6, MTU: extMTU, Mode: wgSeparate, Device: Auto}
 	if err := encap.DecodeOptions(wireguardType, raw, &o); err != nil {
 		return o, nil, 0, err
 	}
@@ -116,3 +116,10 @@ func Check(cfg *lease.Config, ext encap.ExternalInterface, tuning Tuning) ([]enc
 	}
 	return notes, nil
 }
+
+// DefaultListenPort and DefaultListenPortV6 are the WireGuard ports without the
+// ListenPort and ListenPortV6 options, as flanneld's.
+const (
+	DefaultListenPort   = 51820
+	DefaultListenPortV6 = 51821
+)
