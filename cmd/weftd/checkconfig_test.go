@@ -2,15 +2,22 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
 
+	"github.com/weftnet/weft/bench/testenv"
 	"github.com/weftnet/weft/checkconfig"
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/encap/factory"
@@ -248,5 +255,77 @@ func TestCheckConfigUsage(t *testing.T) {
 				t.Errorf("output lacks %q:\n%s", c.want, out)
 			}
 		})
+	}
+}
+
+// TestCheckDaemonSet reads the upstream kube-flannel.yml (v0.28.x, from flanneld's
+// module as make flanneld fetches it) with a user's customisations, through weftd's
+// own flag parser: what weft's manifest keeps, what to carry and where, what weftd
+// refuses.
+func TestCheckDaemonSet(t *testing.T) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/flannel-io/flannel")
+	cmd.Dir = filepath.Join("..", "..", "test", "flannel")
+	out, err := cmd.Output()
+	dir := strings.TrimSpace(string(out))
+	testenv.Need(t, err == nil && dir != "", fmt.Sprintf("flanneld's module (make flanneld): %v", err))
+	f, err := os.Open(filepath.Join(dir, "Documentation", "kube-flannel.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ds, err := checkconfig.ReadDaemonSet(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The user's own: an interface, a public IP from a variable, a flag weftd does not
+	// know, a bad value, a toleration for every taint, a node selector, more memory.
+	spec := &ds.Spec.Template.Spec
+	c := &spec.Containers[0]
+	c.Args = append(c.Args, "--iface=eth1", "--no-such-flag", "--iptables-resync=0")
+	c.Env = append(c.Env, corev1.EnvVar{Name: "FLANNELD_PUBLIC_IP", Value: "192.0.2.7"}, corev1.EnvVar{Name: "FLANNELD_ETCD_API", Value: "v9"})
+	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute})
+	spec.NodeSelector = map[string]string{"network": "flannel"}
+	c.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("300Mi")}
+
+	settings, err := checkconfig.FromDaemonSet(ds, weftdTakes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fate := map[string]string{}
+	for _, s := range settings {
+		fate[s.Kind+" "+s.Value] = s.Fate
+		if s.Fate == checkconfig.Carry && s.Where == "" || s.Fate == checkconfig.Refused && s.Why == "" {
+			t.Errorf("%+v: a carry without where, or a refusal without why", s)
+		}
+	}
+	for k, want := range map[string]string{
+		"arg --ip-masq": "kept", "arg --kube-subnet-mgr": "kept", "arg --healthz-port=8081": "kept",
+		"env EVENT_QUEUE_DEPTH=5000": "kept", "env POD_NAME=(from the pod or a reference)": "kept",
+		"arg --iface=eth1": "carry", "env FLANNELD_PUBLIC_IP=192.0.2.7": "carry",
+		"arg --no-such-flag": "refused", "arg --iptables-resync=0": "refused", "env FLANNELD_ETCD_API=v9": "refused",
+		"toleration operator=Exists effect=NoSchedule": "kept", "toleration operator=Exists effect=NoExecute": "carry",
+		"nodeSelector network=flannel": "carry",
+	} {
+		if fate[k] != want {
+			t.Errorf("%s: %q, want %q", k, fate[k], want)
+		}
+	}
+	if !slices.ContainsFunc(settings, func(s checkconfig.Setting) bool { return s.Kind == "resources" && s.Fate == checkconfig.Carry }) {
+		t.Errorf("resources other than weft's not listed: %+v", settings)
+	}
+	// The command: the same list, exit 1 for the refusals.
+	path := filepath.Join(t.TempDir(), "kube-flannel.yml")
+	data, err := yaml.Marshal(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append([]byte("apiVersion: apps/v1\nkind: DaemonSet\n"), data...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := checkConfig([]string{"--daemonset", path}, func(string) string { return "" }, nil, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stdout.String(), "--iface=eth1: carry: chart: flannel.args") ||
+		!strings.Contains(stdout.String(), "3 settings weftd refuses") {
+		t.Errorf("check-config --daemonset: exit %d, stderr %s\n%s", code, &stderr, &stdout)
 	}
 }
