@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -96,4 +97,60 @@ func compareDaemonSets(t *testing.T, theirs, ours *appsv1.DaemonSet) {
 		return n
 	}
 	same("init containers", names(fs.InitContainers), names(ws.InitContainers))
+}
+
+// TestChartNetpolMatchesFlannelChart: netpol.enabled (with flannel's chart's values
+// shape, its defaults and given ones) renders the kube-network-policies container,
+// its volume and its rights as flannel's chart does; off, neither chart has them.
+func TestChartNetpolMatchesFlannelChart(t *testing.T) {
+	dir := flannelChart(t)
+	for _, vals := range []string{"netpol: {enabled: true}",
+		"netpol: {enabled: true, args: ['--v=4'], image: {repository: registry.example/netpol, tag: v9}}", "netpol: {enabled: false}"} {
+		t.Run(vals, func(t *testing.T) {
+			m, err := renderChart(t, dir, yamlValues(t, vals))
+			if err != nil {
+				t.Fatalf("flannel's chart: %v", err)
+			}
+			theirs, ours := decode(t, []byte(m)), mustRender(t, yamlValues(t, vals))
+			sidecar := func(ds *appsv1.DaemonSet) *corev1.Container {
+				for i, c := range ds.Spec.Template.Spec.Containers {
+					if c.Name == "kube-network-policies" {
+						return &ds.Spec.Template.Spec.Containers[i]
+					}
+				}
+				return nil
+			}
+			fds, wds := one(t, "flannel DaemonSets", theirs.daemonSets), one(t, "DaemonSets", ours.daemonSets)
+			fc, wc := sidecar(fds), sidecar(wds)
+			if !reflect.DeepEqual(fc, wc) {
+				t.Errorf("kube-network-policies container:\n flannel's chart %+v\n weft's          %+v", fc, wc)
+			}
+			if strings.Contains(vals, "true") && fc == nil {
+				t.Fatal("flannel's chart rendered no kube-network-policies container")
+			}
+			if f, w := hostPath(fds.Spec.Template.Spec, "lib-modules"), hostPath(wds.Spec.Template.Spec, "lib-modules"); f != w {
+				t.Errorf("lib-modules: flannel's chart %q, weft's %q", f, w)
+			}
+			rules := func(o *objects) []string {
+				var out []string
+				for _, r := range one(t, "ClusterRoles", o.roles).Rules {
+					for _, g := range r.APIGroups {
+						if g == "" {
+							continue // the daemon's own rules (weft's are narrower: no pods list)
+						}
+						for _, res := range r.Resources {
+							for _, v := range r.Verbs {
+								out = append(out, g+"/"+res+":"+v)
+							}
+						}
+					}
+				}
+				slices.Sort(out)
+				return out
+			}
+			if f, w := rules(theirs), rules(ours); !slices.Equal(f, w) {
+				t.Errorf("ClusterRole rules beyond the core group: flannel's chart %v, weft's %v", f, w)
+			}
+		})
+	}
 }

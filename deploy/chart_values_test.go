@@ -151,7 +151,6 @@ func TestChartDaemonSetValues(t *testing.T) {
 // TestChartRefuses: values weft cannot honour fail the render with a message naming them.
 func TestChartRefuses(t *testing.T) {
 	for _, tc := range []struct{ vals, want string }{
-		{"netpol: {enabled: true}", "netpol.enabled"},
 		{"flannel: {backend: ipip}", `flannel.backend "ipip"`},
 		{"flannel: {image: {repository: ghcr.io/flannel-io/flannel, tag: v0.28.10}}", "names flannel's image"},
 		{"flannel: {image: {digest: sha256:abc}}", "flannel.image.digest must be"},

@@ -27,9 +27,6 @@ weft.validate fails the render on values of flannel's chart that weft cannot hon
 {{- if and (not .Values.podCidr) (not .Values.podCidrv6) -}}
 {{- fail "podCidr and podCidrv6 are both empty: set the cluster's pod network" -}}
 {{- end -}}
-{{- if and .Values.netpol .Values.netpol.enabled -}}
-{{- fail "netpol.enabled: weft's chart does not run kube-network-policies; set it to false and run kube-network-policies on its own" -}}
-{{- end -}}
 {{- end -}}
 
 {{/*
