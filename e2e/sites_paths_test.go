@@ -153,6 +153,7 @@ func sitesWithin(t *testing.T, s *siteLab) {
 	if wp := wgPeers(c, s.h["a1"], "flannel-wg")[keyA2]; wp.endpoint != "192.0.2.11:51820" {
 		t.Fatalf("a2 on a1 (wg show): %+v, want endpoint 192.0.2.11:51820", wp)
 	}
+	s.tcpThrough(t, "a1", "a2", "direct")
 }
 
 // relayOf is the host that relays from's traffic to to, from GET /peers on from.
@@ -247,6 +248,7 @@ func sitesAcrossNAT(t *testing.T, s *siteLab) {
 		t.Fatalf("a1 -> b1: %d of 1000 answered, routers forwarded %d and %d (want at least %d each), relayed %v (want at most 20)",
 			got, a1-a0, b1-b0, 2*got, relayed)
 	}
+	s.tcpThrough(t, "a1", "b1", "punched")
 }
 
 // sitesSamePort: a1 and a2 both listen on 51820 and leave by one address; the NAT

@@ -221,7 +221,7 @@ func TestSitesRoutedAlone(t *testing.T) {
 // 1 Mbit/s: 20 MB took minutes).
 func sitesRelayTCP(t *testing.T, s *siteLab) {
 	testenv.NeedTools(t, "iperf3")
-	a1, b1 := s.h["a1"], s.h["b1"]
+	a1 := s.h["a1"]
 	var dev int
 	if _, err := fmt.Sscanf(fieldAfter(s.sh(a1.ns, "ip -o link show flannel-wg"), "mtu"), "%d", &dev); err != nil {
 		t.Fatalf("flannel-wg's MTU on a1: %v", err)
@@ -230,9 +230,17 @@ func sitesRelayTCP(t *testing.T, s *siteLab) {
 	if got := fieldAfter(s.sh(a1.ns, "ip -4 route show "+s.subnet["b1"]+" dev flannel-wg"), "mtu"); got != want {
 		t.Fatalf("a1's route to b1's subnet %s (relayed): mtu %q, want %s (flannel-wg's %d less the relay frame)", s.subnet["b1"], got, want, dev)
 	}
+	s.tcpThrough(t, "a1", "b1", "the relay")
+}
+
+// tcpThrough moves 20 MB of TCP (iperf3) from host from's pod to host to's within
+// 60 s, on the way named what, and logs how fast.
+func (s *siteLab) tcpThrough(t *testing.T, from, to, what string) {
+	t.Helper()
+	testenv.NeedTools(t, "iperf3")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv := b1.pod.Command(ctx, "iperf3", "-s", "-1", "-p", "5299")
+	srv := s.h[to].pod.Command(ctx, "iperf3", "-s", "-1", "-p", "5299")
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -241,12 +249,12 @@ func sitesRelayTCP(t *testing.T, s *siteLab) {
 	var out []byte
 	eventually(t, 10*time.Second, func() error { // the server's first second
 		var err error
-		if out, err = a1.pod.Command(ctx, "iperf3", "-c", s.pod["b1"], "-p", "5299", "-n", "20M").CombinedOutput(); err != nil {
-			return fmt.Errorf("iperf3 a1 -> b1 through the relay: %v: %s", err, out)
+		if out, err = s.h[from].pod.Command(ctx, "iperf3", "-c", s.pod[to], "-p", "5299", "-n", "20M").CombinedOutput(); err != nil {
+			return fmt.Errorf("iperf3 %s -> %s %s: %v: %s", from, to, what, err, out)
 		}
 		return nil
 	})
-	t.Logf("20 MB of TCP a1 -> b1 through the relay in %v: %s", time.Since(start).Round(time.Millisecond), lastLine(string(out), "receiver"))
+	t.Logf("20 MB of TCP %s -> %s %s in %v: %s", from, to, what, time.Since(start).Round(time.Millisecond), lastLine(string(out), "receiver"))
 }
 
 // fieldAfter is the word after word in s ("" when none).
