@@ -332,7 +332,7 @@ func sitesRestart(t *testing.T, s *siteLab) {
 	for _, to := range []string{"p", "a2", "b1"} {
 		left := 10*time.Second - time.Since(started)
 		if to == "b1" {
-			left = 30*time.Second - time.Since(started) // direct first: tried for 8 s, then punched
+			left = 30*time.Second - time.Since(started) // the kept punched way; else direct for 8 s, then punched
 		}
 		if _, err := awaitPing(s.h["a1"].pod, s.pod[to], left); err != nil {
 			t.Fatalf("%v after the restart: %v", time.Since(started).Round(time.Millisecond), err)

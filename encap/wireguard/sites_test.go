@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,7 @@ func sitesBackend(t *testing.T, own lease.Attrs) *backend {
 		repairs: map[string]uint64{},
 		leases:  map[netip.Prefix]lease.Lease{}, base: map[netip.Prefix][2]*wgPeerConf{},
 		ways: map[netip.Prefix]*wayState{}, node: n, pathPort: relay.DefaultPort, priv: priv,
+		keyFile: filepath.Join(t.TempDir(), "wgkey"), // the ways file goes beside it
 	}
 }
 
