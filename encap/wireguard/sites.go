@@ -445,7 +445,9 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 		}
 		switch ws.way {
 		case wayDirect:
-			ws.directAfter = now
+			// Pinged on the path port from now on; a failed move back keeps its
+			// directBackoff.
+			ws.directAfter = later(ws.directAfter, now)
 			if l.Attrs.Outside.IsValid() && l.Attrs.Outside != c.endpoint {
 				w.take(key, wayPunched, fmt.Sprintf("punched: direct (%v) gave %s; both dial each other's NAT", c.endpoint, lost), now)
 				return
@@ -562,4 +564,12 @@ func (w *backend) countWays() (punched, relayed int) {
 		}
 	}
 	return punched, relayed
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -174,3 +174,23 @@ func TestParseUAPIPeers(t *testing.T) {
 }
 
 func hexKey(k wgtypes.Key) string { return hex.EncodeToString(k[:]) }
+
+// TestDirectBackoff: a move back to direct on the path port's answers that brings no
+// answer through the tunnel is left for the relay, and the direct way is not tried
+// again before directBackoff from the move (it was at once: the failure reset it).
+func TestDirectBackoff(t *testing.T) {
+	w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10")})
+	c1 := sitePeer(t, 4, "198.51.100.20", "c", "198.51.100.20", false) // publishes no NAT address
+	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: c1}})
+	ws := w.ways[c1.Subnet]
+	moved := ws.since.Add(time.Minute)
+	w.setWay(c1.Subnet, wayDirect, "direct: answers again (2 pings on the path port in a row)", moved)
+	ws.directAfter, ws.directBack = moved.Add(directBackoff), true
+	w.choose(moved.Add(tryFor + time.Millisecond))
+	if ws.way != wayRelay {
+		t.Fatalf("after a move back without an answer: %+v, want relayed", ws)
+	}
+	if want := moved.Add(directBackoff); !ws.directAfter.Equal(want) {
+		t.Fatalf("direct tried again after %v, want %v (directBackoff from the move back)", ws.directAfter.Sub(moved), directBackoff)
+	}
+}
