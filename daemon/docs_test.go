@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/weftnet/weft/encap"
@@ -103,25 +102,10 @@ func codeSpans(s string) []string {
 // /metrics serves (all but the Go runtime's go_* and the process' process_*), each
 // once and with its labels, and no metric weftd does not serve.
 func TestMetricsDocumented(t *testing.T) {
-	d := &daemon{cfg: &Config{}, log: zap.NewNop(), probeRTT: newProbeRTT()}
-	served := map[string][]string{} // name: labels
-	for _, c := range d.metricsCollectors() {
-		ch := make(chan *prometheus.Desc, 64)
-		go func() { c.Describe(ch); close(ch) }()
-		for desc := range ch {
-			s := desc.String()
-			m := descName.FindStringSubmatch(s)
-			if m == nil {
-				t.Fatalf("no fqName in %s", s)
-			}
-			if strings.HasPrefix(m[1], "go_") || strings.HasPrefix(m[1], "process_") {
-				continue
-			}
-			var labels []string
-			if l := descLabels.FindStringSubmatch(s); l != nil && l[1] != "" {
-				labels = strings.Split(l[1], ",")
-			}
-			served[m[1]] = labels
+	served := servedMetrics(t)
+	for name := range served {
+		if strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_") {
+			delete(served, name)
 		}
 	}
 	if len(served) < 20 {
