@@ -120,6 +120,10 @@ func (co *checkOptions) check() error {
 	switch {
 	case co.file != "" && co.configMap != "":
 		return errors.New("--file and --kube-configmap: give one source")
+	case co.daemonSet != "" && co.kubeDS != "":
+		return errors.New("--daemonset and --kube-daemonset: give one source")
+	case (co.daemonSet != "" || co.kubeDS != "") && (co.file != "" || co.configMap != ""):
+		return errors.New("--daemonset or --kube-daemonset reads the DaemonSet instead of a config: leave out --file and --kube-configmap")
 	case co.underlayMTU < 68 || co.underlayMTU > 65535:
 		return fmt.Errorf("--underlay-mtu=%d: not in 68-65535", co.underlayMTU)
 	}

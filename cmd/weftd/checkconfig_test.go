@@ -322,6 +322,12 @@ func TestCheckDaemonSet(t *testing.T) {
 	if err := os.WriteFile(path, append([]byte("apiVersion: apps/v1\nkind: DaemonSet\n"), data...), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	for _, args := range [][]string{{"--daemonset", path, "--kube-daemonset", "kube-flannel/kube-flannel-ds"}, {"--daemonset", path, "--file", path}} {
+		var stdout, stderr bytes.Buffer
+		if code := checkConfig(args, func(string) string { return "" }, nil, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "give one source") && !strings.Contains(stderr.String(), "leave out") {
+			t.Errorf("check-config %q: exit %d, stderr %s; want 2 and the conflict named", args, code, &stderr)
+		}
+	}
 	var stdout, stderr bytes.Buffer
 	code := checkConfig([]string{"--daemonset", path}, func(string) string { return "" }, nil, &stdout, &stderr)
 	if code != 1 || !strings.Contains(stdout.String(), "--iface=eth1: carry: chart: flannel.args") ||
