@@ -13,12 +13,14 @@ DEBS    += qemu-user-static
 DEBS    += conntrack
 # docker.io's dockerd (20.10) loads bin/weftd-image.tar in TestDockerLoad, as a private daemon.
 DEBS    += docker.io
+# graphviz's dot draws docs/pictures/*.svg from their .dot sources (make pictures).
+DEBS    += graphviz
 export CGO_ENABLED ?= 0
 # The flannel CNI plugin, to attach pods from weftd's subnet.env in tests (Debian's
 # containernetworking-plugins gives bridge and host-local, but no longer flannel).
 CNI_FLANNEL_PKG := github.com/containernetworking/plugins/plugins/meta/flannel@v0.9.1
 
-.PHONY: stress all deps build flanneld image image-deps image-lock pin release test unit race cross cross-build fuzz lint vet fmt staticcheck demo bench bench-check clean
+.PHONY: stress all deps build flanneld image image-deps image-lock pin release test unit race cross cross-build fuzz lint vet fmt staticcheck demo bench bench-check clean pictures
 
 all: build
 
@@ -227,6 +229,23 @@ bench: deps build flanneld
 # (make bench-check IN=bench/out).
 bench-check: deps build
 	$(BIN)/weft-bench check $(if $(IN),--in $(IN),--out bench/out/check)
+
+# pictures draws each docs/pictures/X.svg from X.dot beside it with Graphviz's dot
+# (installed when missing) and puts `<!-- source: X.dot sha256:... -->` right after the
+# SVG's XML declaration: TestPictures (docs/pictures) fails on an SVG older than its
+# source until this is run again.
+PICTURES := $(wildcard docs/pictures/*.dot)
+pictures:
+	@command -v dot >/dev/null || { echo "installing: graphviz"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends graphviz >/dev/null; }
+	@set -e; for f in $(PICTURES); do \
+		svg=$${f%.dot}.svg; sum=$$(sha256sum "$$f" | cut -d' ' -f1); \
+		echo "dot -Tsvg $$f -o $$svg"; \
+		dot -Tsvg "$$f" -o "$$svg.tmp"; \
+		head -n1 "$$svg.tmp" | grep -q '^<?xml ' || { echo "$$svg: dot wrote no XML declaration" >&2; rm -f "$$svg.tmp"; exit 1; }; \
+		sed -i "1a <!-- source: $$(basename "$$f") sha256:$$sum -->" "$$svg.tmp"; \
+		mv "$$svg.tmp" "$$svg"; \
+	done
 
 clean:
 	rm -rf $(BIN) bench/out
