@@ -13,8 +13,6 @@ DEBS    += qemu-user-static
 DEBS    += conntrack
 # docker.io's dockerd (20.10) loads bin/weftd-image.tar in TestDockerLoad, as a private daemon.
 DEBS    += docker.io
-# graphviz's dot draws docs/pictures/*.svg from their .dot sources (make pictures).
-DEBS    += graphviz
 export CGO_ENABLED ?= 0
 # The flannel CNI plugin, to attach pods from weftd's subnet.env in tests (Debian's
 # containernetworking-plugins gives bridge and host-local, but no longer flannel).
