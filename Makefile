@@ -230,7 +230,7 @@ bench-check: deps build
 
 # pictures draws each docs/pictures/X.svg from X.dot beside it with Graphviz's dot
 # (installed when missing) and puts `<!-- source: X.dot sha256:... -->` right after the
-# SVG's XML declaration: TestPictures (docs/pictures) fails on an SVG older than its
+# SVG's XML declaration: TestPictures (encap/factory) fails on an SVG older than its
 # source until this is run again.
 PICTURES := $(wildcard docs/pictures/*.dot)
 pictures:

@@ -1,8 +1,4 @@
-// Package pictures holds the pictures of docs/ to their Graphviz sources and to the
-// code: each X.svg here is drawn from X.dot beside it by `make pictures`, which
-// writes the source's sha256 into the SVG. The tests only read files: they need no
-// Graphviz.
-package pictures
+package factory
 
 import (
 	"bytes"
@@ -33,26 +29,35 @@ import (
 	"github.com/weftnet/weft/transport/relay"
 )
 
+// The pictures of docs/ held to their Graphviz sources and to the code: each
+// docs/pictures/X.svg is drawn from X.dot beside it by `make pictures`, which writes
+// the source's sha256 into the SVG. The tests only read files: they need no Graphviz.
+// They sit with TestBackendsDocumented, which may import the backends.
+
+// picturesDir is where the pictures and their sources are.
+const picturesDir = "../../docs/pictures"
+
 // sourceRE is the comment `make pictures` puts right after an SVG's XML declaration.
 var sourceRE = regexp.MustCompile(`^<!-- source: (\S+) sha256:([0-9a-f]{64}) -->$`)
 
 // TestPictures: every .dot here has its .svg, drawn from the .dot as it is now.
 func TestPictures(t *testing.T) {
-	dots, err := filepath.Glob("*.dot")
+	dots, err := filepath.Glob(filepath.Join(picturesDir, "*.dot"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(dots) == 0 {
 		t.Fatal("no .dot sources in docs/pictures")
 	}
-	for _, dot := range dots {
+	for _, path := range dots {
+		dot := filepath.Base(path)
 		t.Run(dot, func(t *testing.T) {
-			src, err := os.ReadFile(dot)
+			src, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}
 			svgName := strings.TrimSuffix(dot, ".dot") + ".svg"
-			svg, err := os.ReadFile(svgName)
+			svg, err := os.ReadFile(filepath.Join(picturesDir, svgName))
 			if errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("docs/pictures/%s has no %s: run `make pictures`", dot, svgName)
 			}
@@ -143,12 +148,13 @@ func knownPorts(t *testing.T) map[int]string {
 // TestPicturesAddresses: every address a picture shows is of the test ranges, and
 // every port it names is one of the code's.
 func TestPicturesAddresses(t *testing.T) {
-	dots, err := filepath.Glob("*.dot")
+	dots, err := filepath.Glob(filepath.Join(picturesDir, "*.dot"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	known := knownPorts(t)
-	for _, dot := range dots {
+	for _, path := range dots {
+		dot := filepath.Base(path)
 		src := readDot(t, dot)
 		for _, s := range ipv4RE.FindAllString(src, -1) {
 			a, err := netip.ParseAddr(s)
@@ -213,7 +219,7 @@ var timerRE = regexp.MustCompile(`(\d+)( s)? (?:answers )?\(((?:relay\.)?[a-zA-Z
 
 // TestPicturesTimers: the timers sites.dot gives the ways are encap/wireguard's.
 func TestPicturesTimers(t *testing.T) {
-	consts := packageConsts(t, "../../encap/wireguard")
+	consts := packageConsts(t, "../wireguard")
 	consts["relay.HelloEvery"] = constant.MakeInt64(int64(relay.HelloEvery))
 	src := readDot(t, "sites.dot")
 	seen := map[string]bool{}
@@ -332,7 +338,7 @@ func evalConst(e ast.Expr, env map[string]constant.Value) constant.Value {
 
 func readDot(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(name)
+	b, err := os.ReadFile(filepath.Join(picturesDir, name))
 	if err != nil {
 		t.Fatal(err)
 	}
