@@ -82,17 +82,26 @@ func (d *daemon) spawn(f func()) {
 }
 
 // run is Run: start-up in order, then serve until ctx ends or something fails.
-func (d *daemon) run(ctx context.Context) error {
+func (d *daemon) run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// A new weftd beside this one takes over (handover.go): it reads what it can while
+	// this one runs, then asks it to stop; this one stops as on SIGTERM and tells it
+	// when nothing of it runs any more.
+	s := newSuccession(d.cfg.SubnetFile, d.log)
+	running := s.hold()
+	defer func() {
+		cancel()
+		err = s.release(err)
+	}()
 	d.notify.log = d.log
 	defer d.notify.start(ctx)()
-	if d.cfg.HealthzPort > 0 {
-		stopHealthz, err := d.serveHealthz()
-		if err != nil {
+	if !running {
+		s.watch(ctx, cancel)
+		stop, err := d.startHealthz(ctx)
+		if err != nil || ctx.Err() != nil {
 			return err
 		}
-		defer stopHealthz()
+		defer stop()
 	}
 	mgr, err := d.manager()
 	if err != nil {
@@ -114,6 +123,21 @@ func (d *daemon) run(ctx context.Context) error {
 	be, err := factory.New(cfg, ext, d.cfg.Tuning, d.log)
 	if err != nil {
 		return err
+	}
+	if running {
+		// All read that can be read: the weftd that runs stops now, and this one
+		// touches the host only once it has, but for a data path that can run beside
+		// that one's.
+		d.startBeside(ctx, be)
+		if err := s.takeOver(ctx); err != nil || ctx.Err() != nil {
+			return err
+		}
+		s.watch(ctx, cancel)
+		stop, err := d.startHealthz(ctx)
+		if err != nil || ctx.Err() != nil {
+			return err
+		}
+		defer stop()
 	}
 	// Each backend leaves its devices when weftd stops, for the next weftd; those of
 	// another backend type have no next one.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,16 +17,20 @@ import (
 	"github.com/weftnet/weft/lease"
 )
 
-// serveHealthz answers, as flanneld does for kube-flannel.yml's probes, GET /healthz
+// startHealthz answers, as flanneld does for kube-flannel.yml's probes, GET /healthz
 // (liveness: 200 while weftd runs) and GET /readyz (200 when ready, else 503 with the
 // reason, see notReady); GET /stats (the backend's counters as JSON, when it keeps
 // any); GET /metrics (Prometheus) and GET /peers (every peer's path as the probes see
-// it).
-func (d *daemon) serveHealthz() (stop func(), err error) {
+// it). Without --healthz-port it does nothing. A port another process holds is
+// waited for (listenHealthz).
+func (d *daemon) startHealthz(ctx context.Context) (stop func(), err error) {
+	if d.cfg.HealthzPort <= 0 {
+		return func() {}, nil
+	}
 	addr := net.JoinHostPort(d.cfg.HealthzIP, strconv.Itoa(d.cfg.HealthzPort))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("healthz on %s: %w", addr, err)
+	ln, err := listenHealthz(ctx, addr, healthzPortWait, d.log)
+	if err != nil || ln == nil {
+		return func() {}, err
 	}
 	srv := &http.Server{Handler: d.healthzMux(), ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan struct{})
@@ -43,6 +48,39 @@ func (d *daemon) serveHealthz() (stop func(), err error) {
 		_ = srv.Close() // connections Shutdown could not wait out
 		<-served
 	}, nil
+}
+
+// healthzPortWait is how long weftd waits for its health port while another process
+// holds it. A weftd of a version without hand-over, which a DaemonSet rolling with
+// maxSurge runs beside the new pod until that one is ready, holds it until it is
+// deleted: the kubelet's probes of the new pod reach the old weftd on the host's port
+// meanwhile, so the new pod becomes ready and the old one is deleted.
+const healthzPortWait = 2 * time.Minute
+
+// listenHealthz listens on addr, waiting up to wait while the port is in use. A nil
+// listener and error: ctx ended first.
+func listenHealthz(ctx context.Context, addr string, wait time.Duration, log *zap.Logger) (net.Listener, error) {
+	deadline := time.Now().Add(wait)
+	logged := time.Time{}
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			return ln, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			return nil, fmt.Errorf("healthz on %s: %w", addr, err)
+		}
+		if time.Since(logged) > 10*time.Second {
+			log.Warn("the health port is in use, perhaps by the weftd this one replaces: waiting for it",
+				zap.String("addr", addr), zap.Duration("at-most", time.Until(deadline).Round(time.Second)))
+			logged = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // healthzMux serves healthzRoutes.

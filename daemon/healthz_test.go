@@ -3,9 +3,11 @@ package daemon
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,4 +67,44 @@ func TestReadyz(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The health port held by another process is waited for: taken once it is free,
+// refused with the listen error once the wait is over, and given up when ctx ends.
+func TestListenHealthzWaits(t *testing.T) {
+	hold := func(t *testing.T) (net.Listener, string) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ln, ln.Addr().String()
+	}
+	log := zap.NewNop()
+	t.Run("freed", func(t *testing.T) {
+		old, addr := hold(t)
+		time.AfterFunc(300*time.Millisecond, func() { old.Close() })
+		ln, err := listenHealthz(context.Background(), addr, 10*time.Second, log)
+		if err != nil || ln == nil {
+			t.Fatalf("listenHealthz: %v, %v; want the port once freed", ln, err)
+		}
+		ln.Close()
+	})
+	t.Run("held", func(t *testing.T) {
+		old, addr := hold(t)
+		defer old.Close()
+		ln, err := listenHealthz(context.Background(), addr, 300*time.Millisecond, log)
+		if !errors.Is(err, syscall.EADDRINUSE) || ln != nil {
+			t.Fatalf("listenHealthz: %v, %v; want EADDRINUSE after the wait", ln, err)
+		}
+	})
+	t.Run("stopped", func(t *testing.T) {
+		old, addr := hold(t)
+		defer old.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		ln, err := listenHealthz(ctx, addr, time.Minute, log)
+		if err != nil || ln != nil {
+			t.Fatalf("listenHealthz: %v, %v; want nothing once ctx ended", ln, err)
+		}
+	})
 }

@@ -28,11 +28,24 @@ const (
 // it. The losses each way are logged.
 func TestRestartLoss(t *testing.T) {
 	for _, backend := range []string{"udp", "vxlan", "host-gw", "wireguard"} {
-		t.Run(backend, func(t *testing.T) { testRestartLoss(t, backend) })
+		t.Run(backend, func(t *testing.T) { testReplaceLoss(t, backend, false) })
 	}
 }
 
-func testRestartLoss(t *testing.T, backend string) {
+// TestHandOverLoss: a second weftd started on host a while the first runs (as a
+// DaemonSet rolling with maxSurge does), with the pods on two hosts pinging each
+// other every 10 ms. The new one reads its config beside the old one, asks it to
+// stop, and takes the device over; the old one exits 0. The losses each way are
+// logged, bounded as a restart's.
+func TestHandOverLoss(t *testing.T) {
+	for _, backend := range []string{"udp", "vxlan", "host-gw", "wireguard"} {
+		t.Run(backend, func(t *testing.T) { testReplaceLoss(t, backend, true) })
+	}
+}
+
+// testReplaceLoss replaces a's weftd while the pods ping: SIGTERM then a new start,
+// or (handOver) a new start beside the old one.
+func testReplaceLoss(t *testing.T, backend string, handOver bool) {
 	var c *cluster
 	start := func(h *host) { c.start(h) }
 	dev, maxLost := map[string]string{"udp": "flannel0", "wireguard": "flannel-wg"}[backend], 0
@@ -73,8 +86,24 @@ func testRestartLoss(t *testing.T, backend string) {
 	})
 
 	stopped := time.Now()
-	c.stop(a) // SIGTERM, and wait until it is gone
-	start(a)
+	how := "SIGTERM and start at once"
+	if handOver {
+		how = "hand-over"
+		old := a.daemon
+		start(a)
+		eventually(t, 30*time.Second, func() error {
+			if code, done := old.ExitCode(); !done {
+				return fmt.Errorf("the old weftd still runs")
+			} else if code != 0 {
+				return fmt.Errorf("the old weftd exited with status %d; want 0", code)
+			}
+			return nil
+		})
+		stopped = time.Now()
+	} else {
+		c.stop(a) // SIGTERM, and wait until it is gone
+		start(a)
+	}
 	eventually(t, 20*time.Second, func() error { return healthy(a) })
 	ready := time.Since(stopped)
 	// Replies both ways after the restart, and a stretch of them: the ping's tail
@@ -89,14 +118,17 @@ func testRestartLoss(t *testing.T, backend string) {
 	toA.finish(t)
 	toB.finish(t)
 	lostA, lostB := toA.sent-toA.got, toB.sent-toB.got
-	t.Logf("%s: SIGTERM and start at once: healthz ready %v after the stop; to a: %d of %d lost (longest gap %v); from a: %d of %d lost (longest gap %v); bound %d each way",
-		backend, ready.Round(time.Millisecond), lostA, toA.sent, toA.maxGap().Round(time.Millisecond),
+	t.Logf("%s: %s: healthz ready %v after the old weftd ended; to a: %d of %d lost (longest gap %v); from a: %d of %d lost (longest gap %v); bound %d each way",
+		backend, how, ready.Round(time.Millisecond), lostA, toA.sent, toA.maxGap().Round(time.Millisecond),
 		lostB, toB.sent, toB.maxGap().Round(time.Millisecond), maxLost)
 	if os.Getenv("WEFT_DEBUG_RESTART") != "" {
 		t.Log(a.logs())
 	}
 	if lostA > maxLost || lostB > maxLost {
-		t.Errorf("%s lost %d pings to a and %d from a across the restart; at most %d each way", backend, lostA, lostB, maxLost)
+		t.Errorf("%s lost %d pings to a and %d from a across the %s; at most %d each way", backend, lostA, lostB, how, maxLost)
+	}
+	if logs := a.logs(); handOver && (!strings.Contains(logs, "asks to take over") || !strings.Contains(logs, "taking over")) {
+		t.Errorf("the weftds' log does not show the hand-over")
 	}
 	if after := index(); after != before {
 		t.Errorf("%s made again across the restart (ifindex %s, was %s): the new weftd should take it over", dev, after, before)

@@ -110,3 +110,17 @@ type PeerStateFollower interface {
 type OutsideLearner interface {
 	Outside() netip.AddrPort
 }
+
+// BesideStarter starts its data path beside the one of the weftd it replaces, on the
+// same device and port, for a hand-over: the kernel spreads the traffic over both
+// (more queues on a multi-queue TUN, more sockets in an SO_REUSEPORT group) until the
+// old weftd stops and closes its own. The daemon calls StartBeside with our lease as
+// the old weftd wrote it (subnet.env) before it asks the old weftd to stop, and then
+// Register as always; what the new queues and sockets receive meanwhile waits there
+// for Run.
+//
+// Implemented by udp (two userspace WireGuard engines on one key would fight over
+// its sessions).
+type BesideStarter interface {
+	StartBeside(ctx context.Context, own lease.Lease) error
+}

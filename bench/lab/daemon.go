@@ -237,6 +237,17 @@ func (d *Daemon) Exited() (bool, error) {
 	}
 }
 
+// ExitCode is the daemon's exit status once it has ended (ok false before; -1 when
+// a signal ended it).
+func (d *Daemon) ExitCode() (code int, ok bool) {
+	select {
+	case <-d.done:
+		return d.cmd.ProcessState.ExitCode(), true
+	default:
+		return 0, false
+	}
+}
+
 // LastError returns the last log line, shortened to its "msg" and "error" fields
 // when it is a JSON (zap) line.
 func (d *Daemon) LastError() string {

@@ -48,7 +48,19 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := daemon.Run(ctx, opts.config(readBuildInfo()), log); err != nil {
+	cfg := opts.config(readBuildInfo())
+	err = daemon.Run(ctx, cfg, log)
+	if errors.Is(err, daemon.ErrHandedOver) {
+		log.Info("weftd stopped: a new weftd took over", zap.Error(err))
+		if cfg.Kube != nil {
+			// A pod that exits is restarted, and would take the host back. The
+			// DaemonSet deletes this pod once the new one is ready.
+			log.Info("waiting for Kubernetes to delete this pod")
+			<-ctx.Done()
+		}
+		return 0
+	}
+	if err != nil {
 		log.Error("weftd stopped", zap.Error(err))
 		return 1
 	}

@@ -128,6 +128,14 @@ func (b *backend) Register(ctx context.Context, own lease.Lease) error {
 	return nil
 }
 
+// StartBeside opens more queues on the flannel0 of the weftd this one replaces, and
+// more sockets on its port (every udp socket is in an SO_REUSEPORT group), for own as
+// that weftd held it: the kernel spreads the traffic over both until that one
+// stops. What comes to ours waits for Run. See encap.BesideStarter.
+func (b *backend) StartBeside(ctx context.Context, own lease.Lease) error {
+	return b.Register(ctx, own)
+}
+
 // openLocked opens flannel0 (unless open) and configures it for b.own.
 func (b *backend) openLocked() error {
 	if b.dev == nil {

@@ -1,0 +1,23 @@
+//go:build !linux
+
+package handover
+
+import "context"
+
+// Listener is Linux's; elsewhere Listen fails with ErrUnsupported.
+type Listener struct{}
+
+// Request is a new weftd's request to take over.
+type Request struct{ PID int }
+
+// Listen fails with ErrUnsupported.
+func Listen(string) (*Listener, error) { return nil, ErrUnsupported }
+
+// Requests gives nothing.
+func (*Listener) Requests() <-chan Request { return nil }
+
+// Close does nothing.
+func (*Listener) Close() error { return nil }
+
+// Ask fails with ErrUnsupported.
+func Ask(context.Context, string) (int, error) { return 0, ErrUnsupported }
