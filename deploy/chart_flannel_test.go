@@ -81,9 +81,11 @@ func compareDaemonSets(t *testing.T, theirs, ours *appsv1.DaemonSet) {
 			t.Errorf("%s: flannel's chart %+v, weft's %+v", what, a, b)
 		}
 	}
-	same("ports", fc.Ports, wc.Ports)
-	same("liveness probe", fc.LivenessProbe, wc.LivenessProbe)
-	same("readiness probe", fc.ReadinessProbe, wc.ReadinessProbe)
+	// weft declares no port (docs/compatibility.md): its probes give the number
+	// flannel's name.
+	same("ports", []corev1.ContainerPort(nil), wc.Ports)
+	same("liveness probe", numberedProbe(fc.LivenessProbe, fc.Ports), wc.LivenessProbe)
+	same("readiness probe", numberedProbe(fc.ReadinessProbe, fc.Ports), wc.ReadinessProbe)
 	same("node selector", fs.NodeSelector, ws.NodeSelector)
 	same("pull secrets", fs.ImagePullSecrets, ws.ImagePullSecrets)
 	same("affinity", fs.Affinity, ws.Affinity)

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -27,7 +28,8 @@ func TestChartFlannelValuesFile(t *testing.T) {
 	if want := []string{"--ip-masq", "--kube-subnet-mgr", "--iface=eth1", "--healthz-port=8082"}; !reflect.DeepEqual(c.Args, want) {
 		t.Errorf("args %q, want %q", c.Args, want)
 	}
-	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8082 || c.LivenessProbe == nil || c.ReadinessProbe == nil {
+	if len(c.Ports) != 0 || c.LivenessProbe == nil || c.ReadinessProbe == nil ||
+		c.LivenessProbe.HTTPGet.Port.IntValue() != 8082 || c.ReadinessProbe.HTTPGet.Port.IntValue() != 8082 {
 		t.Errorf("healthz port 8082: ports %+v, probes %v %v", c.Ports, c.LivenessProbe, c.ReadinessProbe)
 	}
 	// helm merges maps of values: the file's requests, the chart's memory limit.
@@ -195,7 +197,13 @@ func TestChartPodMonitor(t *testing.T) {
 		}
 		Spec struct {
 			Selector            struct{ MatchLabels map[string]string }
-			PodMetricsEndpoints []struct{ Port, Path, Interval string }
+			PodMetricsEndpoints []struct {
+				Path, Interval string
+				Relabelings    []struct {
+					SourceLabels                    []string
+					Regex, TargetLabel, Replacement string
+				}
+			}
 		}
 	}
 	var pods map[string]string
@@ -225,8 +233,25 @@ func TestChartPodMonitor(t *testing.T) {
 	if len(pm.Spec.Selector.MatchLabels) == 0 || len(pm.Spec.PodMetricsEndpoints) != 1 {
 		t.Fatalf("PodMonitor spec %+v", pm.Spec)
 	}
-	if e := pm.Spec.PodMetricsEndpoints[0]; e.Port != "healthz" || e.Path != "/metrics" || e.Interval != "15s" {
-		t.Errorf("endpoint %+v, want port healthz, /metrics, 15s", e)
+	e := pm.Spec.PodMetricsEndpoints[0]
+	if e.Path != "/metrics" || e.Interval != "15s" {
+		t.Errorf("endpoint %+v, want /metrics, 15s", e)
+	}
+	// The pods declare no port: the address is the pod's IP and the healthz port, in
+	// brackets for IPv6.
+	for ip, want := range map[string]string{"192.0.2.7": "192.0.2.7:8081", "2001:db8::7": "[2001:db8::7]:8081"} {
+		addr := ""
+		for _, r := range e.Relabelings {
+			if len(r.SourceLabels) == 1 && r.SourceLabels[0] == "__meta_kubernetes_pod_ip" && r.TargetLabel == "__address__" {
+				re := regexp.MustCompile("^(?:" + r.Regex + ")$")
+				if re.MatchString(ip) {
+					addr = re.ReplaceAllString(ip, r.Replacement)
+				}
+			}
+		}
+		if addr != want {
+			t.Errorf("pod IP %s scraped at %q, want %q", ip, addr, want)
+		}
 	}
 	vals = yamlValues(t, "metrics:\n  podMonitor:\n    enabled: true\nflannel:\n  healthz:\n    port: 0\n")
 	if _, err := renderChart(t, chartDir, vals); err == nil || !strings.Contains(err.Error(), "flannel.healthz.port") {
