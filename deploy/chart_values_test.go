@@ -200,8 +200,8 @@ func TestChartPodMonitor(t *testing.T) {
 			PodMetricsEndpoints []struct {
 				Path, Interval string
 				Relabelings    []struct {
-					SourceLabels                    []string
-					Regex, TargetLabel, Replacement string
+					SourceLabels                            []string
+					Regex, TargetLabel, Replacement, Action string
 				}
 			}
 		}
@@ -236,6 +236,16 @@ func TestChartPodMonitor(t *testing.T) {
 	e := pm.Spec.PodMetricsEndpoints[0]
 	if e.Path != "/metrics" || e.Interval != "15s" {
 		t.Errorf("endpoint %+v, want /metrics, 15s", e)
+	}
+	// One target per pod, weftd's container: with no port declared, Prometheus makes
+	// one of every container.
+	keep := false
+	for _, r := range e.Relabelings {
+		keep = keep || r.Action == "keep" && len(r.SourceLabels) == 1 &&
+			r.SourceLabels[0] == "__meta_kubernetes_pod_container_name" && r.Regex == "weft"
+	}
+	if !keep {
+		t.Errorf("relabelings %+v keep every container's target, want only weft's", e.Relabelings)
 	}
 	// The pods declare no port: the address is the pod's IP and the healthz port, in
 	// brackets for IPv6.

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -31,24 +30,10 @@ const flannelImage = "registry.weft.test/flannel:v0.28.10"
 // were never restarted.
 func checkBackOnFlannel(t *testing.T, ctx context.Context, c *kubecluster.Cluster, pods ...pod) {
 	t.Helper()
+	checkWeftGone(t, ctx, c)
 	for _, n := range c.Nodes {
-		if left := weftFirewall(t, ctx, n); left != "" {
-			t.Errorf("node %s after weft-cleanup.yml still has weft's rules:\n%s", n.Name, left)
-		}
 		if rules := iptablesSave(t, ctx, n); !strings.Contains(rules, "-j FLANNEL-FWD") {
 			t.Errorf("node %s back on flanneld without its FLANNEL-FWD chain:\n%s", n.Name, rules)
-		}
-		node, err := c.Admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cond := findCondition(node, "WeftPeersReachable"); cond != nil {
-			t.Errorf("node %s after weft-cleanup.yml keeps %+v", n.Name, *cond)
-		}
-		for k := range node.Annotations {
-			if strings.HasPrefix(k, "weft.weftnet.io/") {
-				t.Errorf("node %s after weft-cleanup.yml keeps the annotation %s", n.Name, k)
-			}
 		}
 	}
 	for _, want := range pods {
@@ -208,38 +193,7 @@ func TestDaemonSetFromFlannel(t *testing.T) {
 			t.Fatalf("node %s has no WeftPeersReachable before weft-cleanup.yml: the check below would prove nothing", n.Name)
 		}
 	}
-	cleanupYML := filepath.Join("..", "deploy", "weft-cleanup.yml")
-	applyManifest(t, ctx, c.Admin, cleanupYML, func(kruntime.Object) bool { return true })
-	await(t, ctx, "DaemonSet weft-cleanup ready", func() (bool, string) {
-		ds, err := c.Admin.AppsV1().DaemonSets("kube-flannel").Get(ctx, "weft-cleanup", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return ds.Status.ObservedGeneration == ds.Generation && ds.Status.DesiredNumberScheduled == 2 && ds.Status.NumberReady == 2,
-			fmt.Sprintf("desired %d ready %d", ds.Status.DesiredNumberScheduled, ds.Status.NumberReady)
-	})
-	// Its pods ran as its own ServiceAccount, whose rights alone removed weft's marks
-	// (checkBackOnFlannel): flannel's is gone after `helm uninstall` on k3s and RKE2.
-	pods, err := c.Admin.CoreV1().Pods("kube-flannel").List(ctx, metav1.ListOptions{LabelSelector: "app=weft-cleanup"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods.Items {
-		if p.Spec.ServiceAccountName != "weft-cleanup" {
-			t.Errorf("pod %s ran as ServiceAccount %q, want weft-cleanup's own", p.Name, p.Spec.ServiceAccountName)
-		}
-	}
-	// kubectl delete -f weft-cleanup.yml: every object it made.
-	errs := []error{
-		c.Admin.AppsV1().DaemonSets("kube-flannel").Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}),
-		c.Admin.CoreV1().ServiceAccounts("kube-flannel").Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}),
-		c.Admin.RbacV1().ClusterRoleBindings().Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}),
-		c.Admin.RbacV1().ClusterRoles().Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}),
-	}
-	if err := errors.Join(errs...); err != nil {
-		t.Fatalf("deleting weft-cleanup.yml's objects: %v", err)
-	}
-	awaitNoPods(t, ctx, c, "app=weft-cleanup")
+	runWeftCleanup(t, ctx, c, "")
 	sent, received, gap = p.stop(t, ctx)
 	t.Logf("weft -> flannel and weft-cleanup.yml: %d pings every 10 ms, %d answered, longest gap %v; took %v",
 		sent, received, gap, time.Since(back).Round(time.Millisecond))

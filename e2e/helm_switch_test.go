@@ -157,7 +157,7 @@ func TestHelmFromFlannelChart(t *testing.T) {
 			t.Fatalf("node %s: weft's rules gone before weft-cleanup.yml ran: the check below would prove nothing", n.Name)
 		}
 	}
-	runWeftCleanup(t, ctx, c)
+	runWeftCleanup(t, ctx, c, "")
 	sent, received, gap = p.stop(t, ctx)
 	t.Logf("weft's chart -> flannel's and weft-cleanup.yml: %d pings every 10 ms, %d answered, longest gap %v; took %v",
 		sent, received, gap, time.Since(back).Round(time.Millisecond))
@@ -176,11 +176,24 @@ func TestHelmFromFlannelChart(t *testing.T) {
 	t.Logf("back on flannel's chart: pod-e %s (started by flanneld's subnet.env) pings pod-a; %v after start", e.ip, time.Since(start).Round(time.Millisecond))
 }
 
-// runWeftCleanup runs deploy/weft-cleanup.yml as the docs say: apply it, wait until
-// its DaemonSet is ready on every node (rollout status), delete it.
-func runWeftCleanup(t *testing.T, ctx context.Context, c *kubecluster.Cluster) {
+// runWeftCleanup runs deploy/weft-cleanup.yml as the docs say: apply it (with image,
+// when not "", as its DaemonSet's image), wait until its DaemonSet is ready on every
+// node (rollout status), then delete every object it made (kubectl delete -f). Its
+// pods run as its own ServiceAccount, whose rights alone must do the cleanup: on k3s
+// and RKE2 flannel's is gone with `helm uninstall`.
+func runWeftCleanup(t *testing.T, ctx context.Context, c *kubecluster.Cluster, image string) {
 	t.Helper()
-	applyManifest(t, ctx, c.Admin, filepath.Join("..", "deploy", "weft-cleanup.yml"), func(kruntime.Object) bool { return true })
+	applyManifest(t, ctx, c.Admin, filepath.Join("..", "deploy", "weft-cleanup.yml"), func(o kruntime.Object) bool {
+		if ds, ok := o.(*appsv1.DaemonSet); ok && image != "" {
+			for i := range ds.Spec.Template.Spec.InitContainers {
+				ds.Spec.Template.Spec.InitContainers[i].Image = image
+			}
+			for i := range ds.Spec.Template.Spec.Containers {
+				ds.Spec.Template.Spec.Containers[i].Image = image
+			}
+		}
+		return true
+	})
 	await(t, ctx, "DaemonSet weft-cleanup ready", func() (bool, string) {
 		ds, err := c.Admin.AppsV1().DaemonSets("kube-flannel").Get(ctx, "weft-cleanup", metav1.GetOptions{})
 		if err != nil {
@@ -190,10 +203,48 @@ func runWeftCleanup(t *testing.T, ctx context.Context, c *kubecluster.Cluster) {
 		return ds.Status.ObservedGeneration == ds.Generation && ds.Status.DesiredNumberScheduled == n && ds.Status.NumberReady == n,
 			fmt.Sprintf("desired %d ready %d", ds.Status.DesiredNumberScheduled, ds.Status.NumberReady)
 	})
-	if err := c.Admin.AppsV1().DaemonSets("kube-flannel").Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}); err != nil {
+	pods, err := c.Admin.CoreV1().Pods("kube-flannel").List(ctx, metav1.ListOptions{LabelSelector: "app=weft-cleanup"})
+	if err != nil {
 		t.Fatal(err)
 	}
+	for _, p := range pods.Items {
+		if p.Spec.ServiceAccountName != "weft-cleanup" {
+			t.Errorf("pod %s ran as ServiceAccount %q, want weft-cleanup's own", p.Name, p.Spec.ServiceAccountName)
+		}
+	}
+	errs := []error{
+		c.Admin.AppsV1().DaemonSets("kube-flannel").Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}),
+		c.Admin.CoreV1().ServiceAccounts("kube-flannel").Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}),
+		c.Admin.RbacV1().ClusterRoleBindings().Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}),
+		c.Admin.RbacV1().ClusterRoles().Delete(ctx, "weft-cleanup", metav1.DeleteOptions{}),
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("deleting weft-cleanup.yml's objects: %v", err)
+	}
 	awaitNoPods(t, ctx, c, "app=weft-cleanup")
+}
+
+// checkWeftGone checks that no node keeps weft's marks after weft-cleanup.yml: no weft
+// firewall rule, no WeftPeersReachable condition, no weft.weftnet.io/ annotation.
+func checkWeftGone(t *testing.T, ctx context.Context, c *kubecluster.Cluster) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		if left := weftFirewall(t, ctx, n); left != "" {
+			t.Errorf("node %s after weft-cleanup.yml still has weft's rules:\n%s", n.Name, left)
+		}
+		node, err := c.Admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cond := findCondition(node, "WeftPeersReachable"); cond != nil {
+			t.Errorf("node %s after weft-cleanup.yml keeps %+v", n.Name, *cond)
+		}
+		for k := range node.Annotations {
+			if strings.HasPrefix(k, "weft.weftnet.io/") {
+				t.Errorf("node %s after weft-cleanup.yml keeps the annotation %s", n.Name, k)
+			}
+		}
+	}
 }
 
 // helmValuesFile parses a values file's text as helm does.

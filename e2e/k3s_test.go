@@ -20,6 +20,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
@@ -53,8 +54,12 @@ ln -s $h $d/current
 // directories k3s leaves it with flannel off. It runs docs/k3s-rke2.md's node step on
 // each node as written and installs the chart with the page's k3s values (podCidr
 // replaced by the lab's range), then checks the DaemonSet and nodes Ready, where weft
-// put its CNI files, and pods on the two nodes pinging each other. RKE2's values on
-// the page must equal k3s's: its layout is the default one of the other chart tests.
+// put its CNI files, and pods on the two nodes pinging each other. Then the page's way
+// back: helm uninstall (flannel's ServiceAccount goes with the release),
+// weft-cleanup.yml run by its own ServiceAccount until no node keeps weft's rules,
+// condition or annotations, and the page's node step, after which weft's CNI files
+// are gone. RKE2's values on the page must equal k3s's: its layout is the default one
+// of the other chart tests.
 func TestK3sLayout(t *testing.T) {
 	image := daemonSetPrereqs(t)
 	doc, err := os.ReadFile(k3sDoc)
@@ -82,7 +87,7 @@ func TestK3sLayout(t *testing.T) {
 	// The page leaves the image to the chart's defaults; here it is the one just loaded,
 	// named by the digest the nodes' containerd has for it (as a pin would name it).
 	values["flannel"].(map[string]any)["image"] = map[string]any{"digest": loadedDigest(t, ctx, c.Nodes[0])}
-	helmInstall(t, ctx, c, yamlOf(t, values))
+	cfg, _ := helmInstall(t, ctx, c, yamlOf(t, values))
 	checkNodes(t, ctx, c)
 	checkDaemonSet(t, ctx, c.Admin, "weft")
 	for _, n := range c.Nodes {
@@ -93,6 +98,46 @@ func TestK3sLayout(t *testing.T) {
 	pingPod(t, ctx, c.Admin, a, b)
 	pingPod(t, ctx, c.Admin, b, a)
 	t.Logf("k3s layout: pods %s and %s ping each other; %v after start", a.ip, b.ip, time.Since(start).Round(time.Millisecond))
+
+	// The way back, as the page says: helm uninstall, weft-cleanup.yml, the node step.
+	wayBackAfterHelm(t, ctx, c, cfg, "")
+	back := docBlock(t, string(doc), "weft:k3s-back")
+	for _, n := range c.Nodes {
+		if out, err := nodeShell(ctx, t, n, back); err != nil {
+			t.Fatalf("%s: %s's way back: %v\n%s", n.Name, k3sDoc, err, out)
+		}
+		for _, gone := range []string{"/opt/cni/bin/flannel", "/opt/cni/bin/bridge", "/opt/cni/bin/host-local",
+			"/opt/cni/bin/portmap", "/opt/cni/bin/loopback", "/etc/cni/net.d/10-flannel.conflist"} {
+			if _, err := os.Lstat(nodePath(t, n, gone)); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s: %s still there after the way back (%v)", n.Name, gone, err)
+			}
+		}
+	}
+	t.Logf("k3s layout: back to no CNI of weft's, weft's rules and node marks gone; %v after start", time.Since(start).Round(time.Millisecond))
+}
+
+// wayBackAfterHelm runs the first steps of docs/k3s-rke2.md's ways back: helm
+// uninstall weft, which takes flannel's ServiceAccount with the release (k3s's flannel
+// and Canal do not make it again), then weft-cleanup.yml with its own (image: see
+// runWeftCleanup), and checks that no node keeps weft's rules or marks.
+func wayBackAfterHelm(t *testing.T, ctx context.Context, c *kubecluster.Cluster, cfg *action.Configuration, image string) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		if weftFirewall(t, ctx, n) == "" {
+			t.Fatalf("node %s: no weft rules before the way back: the check after it would prove nothing", n.Name)
+		}
+	}
+	u := action.NewUninstall(cfg)
+	u.Wait, u.Timeout = true, 2*time.Minute
+	if _, err := u.Run("weft"); err != nil {
+		t.Fatalf("helm uninstall weft: %v", err)
+	}
+	awaitNoPods(t, ctx, c, "app=weft")
+	if _, err := c.Admin.CoreV1().ServiceAccounts("kube-flannel").Get(ctx, "flannel", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("ServiceAccount flannel after helm uninstall: %v; want it gone with the release", err)
+	}
+	runWeftCleanup(t, ctx, c, image)
+	checkWeftGone(t, ctx, c)
 }
 
 // docBlock is the fenced block that follows the line "<!-- name -->" in doc.
@@ -255,8 +300,8 @@ echo 'apiVersion: v1' > /etc/cni/net.d/calico-kubeconfig
 // is weft's with it in place) must move it aside and say so in its log, so that the
 // config containerd's CNI loader picks (libcni's ConfFiles, sorted: the first) is
 // weft's, and pods on the two nodes ping each other. Then the page's way back: helm
-// uninstall, the page's node step run on each node, after which the loader picks
-// Canal's config again, byte for byte as it was.
+// uninstall, weft-cleanup.yml as for k3s, the page's node step run on each node,
+// after which the loader picks Canal's config again, byte for byte as it was.
 func TestRKE2Canal(t *testing.T) {
 	image := daemonSetPrereqs(t)
 	doc, err := os.ReadFile(k3sDoc)
@@ -310,13 +355,9 @@ func TestRKE2Canal(t *testing.T) {
 	pingPod(t, ctx, c.Admin, b, a)
 	t.Logf("RKE2 after Canal: pods %s and %s ping each other; %v after start", a.ip, b.ip, time.Since(start).Round(time.Millisecond))
 
-	// The way back: helm uninstall, then the page's node step on every node.
-	u := action.NewUninstall(cfg)
-	u.Wait, u.Timeout = true, 2*time.Minute
-	if _, err := u.Run("weft"); err != nil {
-		t.Fatalf("helm uninstall weft: %v", err)
-	}
-	awaitNoPods(t, ctx, c, "app=weft")
+	// The way back: helm uninstall, weft-cleanup.yml (on the image the nodes have),
+	// then the page's node step on every node.
+	wayBackAfterHelm(t, ctx, c, cfg, treeImageRepo+":"+treeImageTag)
 	for _, n := range c.Nodes {
 		if out, err := nodeShell(ctx, t, n, back); err != nil {
 			t.Fatalf("%s: %s's way back: %v\n%s", n.Name, k3sDoc, err, out)

@@ -23,7 +23,8 @@ import (
 // socket in /run/wireguard (wg show works), pods on a and b pinging over it, a
 // restart after SIGKILL with a new MainPID, ProtectSystem=strict enforced in weftd's
 // mount namespace, and weftd's writes only in /run/flannel, /run/wireguard and
-// /var/lib/weft.
+// /var/lib/weft. Then docs/operations.md's uninstall steps for a systemd host run as
+// written, and leave nothing of weft on a, nor its lease in etcd.
 func TestSystemdUnitWireGuard(t *testing.T) {
 	c := wgCluster(t)
 	a, b := c.addHost("a", "lan1"), c.addHost("b", "lan2")
@@ -97,6 +98,36 @@ func TestSystemdUnitWireGuard(t *testing.T) {
 	}
 	if _, err := os.Stat(sd.root("/run/wireguard/flannel-wg.sock")); !os.IsNotExist(err) {
 		t.Errorf("UAPI socket left after systemctl stop: %v", err)
+	}
+
+	// docs/operations.md's uninstall steps for a systemd host, as written, under this
+	// systemd: nothing of weft is left on a, and its lease is gone from etcd.
+	ops, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := docBlock(t, string(ops), "weft:systemd-uninstall")
+	if out, err := sd.run(ctx, "sh", "-ec", steps); err != nil {
+		t.Fatalf("operations.md's uninstall steps: %v\n%s", err, out)
+	}
+	if out, err := sd.run(ctx, "systemctl", "cat", "weftd.service"); err == nil {
+		t.Errorf("weftd.service still known to systemd after the uninstall steps:\n%s", out)
+	}
+	for _, gone := range []string{"/usr/local/bin/weftd", "/etc/default/weftd", "/etc/systemd/system/weftd.service",
+		"/run/flannel/subnet.env", "/run/flannel/wgkey", "/run/flannel/weft-ways.json", "/var/lib/weft/lease.json"} {
+		if _, err := os.Lstat(sd.root(gone)); !os.IsNotExist(err) {
+			t.Errorf("%s left after the uninstall steps (%v)", gone, err)
+		}
+	}
+	if out, err := a.ns.Run(context.Background(), "ip", "-o", "link", "show"); err != nil || strings.Contains(out, "flannel") {
+		t.Errorf("a's links after the uninstall steps (%v):\n%s", err, out)
+	}
+	if rules, nft := weftRules(c, a); len(rules) > 0 || nft {
+		t.Errorf("weft's rules left on a after the uninstall steps: %q (nft table: %v)", rules, nft)
+	}
+	key := lease.DefaultPrefix + "/subnets/" + strings.Replace(envA.Subnet.Masked().String(), "/", "-", 1)
+	if got, err := c.etcdClient().Get(ctx, key); err != nil || got.Count != 0 {
+		t.Errorf("a's lease %s after the uninstall steps: %v (%v)", key, got, err)
 	}
 }
 
