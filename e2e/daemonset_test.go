@@ -132,32 +132,11 @@ func dsNetConf(t *testing.T, backend string) func(kruntime.Object) bool {
 // them). An object that exists already is left as it is, as kubectl create does.
 func applyManifest(t *testing.T, ctx context.Context, cs kubernetes.Interface, path string, edit func(kruntime.Object) bool) {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := scheme.Codecs.UniversalDeserializer()
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		obj, _, err := dec.Decode(doc, nil, nil)
-		if err != nil {
-			if strings.Contains(err.Error(), "Object 'Kind' is missing") {
-				continue // a document of comments only
-			}
-			t.Fatal(err)
-		}
+	for _, obj := range readManifest(t, path) {
 		if !edit(obj) {
 			continue
 		}
+		var err error
 		switch o := obj.(type) {
 		case *corev1.Namespace:
 			_, err = cs.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
@@ -177,6 +156,65 @@ func applyManifest(t *testing.T, ctx context.Context, cs kubernetes.Interface, p
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("%s: create %T: %v", path, obj, err)
 		}
+	}
+}
+
+// deleteManifest deletes every object of the manifest at path, as kubectl delete -f
+// does (one already gone is fine).
+func deleteManifest(t *testing.T, ctx context.Context, cs kubernetes.Interface, path string) {
+	t.Helper()
+	for _, obj := range readManifest(t, path) {
+		var err error
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+			err = cs.CoreV1().Namespaces().Delete(ctx, o.Name, metav1.DeleteOptions{})
+		case *rbacv1.ClusterRole:
+			err = cs.RbacV1().ClusterRoles().Delete(ctx, o.Name, metav1.DeleteOptions{})
+		case *rbacv1.ClusterRoleBinding:
+			err = cs.RbacV1().ClusterRoleBindings().Delete(ctx, o.Name, metav1.DeleteOptions{})
+		case *corev1.ServiceAccount:
+			err = cs.CoreV1().ServiceAccounts(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
+		case *corev1.ConfigMap:
+			err = cs.CoreV1().ConfigMaps(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
+		case *appsv1.DaemonSet:
+			err = cs.AppsV1().DaemonSets(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
+		default:
+			t.Fatalf("%s: unexpected %T", path, obj)
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("%s: delete %T: %v", path, obj, err)
+		}
+	}
+}
+
+// readManifest decodes the objects of the manifest at path.
+func readManifest(t *testing.T, path string) []kruntime.Object {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := scheme.Codecs.UniversalDeserializer()
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var objs []kruntime.Object
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		obj, _, err := dec.Decode(doc, nil, nil)
+		if err != nil {
+			if strings.Contains(err.Error(), "Object 'Kind' is missing") {
+				continue // a document of comments only
+			}
+			t.Fatal(err)
+		}
+		objs = append(objs, obj)
 	}
 }
 
