@@ -41,7 +41,7 @@ func TestProductImportsNoHarness(t *testing.T) {
 // TestTopLevel: the repository's top level holds the product's packages, the harness
 // (bench), and deploy, docs, e2e and test; nothing else grows there unnoticed.
 func TestTopLevel(t *testing.T) {
-	want := []string{"bench", "checkconfig", "cmd", "daemon", "deploy", "docs", "e2e", "encap", "firewall", "internal", "lease", "paths", "proxy", "status", "test", "transport", "tun"}
+	want := []string{"bench", "checkconfig", "cmd", "daemon", "deploy", "docs", "e2e", "encap", "firewall", "handover", "internal", "lease", "paths", "proxy", "status", "test", "transport", "tun"}
 	entries, err := os.ReadDir("..")
 	if err != nil {
 		t.Fatal(err)
