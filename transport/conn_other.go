@@ -23,6 +23,9 @@ func (*Conn) Staged() int                           { return 0 }
 func (*Conn) Room(int) bool                         { return true }
 func (*Conn) Stage([]byte, netip.AddrPort) error    { return errors.ErrUnsupported }
 func (*Conn) StageRun([]byte, netip.AddrPort) error { return errors.ErrUnsupported }
+func (*Conn) StageRunParts([]byte, []byte, netip.AddrPort) error {
+	return errors.ErrUnsupported
+}
 func (*Conn) Begin(netip.AddrPort) error            { return errors.ErrUnsupported }
 func (*Conn) BeginFrom(netip.AddrPort, Local) error { return errors.ErrUnsupported }
 func (*Conn) StageFrom([]byte, netip.AddrPort, Local) error {

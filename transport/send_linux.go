@@ -63,6 +63,33 @@ func (u *Conn) StageRunFrom(pkt []byte, to netip.AddrPort, from Local) error {
 	return nil
 }
 
+// StageRunParts is StageRun for a datagram gathered from two pieces, head then body
+// (neither copied): a relay frame's header, the same for every datagram to one
+// peer, in front of the datagram the device handed over. The caller checks Room(2).
+func (u *Conn) StageRunParts(head, body []byte, to netip.AddrPort) error {
+	size := len(head) + len(body)
+	if u.tx.runOpen && u.tx.gso && u.tx.runTo == to && !u.tx.runFrom.IsValid() && size <= u.tx.runSeg && u.tx.runSegs < MaxSegments &&
+		u.tx.runBytes+size <= MaxUDPPayload && u.tx.niov+2 <= len(u.tx.iov) {
+		u.tx.n-- // reopen the last message
+		u.AddIov(head)
+		u.AddIov(body)
+		u.tx.runSegs++
+		u.tx.runBytes += size
+		u.tx.runOpen = size == u.tx.runSeg
+		u.End(u.tx.runSegs, u.tx.runSeg)
+		return nil
+	}
+	if err := u.Begin(to); err != nil {
+		return err
+	}
+	u.AddIov(head)
+	u.AddIov(body)
+	u.End(1, 0)
+	u.tx.runOpen, u.tx.runTo, u.tx.runFrom = true, to, Local{}
+	u.tx.runSeg, u.tx.runSegs, u.tx.runBytes = size, 1, size
+	return nil
+}
+
 // Begin starts a message to to; AddIov appends a piece to it; End ends it, with segs
 // datagrams of segSize bytes each (the last may be shorter) when segs > 1, which
 // needs UDP GSO. The caller checks Room first. Begin fails with ErrFamily, starting

@@ -15,6 +15,7 @@ import (
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/internal/ipconv"
 	"github.com/weftnet/weft/transport/relay"
+	"github.com/weftnet/weft/transport/wgbind"
 )
 
 // wgDevice is a WireGuard device: the kernel's, configured over generic netlink, or
@@ -38,6 +39,15 @@ type wgDevice interface {
 	// Kept says the device was taken over from an earlier weftd with its peers (the
 	// kernel's keeps them; wireguard-go's went with the process).
 	Kept() bool
+}
+
+// inProcessRelay is a device in this process whose Bind carries the relayed peers'
+// datagrams to and from the relay socket without the loopback legs (wireguard-go on
+// weft's transport): it takes what the relay brings (relay.Device), and sends
+// through r what it sends to a relayed peer.
+type inProcessRelay interface {
+	relay.Device
+	SetRelay(r wgbind.Relay)
 }
 
 // peerStatus is what a device knows of one peer now.
@@ -110,9 +120,26 @@ func (w *backend) open() error {
 			w.pathPort = -1
 		} else {
 			w.node = n
+			w.relayInProcess()
 		}
 	}
 	return nil
+}
+
+// relayInProcess joins the IPv4 device and the path socket without loopback legs
+// where the device can (inProcessRelay): relayed TCP was a quarter of direct's with
+// a loopback socket and a system call per datagram on each leg. w.mu is held.
+func (w *backend) relayInProcess() {
+	if w.node == nil {
+		return
+	}
+	d, ok := w.devs[0].(inProcessRelay)
+	if !ok {
+		w.node.SetDevice(nil)
+		return
+	}
+	w.node.SetDevice(d)
+	d.SetRelay(w.node)
 }
 
 // seenAt is where the IPv4 device sees peer k's WireGuard: the path socket tells it

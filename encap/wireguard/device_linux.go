@@ -150,6 +150,8 @@ type userWG struct {
 	name string
 	dev  *device.Device
 	bind *nsBind
+	// relayed is the Bind's in-process leg for relayed peers (inProcessRelay).
+	relayed *wgbind.Bind
 	uapi net.Listener
 	path string // the UAPI socket
 	wg   sync.WaitGroup
@@ -172,7 +174,9 @@ func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log
 	// only when debug is on: a flood of junk makes one for each datagram.
 	// weft's transport carries the device's datagrams (transport/wgbind), not
 	// wireguard-go's own Bind: no copy into a GSO buffer, no allocation per datagram.
-	bind, err := newNSBind(wgbind.New(dlog, &drops[wgDropReplayed]))
+	wb := wgbind.New(dlog, &drops[wgDropReplayed])
+	wb.TakeRelayed()
+	bind, err := newNSBind(wb)
 	if err != nil {
 		_ = t.Close()
 		return nil, err
@@ -186,7 +190,7 @@ func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log
 		},
 		Errorf: func(format string, args ...any) { dlog.Warn(fmt.Sprintf(format, args...)) },
 	})
-	u := &userWG{name: name, dev: dev, bind: bind, path: filepath.Join(socketDir, name+".sock"), kick: &kicker{dev: dev}}
+	u := &userWG{name: name, dev: dev, bind: bind, relayed: wb, path: filepath.Join(socketDir, name+".sock"), kick: &kicker{dev: dev}}
 	if u.uapi, err = listenUAPI(name, socketDir); err != nil {
 		dev.Close()
 		bind.release()
@@ -238,6 +242,10 @@ func listenUAPI(name, socketDir string) (net.Listener, error) {
 	l.SetUnlinkOnClose(true)
 	return l, nil
 }
+
+// Deliver and SetRelay make the relay's legs in process (inProcessRelay).
+func (u *userWG) Deliver(p []byte, from netip.AddrPort) bool { return u.relayed.Deliver(p, from) }
+func (u *userWG) SetRelay(r wgbind.Relay)                    { u.relayed.SetRelay(r) }
 
 func (u *userWG) Name() string                { return u.name }
 func (u *userWG) Kind() string                { return Userspace }

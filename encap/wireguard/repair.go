@@ -164,6 +164,9 @@ func (w *backend) remake(i int) error {
 		return fmt.Errorf("configure: %w", err)
 	}
 	w.devs[i] = d
+	if i == 0 {
+		w.relayInProcess()
+	}
 	var errs []error
 	for _, f := range []encap.Family{encap.V4(w.cfg), encap.V6(w.cfg)} {
 		if f.On() && w.devFor(f) == i {

@@ -7,9 +7,11 @@
 //     key of theirs: a relay (node.go);
 //   - carries pings, straight or through a relay, so a path is measured before it is
 //     used (node.go);
-//   - hands WireGuard the datagrams relayed to it through a loopback socket per peer,
-//     which is that peer's endpoint on our device: the kernel's WireGuard device and
-//     wireguard-go's alike (local.go).
+//   - gives each relayed peer a loopback socket, which is that peer's endpoint on our
+//     device (its stand-in): the kernel's WireGuard device sends there and is handed
+//     relayed datagrams from there; wireguard-go's, on weft's transport, trades them
+//     with the node in process (SetDevice, SendRelayed), the loopback address only
+//     naming the peer (local.go).
 //
 // Frames start with the 4-byte magic "WFT1" and a type; keys are WireGuard public
 // keys. Hellos and their answers carry a MAC keyed by the two hosts' static

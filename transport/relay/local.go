@@ -15,6 +15,9 @@ import (
 type local struct {
 	conn *net.UDPConn
 	addr netip.AddrPort
+	// head is the relay frame's header for this peer's datagrams (to it, from us),
+	// sent in front of each: SendRelayed gathers it and the datagram into one.
+	head [relayHdr]byte
 }
 
 // localLocked is peer k's loopback socket, opened (and its reader started) the
@@ -33,7 +36,11 @@ func (n *Node) localLocked(k Key) (*local, error) {
 	setBuffers(conn, socketBuffer)
 	ap := conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	l := &local{conn: conn, addr: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())}
+	putHeader(l.head[:], tRelay)
+	copy(l.head[5:], k[:])
+	copy(l.head[37:], n.pub[:])
 	n.locals[k] = l
+	n.standIns[l.addr] = k
 	go n.readLocal(k, l)
 	return l, nil
 }
@@ -57,12 +64,49 @@ func (n *Node) IsEndpoint(ep netip.AddrPort) (Key, bool) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for k, l := range n.locals {
-		if l.addr == ep {
-			return k, true
+	k, ok := n.standIns[ep]
+	return k, ok
+}
+
+// SendRelayed sends bufs, datagrams of our device for the peer whose loopback
+// socket is at to, through that peer's relay, without the loopback leg: each goes
+// as the peer's frame header and the datagram, gathered (neither copied), in runs
+// of one size (UDP GSO), all in one sendmmsg where they fit. It reports false,
+// sending nothing, when to is no peer's loopback socket (transport/wgbind.Relay).
+func (n *Node) SendRelayed(bufs [][]byte, to netip.AddrPort) (bool, error) {
+	n.mu.Lock()
+	k, ok := n.standIns[to]
+	l := n.locals[k]
+	via, routed := n.routes[k]
+	if !routed {
+		via = n.heard[k]
+	}
+	n.mu.Unlock()
+	if !ok || l == nil {
+		return false, nil
+	}
+	if !via.IsValid() {
+		n.dropped.Add(uint64(len(bufs)))
+		return true, fmt.Errorf("relay: no relay for peer %x", k[:4])
+	}
+	n.sendMu.Lock()
+	defer n.sendMu.Unlock()
+	var err error
+	for _, p := range bufs {
+		if len(p) == 0 || len(p)+relayHdr > maxFrame {
+			n.dropped.Add(1)
+			continue
+		}
+		if !n.conn.Room(2) {
+			n.sendLocked()
+		}
+		if serr := n.conn.StageRunParts(l.head[:], p, via); serr != nil {
+			n.dropped.Add(1)
+			err = serr
 		}
 	}
-	return Key{}, false
+	n.sendLocked()
+	return true, err
 }
 
 // SetRoute sends the datagrams our device sends peer k through the relay at via

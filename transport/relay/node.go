@@ -54,6 +54,16 @@ type Config struct {
 	Log    *zap.Logger
 }
 
+// Device is a WireGuard device in this process that takes relayed datagrams
+// without a socket (transport/wgbind's Bind); it sends through the Node's
+// SendRelayed. Without one (SetDevice), relayed datagrams are sent to the device's
+// port on loopback from the peer's loopback socket, as the kernel's device needs.
+type Device interface {
+	// Deliver hands the device datagram p (copied) as from the stand-in address
+	// from; false: not taken (counted as a drop).
+	Deliver(p []byte, from netip.AddrPort) bool
+}
+
 // Node is one host's relay socket: it answers hellos, relays, pings and hands relayed
 // WireGuard datagrams to the local device. Its methods may be called at any time from
 // any goroutine.
@@ -80,10 +90,13 @@ type Node struct {
 	routes   map[Key]netip.AddrPort // the relay for datagrams to a peer
 	heard    map[Key]netip.AddrPort // the relay a peer's datagrams last came through
 	locals   map[Key]*local
+	standIns map[netip.AddrPort]Key // the locals by address
 	pings    map[uint64]pingSent
 	rtts     map[pathID]Measure
 	macs     map[Key][32]byte
 	closed   bool
+
+	device atomic.Pointer[deviceRef] // SetDevice's
 
 	forwarded, forwardedBytes atomic.Uint64
 	dropped                   atomic.Uint64
@@ -136,22 +149,39 @@ func Listen(cfg Config) (*Node, error) {
 	for i := range bufs {
 		bufs[i] = make([]byte, maxFrame)
 	}
-	conn, err := transport.Listen(transport.Options{Port: cfg.Port, DualStack: true, Mmsg: true, GSO: true,
-		Messages: recvBatch, Iovecs: recvBatch, SocketBuffer: socketBuffer}, bufs, cfg.Log)
+	conn, err := transport.Listen(transport.Options{Port: cfg.Port, DualStack: true, Mmsg: true, GSO: true, GRO: true,
+		Messages: recvBatch, Iovecs: sendIovecs, SocketBuffer: socketBuffer}, bufs, cfg.Log)
 	if err != nil {
 		return nil, fmt.Errorf("relay: listen on UDP %d: %w", cfg.Port, err)
 	}
 	n := &Node{cfg: cfg, pub: Key(pub), conn: conn, bufs: bufs,
 		wg:   netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(cfg.WGPort)),
 		regs: map[Key]registration{}, lastTS: map[Key]uint64{}, noPeerTS: map[Key]uint64{}, hellos: map[Key]netip.AddrPort{}, sent: map[Key]uint64{}, seen: map[Key]Seen{},
-		routes: map[Key]netip.AddrPort{}, heard: map[Key]netip.AddrPort{}, locals: map[Key]*local{},
+		routes: map[Key]netip.AddrPort{}, heard: map[Key]netip.AddrPort{}, locals: map[Key]*local{}, standIns: map[netip.AddrPort]Key{},
 		pings: map[uint64]pingSent{}, rtts: map[pathID]Measure{}, macs: map[Key][32]byte{},
 	}
 	return n, nil
 }
 
-// recvBatch is how many datagrams Run takes per recvmmsg, and forwards per sendmmsg.
-const recvBatch = 32
+type deviceRef struct{ Device }
+
+// SetDevice hands relayed datagrams to d in process from now on (nil: through the
+// loopback sockets).
+func (n *Node) SetDevice(d Device) {
+	if d == nil {
+		n.device.Store(nil)
+		return
+	}
+	n.device.Store(&deviceRef{d})
+}
+
+// recvBatch is how many datagrams Run takes per recvmmsg, and forwards per sendmmsg;
+// sendIovecs the pieces one sendmmsg gathers: SendRelayed's runs take two per
+// datagram (header, datagram), up to a GSO message's 64 datagrams, twice over.
+const (
+	recvBatch  = 32
+	sendIovecs = 4 * 64
+)
 
 // Port is the port the socket listens on.
 func (n *Node) Port() int { return int(n.conn.LocalAddr().Port()) }
@@ -171,12 +201,20 @@ func (n *Node) Run(ctx context.Context) error {
 			continue
 		}
 		for i := range k {
-			size := n.conn.Size(i)
+			size, seg := n.conn.Size(i), n.conn.SegSize(i)
 			if size > len(n.bufs[i]) {
 				n.dropped.Add(1) // larger than any frame
 				continue
 			}
-			n.handle(n.bufs[i][:size], n.conn.From(i))
+			if seg <= 0 || seg > size {
+				seg = size
+			}
+			// A GRO message holds frames of one size from one sender, the last
+			// maybe shorter: each is handled on its own.
+			from := n.conn.From(i)
+			for off := 0; off < size; off += seg {
+				n.handle(n.bufs[i][off:min(off+seg, size)], from)
+			}
 		}
 		n.flush() // before the next Recv overwrites what was staged
 	}
@@ -235,6 +273,7 @@ func (n *Node) Close() error {
 	n.closed = true
 	locals := n.locals
 	n.locals = map[Key]*local{}
+	n.standIns = map[netip.AddrPort]Key{}
 	n.mu.Unlock()
 	errs := []error{n.conn.Close()}
 	for _, l := range locals {
@@ -489,6 +528,12 @@ func (n *Node) onDeliver(b []byte, src netip.AddrPort) {
 			n.dropped.Add(1)
 			return
 		}
+		if d := n.device.Load(); d != nil {
+			if !d.Deliver(p, l.addr) {
+				n.dropped.Add(1)
+			}
+			return
+		}
 		_, _ = l.conn.WriteToUDPAddrPort(p, n.wg)
 	case len(p) >= pingLen && p[0] == pPing:
 		var pong [pingLen]byte
@@ -569,6 +614,9 @@ func (n *Node) Forget(k Key) {
 	n.mu.Lock()
 	l := n.locals[k]
 	delete(n.locals, k)
+	if l != nil {
+		delete(n.standIns, l.addr)
+	}
 	delete(n.routes, k)
 	delete(n.heard, k)
 	delete(n.hellos, k)

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,4 +232,93 @@ func TestNoPeerAuthenticated(t *testing.T) {
 	// A newer valid one: taken again.
 	_ = r.n.send(frame(r.pub, now+5, rKey), a.addr())
 	await(t, "a newer no peer", func() bool { return noPeer().After(first) })
+}
+
+// inProcDevice plays a device in process (Device): it keeps what it is handed.
+type inProcDevice struct {
+	got  chan []byte
+	from chan netip.AddrPort
+	full atomic.Bool // refuses everything, as a device whose queue is full
+}
+
+func (d *inProcDevice) Deliver(p []byte, from netip.AddrPort) bool {
+	if d.full.Load() {
+		return false
+	}
+	d.got <- bytes.Clone(p)
+	d.from <- from
+	return true
+}
+
+// TestSendRelayedInProcess: with a device in process on both ends, a batch a's device
+// sends to its stand-in for b (runs of one size, a shorter datagram, another size)
+// reaches b's device whole and in order, from b's stand-in for a, through r, with no
+// loopback leg; an address that stands for no peer is not taken; a device that
+// refuses a datagram makes a counted drop.
+func TestSendRelayedInProcess(t *testing.T) {
+	r := newHost(t, nil)
+	a, b := newHost(t, nil), newHost(t, nil)
+	devB := &inProcDevice{got: make(chan []byte, 256), from: make(chan netip.AddrPort, 256)}
+	b.n.SetDevice(devB)
+	for _, h := range []*host{a, b} {
+		if err := h.n.Hello(r.pub, r.addr()); err != nil {
+			t.Fatal(err)
+		}
+		await(t, "hello answered", func() bool { return h.n.Seen()[r.pub].At.After(time.Time{}) })
+	}
+	epB, err := a.n.Endpoint(b.pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.n.SetRoute(b.pub, r.addr())
+	var sent [][]byte
+	for i := range 100 {
+		size := 1200
+		switch {
+		case i%40 == 39:
+			size = 200
+		case i >= 80:
+			size = 900
+		}
+		sent = append(sent, append([]byte{4, 0, 0, 0}, bytes.Repeat([]byte{byte(i)}, size)...))
+	}
+	if ok, err := a.n.SendRelayed(sent, epB); !ok || err != nil {
+		t.Fatalf("SendRelayed to the stand-in for b: taken %v, %v", ok, err)
+	}
+	epA, err := b.n.Endpoint(a.pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range sent {
+		select {
+		case got := <-devB.got:
+			if from := <-devB.from; from != epA {
+				t.Fatalf("datagram %d from %v, want b's stand-in for a %v", i, from, epA)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("datagram %d: %d bytes starting %x, want %d starting %x", i, len(got), got[:5], len(want), want[:5])
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("b's device got %d of %d datagrams", i, len(sent))
+		}
+	}
+	if p, _ := r.n.Forwarded(); p != uint64(len(sent)) {
+		t.Fatalf("r forwarded %d, want %d", p, len(sent))
+	}
+	// Nothing went to b's loopback device socket.
+	_ = b.dev.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if n, _, err := b.dev.ReadFromUDPAddrPort(make([]byte, 2048)); err == nil {
+		t.Fatalf("b's loopback device socket got %d bytes; want the in-process leg only", n)
+	}
+	// An address that stands for no peer is the caller's to send.
+	if ok, _ := a.n.SendRelayed(sent[:1], netip.MustParseAddrPort("127.0.0.1:9")); ok {
+		t.Fatal("SendRelayed took an address that stands for no peer")
+	}
+	// A device that refuses: counted.
+	devB.full.Store(true)
+	before := b.n.Dropped()
+	if ok, err := a.n.SendRelayed(sent[:3], epB); !ok || err != nil {
+		t.Fatalf("SendRelayed: %v, %v", ok, err)
+	}
+	await(t, "refused datagrams counted", func() bool { return b.n.Dropped() == before+3 })
 }

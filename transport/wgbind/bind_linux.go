@@ -34,7 +34,17 @@ type Bind struct {
 
 	mu     sync.Mutex // Open, Close, SetMark and which sockets are open
 	v4, v6 *sender
+
+	// The relayed peers' leg (TakeRelayed): what the device sends to a stand-in
+	// address goes to relay; what the relay brings waits in queue for the device.
+	takeRelayed bool
+	relay       atomic.Pointer[relayRef]
+	queue       atomic.Pointer[relayed]
+	// relayDrops counts relayed datagrams dropped: the queue full or closed.
+	relayDrops atomic.Uint64
 }
+
+type relayRef struct{ Relay }
 
 var _ conn.Bind = (*Bind)(nil)
 
@@ -61,6 +71,45 @@ type receiver struct {
 	log      *zap.Logger
 }
 
+// TakeRelayed makes Open return one more receive function, last: the datagrams a
+// relay hands over with Deliver. Call it before the first Open.
+func (b *Bind) TakeRelayed() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.takeRelayed = true
+}
+
+// SetRelay sends what the device sends to a stand-in address through r (nil: through
+// the socket, as any address).
+func (b *Bind) SetRelay(r Relay) {
+	if r == nil {
+		b.relay.Store(nil)
+		return
+	}
+	b.relay.Store(&relayRef{r})
+}
+
+// Deliver hands the device datagram p, relayed from the peer whose stand-in address
+// is from; p is copied. It reports false, and counts a drop, when the device cannot
+// take it now (its queue full, the Bind closed, or no TakeRelayed).
+func (b *Bind) Deliver(p []byte, from netip.AddrPort) bool {
+	if q := b.queue.Load(); q != nil && q.put(p, from) {
+		return true
+	}
+	b.relayDrops.Add(1)
+	return false
+}
+
+// RelayDrops counts the relayed datagrams Deliver could not queue, and those too
+// large for the device's buffers.
+func (b *Bind) RelayDrops() uint64 {
+	n := b.relayDrops.Load()
+	if q := b.queue.Load(); q != nil {
+		n += q.dropped.Load()
+	}
+	return n
+}
+
 // Open opens an IPv4 and, where the host has IPv6, an IPv6 socket on port (0: one
 // the kernel picks, the same for both).
 func (b *Bind) Open(port uint16) ([]conn.ReceiveFunc, uint16, error) {
@@ -69,6 +118,34 @@ func (b *Bind) Open(port uint16) ([]conn.ReceiveFunc, uint16, error) {
 	if b.v4 != nil {
 		return nil, 0, conn.ErrBindAlreadyOpen
 	}
+	fns, actual, err := b.openSockets(port)
+	if err != nil || !b.takeRelayed {
+		return fns, actual, err
+	}
+	q := newRelayed()
+	b.queue.Store(q)
+	return append(fns, relayedReceiver(q)), actual, nil
+}
+
+// relayedReceiver is the receive function of queue q: its datagrams come from their
+// peers' stand-in addresses.
+func relayedReceiver(q *relayed) conn.ReceiveFunc {
+	var eps endpoints
+	var from []netip.AddrPort
+	return func(packets [][]byte, sizes []int, out []conn.Endpoint) (int, error) {
+		if cap(from) < len(packets) {
+			from = make([]netip.AddrPort, len(packets))
+		}
+		n, err := q.take(packets, sizes, from[:len(packets)])
+		for i := range n {
+			out[i] = eps.get(from[i], transport.Local{})
+		}
+		return n, err
+	}
+}
+
+// openSockets opens the sockets of Open, under b.mu.
+func (b *Bind) openSockets(port uint16) ([]conn.ReceiveFunc, uint16, error) {
 	// With port 0 the IPv6 socket takes the port the kernel gave the IPv4 one; when
 	// that is taken on IPv6, try again with another.
 	for try := 0; ; try++ {
@@ -156,6 +233,11 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 		return fmt.Errorf("wgbind: endpoint %T is not the Bind's", ep)
 	}
 	to := e.ap
+	if r := b.relay.Load(); r != nil && to.Addr().IsLoopback() {
+		if ok, err := r.SendRelayed(bufs, to); ok {
+			return err
+		}
+	}
 	b.mu.Lock()
 	s := b.v4
 	if to.Addr().Is6() && !to.Addr().Is4In6() {
@@ -254,5 +336,8 @@ func (b *Bind) Close() error {
 		}
 	}
 	b.v4, b.v6 = nil, nil
+	if q := b.queue.Swap(nil); q != nil {
+		q.close()
+	}
 	return errors.Join(errs...)
 }
