@@ -152,10 +152,10 @@ type userWG struct {
 	bind *nsBind
 	// relayed is the Bind's in-process leg for relayed peers (inProcessRelay).
 	relayed *wgbind.Bind
-	uapi net.Listener
-	path string // the UAPI socket
-	wg   sync.WaitGroup
-	kick *kicker
+	uapi    net.Listener
+	path    string // the UAPI socket
+	wg      sync.WaitGroup
+	kick    *kicker
 }
 
 func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log *zap.Logger) (*userWG, error) {
