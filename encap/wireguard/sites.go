@@ -61,6 +61,15 @@ const (
 	// host has told us where it sees our WireGuard.
 	chooseEvery = time.Second
 	helloSoon   = 2 * time.Second
+	// A relayed peer that publishes its NAT's address is asked to punch again
+	// ("punch now" through the relay) punchFirst after it was relayed, then at
+	// twice the wait each time up to punchMax; for punchWindow after a punch (ours
+	// or the peer's) both ping each other's path socket at its NAT's address, and
+	// the first answer moves the peer to punched. A failed attempt costs pings, not
+	// traffic: WireGuard stays on the relay until the path port answered.
+	punchFirst  = 5 * time.Second
+	punchMax    = 60 * time.Second
+	punchWindow = 6 * time.Second
 )
 
 // wayState is how we reach one peer outside our site, and the evidence for it.
@@ -81,6 +90,13 @@ type wayState struct {
 	directAfter  time.Time
 	// directBack: this direct way was taken on the path port's answers.
 	directBack bool
+	// Punching again while relayed: the next "punch now" is due at punchAt, the
+	// wait after it is punchWait; punchSeen is the peer's last punch we took;
+	// while punchUntil, its path socket at punchAddr is pinged since punchSince.
+	punchAt, punchSeen     time.Time
+	punchWait              time.Duration
+	punchUntil, punchSince time.Time
+	punchAddr              netip.AddrPort
 }
 
 // chooses reports whether we choose a way for peer l by evidence: we have a site (the
@@ -168,6 +184,13 @@ func (w *backend) setWay(key netip.Prefix, v way, why string, now time.Time) {
 		w.pathChanges++
 	}
 	ws.way, ws.since, ws.answered, ws.why, ws.directBack = v, now, false, why, false
+	ws.punchUntil = time.Time{}
+	if v == wayRelay {
+		ws.punchAt = now.Add(max(ws.punchWait, punchFirst)) // punchAgain's next try
+		// A way that failed may mean our NAT's mappings changed: hello again at the
+		// next tick, so the "punch now" carries where our path socket is seen now.
+		w.helloAt = time.Time{}
+	}
 	w.relayMTU(w.leases[key].Subnet, v == wayRelay)
 	if v != wayRelay {
 		ws.relay, ws.relayAddr = netip.Prefix{}, netip.AddrPort{}
@@ -465,8 +488,14 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 			w.take(key, wayRelay, why, now)
 		}
 	}
+	if ws.way == wayPunched && ws.answered {
+		ws.punchWait = 0 // a punch that held: the next relayed spell starts again at punchFirst
+	}
 	if ws.way == wayRelay {
 		w.measureRelays(key, ws, pk, cands, now)
+		if w.punchAgain(key, ws, pk, now) {
+			return
+		}
 	}
 	if ws.way != wayDirect && directAddr(l).Is4() && !now.Before(ws.directAfter) && now.Sub(ws.directPinged) >= directEvery {
 		m := w.node.Measured(pk, netip.AddrPort{})
@@ -485,6 +514,73 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 		ws.directPinged = now
 		_ = w.node.Ping(pk, netip.AddrPort{}, w.pathAddr(key))
 	}
+}
+
+// punchAgain tries punching with relayed peer key again, on the schedule and when
+// the peer asks, by pinging its path socket at its NAT's address while it pings
+// ours; an answer moves the peer to punched. It reports whether it moved it. Only a
+// peer that publishes its NAT's address is tried, and only while our NAT maps one
+// port for every destination (else the peer's pings could not find ours). w.mu is
+// held.
+func (w *backend) punchAgain(key netip.Prefix, ws *wayState, pk relay.Key, now time.Time) bool {
+	l := w.leases[key]
+	if !l.Attrs.Outside.IsValid() || w.mapsPerDestination != "" || !ws.relayAddr.IsValid() {
+		return false
+	}
+	if ws.punchAt.IsZero() {
+		ws.punchAt = now.Add(punchFirst)
+	}
+	ask := false
+	if p := w.node.PunchOf(pk); p.At.After(ws.punchSeen) && p.Addr.IsValid() {
+		// The peer asks: ping it there; outside an attempt of ours, answer with
+		// where it finds ours.
+		ws.punchSeen, ws.punchAddr = p.At, p.Addr
+		if !now.Before(ws.punchUntil) {
+			ask, ws.punchSince = true, now
+		}
+		ws.punchUntil = now.Add(punchWindow)
+	}
+	if !now.Before(ws.punchAt) {
+		ask = true
+		ws.punchWait = min(max(2*ws.punchWait, punchFirst), punchMax)
+		ws.punchAt = now.Add(ws.punchWait)
+		ws.punchUntil, ws.punchSince = now.Add(punchWindow), now
+	}
+	if ask {
+		if ours := w.pathOutside(ws.relay); ours.IsValid() {
+			if err := w.node.PunchNow(pk, ws.relayAddr, ours); err != nil {
+				w.log.Debug("punch now", zap.Stringer("subnet", key), zap.Error(err))
+			}
+		}
+	}
+	if !now.Before(ws.punchUntil) || !ws.punchAddr.IsValid() {
+		return false
+	}
+	if m := w.node.MeasuredAt(pk, ws.punchAddr); m.At.After(ws.punchSince) {
+		ws.punchUntil = time.Time{}
+		w.take(key, wayPunched, fmt.Sprintf("punched: the peer's path port answered at its NAT's address (%v, %v) while both pinged; both dial each other's NAT",
+			ws.punchAddr, m.RTT.Round(10*time.Microsecond)), now)
+		return true
+	}
+	_ = w.node.PingAt(pk, ws.punchAddr)
+	return false
+}
+
+// pathOutside is where our path socket is seen from outside our NAT: by the relay
+// of lease key if it told us, else by any host we said hello to. w.mu is held.
+func (w *backend) pathOutside(relayKey netip.Prefix) netip.AddrPort {
+	seen := w.node.Seen()
+	if c := w.base[relayKey][0]; c != nil {
+		if s, ok := seen[relay.Key(c.key)]; ok && s.Relay.IsValid() {
+			return s.Relay
+		}
+	}
+	for _, s := range seen {
+		if s.Relay.IsValid() {
+			return s.Relay
+		}
+	}
+	return netip.AddrPort{}
 }
 
 // measureRelays pings peer key through every candidate and keeps, or changes, its

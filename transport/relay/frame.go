@@ -50,8 +50,9 @@ const flagRelayed byte = 1
 
 // Payloads of a delivery besides WireGuard datagrams (whose first byte is 1-4).
 const (
-	pPing byte = 0x80 // id (8)
-	pPong byte = 0x81 // id (8)
+	pPing  byte = 0x80 // id (8)
+	pPong  byte = 0x81 // id (8)
+	pPunch byte = 0x82 // ts (8), the sender's path socket outside (addrLen), mac: "punch now"
 )
 
 const (
@@ -64,6 +65,7 @@ const (
 	noPeerLen = headerLen + 64 + 8 + macLen
 	deliverHd = headerLen + 32 + 1
 	pingLen   = 9
+	punchLen  = 1 + 8 + addrLen + macLen
 )
 
 // MaxOverhead is what a relayed WireGuard datagram gains on its way: the relay frame.

@@ -94,12 +94,16 @@ type Node struct {
 	pings    map[uint64]pingSent
 	rtts     map[pathID]Measure
 	macs     map[Key][32]byte
-	closed   bool
+	// punches is the newest "punch now" from each peer, punchTS its time (a replay
+	// or an older one is dropped).
+	punches map[Key]Punch
+	punchTS map[Key]uint64
+	closed  bool
 
 	device atomic.Pointer[deviceRef] // SetDevice's
 
 	forwarded, forwardedBytes atomic.Uint64
-	dropped                   atomic.Uint64
+	dropped, punchDrops       atomic.Uint64
 	swept                     time.Time // registrations last swept of the expired (n.mu)
 }
 
@@ -122,10 +126,20 @@ type pingSent struct {
 	due time.Time
 }
 
-// pathID is a way to a peer: straight (via invalid) or through the relay at via.
+// pathID is a way to a peer: straight (via invalid) or through the relay at via;
+// a straight ping to an address of the peer's NAT (PingAt) is told apart by at.
 type pathID struct {
 	peer Key
 	via  netip.AddrPort
+	at   netip.AddrPort
+}
+
+// Punch is a peer's "punch now": where its path socket is seen from outside its NAT
+// (Addr), and when it came. Both sides ping each other's there at once, which opens
+// both NATs' mappings for the other.
+type Punch struct {
+	Addr netip.AddrPort
+	At   time.Time
 }
 
 // Measure is what the pings of one way found: the last round trip and when it was
@@ -159,6 +173,7 @@ func Listen(cfg Config) (*Node, error) {
 		regs: map[Key]registration{}, lastTS: map[Key]uint64{}, noPeerTS: map[Key]uint64{}, hellos: map[Key]netip.AddrPort{}, sent: map[Key]uint64{}, seen: map[Key]Seen{},
 		routes: map[Key]netip.AddrPort{}, heard: map[Key]netip.AddrPort{}, locals: map[Key]*local{}, standIns: map[netip.AddrPort]Key{},
 		pings: map[uint64]pingSent{}, rtts: map[pathID]Measure{}, macs: map[Key][32]byte{},
+		punches: map[Key]Punch{}, punchTS: map[Key]uint64{},
 	}
 	return n, nil
 }
@@ -395,9 +410,9 @@ func (n *Node) onNoPeer(b []byte, src netip.AddrPort) {
 		return
 	}
 	n.noPeerTS[from] = ts
-	m := n.rtts[pathID{to, src}]
+	m := n.rtts[pathID{peer: to, via: src}]
 	m.NoPeer = time.Now()
-	n.rtts[pathID{to, src}] = m
+	n.rtts[pathID{peer: to, via: src}] = m
 }
 
 func (n *Node) onHello(b []byte, src netip.AddrPort) {
@@ -544,6 +559,8 @@ func (n *Node) onDeliver(b []byte, src netip.AddrPort) {
 		} else {
 			_ = n.sendDirect(src, pong[:])
 		}
+	case len(p) >= punchLen && p[0] == pPunch:
+		n.onPunch(from, p[:punchLen], relayed)
 	case len(p) >= pingLen && p[0] == pPong:
 		id := binary.BigEndian.Uint64(p[1:])
 		now := time.Now()
@@ -557,6 +574,70 @@ func (n *Node) onDeliver(b []byte, src netip.AddrPort) {
 	default:
 		n.dropped.Add(1)
 	}
+}
+
+// PunchNow tells peer k, through the relay at via, to punch now: to ping our path
+// socket at ours (where a relay sees it from outside our NAT) while we ping its. The
+// message carries our time, which only grows, and the MAC of the key k and we share:
+// a forged or replayed one is dropped and counted.
+func (n *Node) PunchNow(k Key, via, ours netip.AddrPort) error {
+	mk, ok := n.macKey(k)
+	if !ok {
+		return fmt.Errorf("relay: punch now: a key no MAC can be made with")
+	}
+	var p [punchLen]byte
+	p[0] = pPunch
+	binary.BigEndian.PutUint64(p[1:], uint64(time.Now().UnixNano()))
+	putAddr(p[9:], ours)
+	m := mac(mk, p[:punchLen-macLen])
+	copy(p[punchLen-macLen:], m[:])
+	return n.sendRelay(k, via, p[:])
+}
+
+// onPunch takes peer from's "punch now": only through a relay, with the MAC of the
+// key we share, newer than the last, and naming an address.
+func (n *Node) onPunch(from Key, p []byte, relayed bool) {
+	mk, ok := n.macKey(from)
+	if m := mac(mk, p[:punchLen-macLen]); !ok || !relayed || subtle.ConstantTimeCompare(m[:], p[punchLen-macLen:]) != 1 {
+		n.dropped.Add(1)
+		n.punchDrops.Add(1)
+		return
+	}
+	ts := binary.BigEndian.Uint64(p[1:])
+	addr := getAddr(p[9:])
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ts <= n.punchTS[from] || !addr.IsValid() {
+		n.dropped.Add(1)
+		n.punchDrops.Add(1)
+		return
+	}
+	n.punchTS[from] = ts
+	n.punches[from] = Punch{Addr: addr, At: time.Now()}
+}
+
+// PunchOf is peer k's newest "punch now" (zero: none).
+func (n *Node) PunchOf(k Key) Punch {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.punches[k]
+}
+
+// PunchDrops counts "punch now" messages dropped: forged, replayed, older than the
+// last, not through a relay, or naming no address.
+func (n *Node) PunchDrops() uint64 { return n.punchDrops.Load() }
+
+// PingAt sends a ping straight to peer k's path socket at addr, an address of its
+// NAT's (a Punch's); MeasuredAt reads what its answers found.
+func (n *Node) PingAt(k Key, addr netip.AddrPort) error {
+	return n.ping(pathID{peer: k, at: addr}, netip.AddrPort{}, addr)
+}
+
+// MeasuredAt is what the pings PingAt sent to peer k at addr found.
+func (n *Node) MeasuredAt(k Key, addr netip.AddrPort) Measure {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.rtts[pathID{peer: k, at: addr}]
 }
 
 // sendRelay sends payload p to peer to through the relay at via.
@@ -581,6 +662,12 @@ func (n *Node) sendDirect(addr netip.AddrPort, p []byte) error {
 // Ping sends a ping to peer k: through the relay at via, or straight to its relay
 // socket at addr when via is invalid. Measured reads what the answers found.
 func (n *Node) Ping(k Key, via, addr netip.AddrPort) error {
+	return n.ping(pathID{peer: k, via: via}, via, addr)
+}
+
+// ping sends a ping for way id, through the relay at via or straight to addr.
+func (n *Node) ping(pid pathID, via, addr netip.AddrPort) error {
+	k := pid.peer
 	id := rand.Uint64()
 	var p [pingLen]byte
 	p[0] = pPing
@@ -592,7 +679,7 @@ func (n *Node) Ping(k Key, via, addr netip.AddrPort) error {
 			delete(n.pings, i)
 		}
 	}
-	n.pings[id] = pingSent{id: pathID{k, via}, at: now, due: now.Add(5 * time.Second)}
+	n.pings[id] = pingSent{id: pid, at: now, due: now.Add(5 * time.Second)}
 	n.mu.Unlock()
 	if via.IsValid() {
 		return n.sendRelay(k, via, p[:])
@@ -605,7 +692,7 @@ func (n *Node) Ping(k Key, via, addr netip.AddrPort) error {
 func (n *Node) Measured(k Key, via netip.AddrPort) Measure {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.rtts[pathID{k, via}]
+	return n.rtts[pathID{peer: k, via: via}]
 }
 
 // Forget drops what the node keeps of peer k: its loopback socket, route and
@@ -620,6 +707,8 @@ func (n *Node) Forget(k Key) {
 	delete(n.routes, k)
 	delete(n.heard, k)
 	delete(n.hellos, k)
+	delete(n.punches, k)
+	delete(n.punchTS, k)
 	for id := range n.rtts {
 		if id.peer == k {
 			delete(n.rtts, id)

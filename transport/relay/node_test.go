@@ -322,3 +322,71 @@ func TestSendRelayedInProcess(t *testing.T) {
 	}
 	await(t, "refused datagrams counted", func() bool { return b.n.Dropped() == before+3 })
 }
+
+// TestPunchNow: b's "punch now" through r reaches a, which keeps where b's path
+// socket is seen; punches forged, replayed, older, naming no address, with a
+// key b does not share with a or sent straight rather than through a relay are dropped and
+// counted, and change nothing. Pings a sends to b's address then answer
+// (MeasuredAt), apart from the direct way's.
+func TestPunchNow(t *testing.T) {
+	r, a, b, c := newHost(t, nil), newHost(t, nil), newHost(t, nil), newHost(t, nil)
+	for _, h := range []*host{a, b, c} {
+		_ = h.n.Hello(r.pub, r.addr())
+		await(t, "hello", func() bool { return !h.n.Seen()[r.pub].At.IsZero() })
+	}
+	if err := b.n.PunchNow(a.pub, r.addr(), b.addr()); err != nil {
+		t.Fatal(err)
+	}
+	await(t, "punch now", func() bool { return a.n.PunchOf(b.pub).Addr == b.addr() })
+	first := a.n.PunchOf(b.pub)
+	// payload is a punch from b, MACed with mk, naming addr.
+	bKey, _ := b.n.macKey(a.pub)
+	cKey, _ := c.n.macKey(a.pub)
+	payload := func(ts uint64, addr netip.AddrPort, mk [32]byte) []byte {
+		var p [punchLen]byte
+		p[0] = pPunch
+		binary.BigEndian.PutUint64(p[1:], ts)
+		putAddr(p[9:], addr)
+		m := mac(mk, p[:punchLen-macLen])
+		copy(p[punchLen-macLen:], m[:])
+		return p[:]
+	}
+	now := uint64(time.Now().UnixNano())
+	elsewhere := netip.MustParseAddrPort("127.0.0.1:9")
+	for _, tc := range []struct {
+		name string
+		send func() error
+	}{
+		{"forged MAC", func() error { return b.n.sendRelay(a.pub, r.addr(), payload(now+1, elsewhere, [32]byte{})) }},
+		{"older", func() error { return b.n.sendRelay(a.pub, r.addr(), payload(1, elsewhere, bKey)) }},
+		{"no address", func() error { return b.n.sendRelay(a.pub, r.addr(), payload(now+2, netip.AddrPort{}, bKey)) }},
+		{"b's punch MACed with another host's key", func() error { return b.n.sendRelay(a.pub, r.addr(), payload(now+3, elsewhere, cKey)) }},
+		{"straight, not through a relay", func() error { return b.n.sendDirect(a.addr(), payload(now+4, elsewhere, bKey)) }},
+	} {
+		before, pd := a.n.Dropped(), a.n.PunchDrops()
+		if err := tc.send(); err != nil {
+			t.Fatal(err)
+		}
+		await(t, tc.name+": dropped", func() bool { return a.n.Dropped() == before+1 && a.n.PunchDrops() == pd+1 })
+		if got := a.n.PunchOf(b.pub); got != first {
+			t.Fatalf("%s: the punch moved from %+v to %+v", tc.name, first, got)
+		}
+	}
+	// A replay of a valid one, captured: dropped too.
+	valid := payload(now+5, elsewhere, bKey)
+	if err := b.n.sendRelay(a.pub, r.addr(), valid); err != nil {
+		t.Fatal(err)
+	}
+	await(t, "a newer punch", func() bool { return a.n.PunchOf(b.pub).Addr == elsewhere })
+	pd := a.n.PunchDrops()
+	_ = b.n.sendRelay(a.pub, r.addr(), valid)
+	await(t, "replay dropped", func() bool { return a.n.PunchDrops() == pd+1 })
+	// Pings at b's path socket answer, measured on their own.
+	if err := a.n.PingAt(b.pub, b.addr()); err != nil {
+		t.Fatal(err)
+	}
+	await(t, "ping at b's address", func() bool { return !a.n.MeasuredAt(b.pub, b.addr()).At.IsZero() })
+	if !a.n.Measured(b.pub, netip.AddrPort{}).At.IsZero() {
+		t.Fatal("a ping at the punched address counted as the direct way's")
+	}
+}
