@@ -36,6 +36,7 @@ type siteLab struct {
 	pod     map[string]string // pod address by host
 	subnet  map[string]string // lease subnet by host
 	useSite bool
+	started time.Time // when the last daemon was started
 }
 
 // natSpec is the sites lab of siteHosts: both sites behind masquerading routers.
@@ -69,6 +70,7 @@ func newSiteLab(t *testing.T, useSite bool, spec lab.NATSpec) *siteLab {
 	for _, name := range s.names {
 		s.start(c, name)
 	}
+	s.started = time.Now()
 	for _, name := range s.names {
 		h := s.h[name]
 		s.subnet[name] = c.waitSubnetEnv(h).Subnet.String()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -70,6 +71,13 @@ const (
 	punchFirst  = 5 * time.Second
 	punchMax    = 60 * time.Second
 	punchWindow = 6 * time.Second
+	// relayFirstAfter: a new peer whose first way (direct, or the punched way kept
+	// over a restart) has neither handshaken nor answered the probes this long is
+	// relayed at once where a relay answers for it, and the first way is tried beside
+	// the relay on the path port: pinged every chooseEvery for relayFirstFast, then
+	// every directEvery. It was tryFor (8 s) per way before the first packet moved.
+	relayFirstAfter = 1500 * time.Millisecond
+	relayFirstFast  = 10 * time.Second
 )
 
 // wayState is how we reach one peer outside our site, and the evidence for it.
@@ -97,6 +105,10 @@ type wayState struct {
 	punchWait              time.Duration
 	punchUntil, punchSince time.Time
 	punchAddr              netip.AddrPort
+	// first: the peer is on its first way since its lease came (relayFirst may
+	// apply); relayFirst: it was relayed first, and since when.
+	first      bool
+	relayFirst time.Time
 }
 
 // chooses reports whether we choose a way for peer l by evidence: we have a site (the
@@ -184,7 +196,7 @@ func (w *backend) setWay(key netip.Prefix, v way, why string, now time.Time) {
 		w.pathChanges++
 	}
 	ws.way, ws.since, ws.answered, ws.why, ws.directBack = v, now, false, why, false
-	ws.punchUntil = time.Time{}
+	ws.punchUntil, ws.first, ws.relayFirst = time.Time{}, false, time.Time{}
 	if v == wayRelay {
 		ws.punchAt = now.Add(max(ws.punchWait, punchFirst)) // punchAgain's next try
 		// A way that failed may mean our NAT's mappings changed: hello again at the
@@ -273,7 +285,29 @@ func (w *backend) newOutside(key netip.Prefix, old, l lease.Lease) {
 	if ws == nil || ws.way != wayRelay || !l.Attrs.Outside.IsValid() || l.Attrs.Outside == old.Attrs.Outside {
 		return
 	}
-	w.setWay(key, wayPunched, fmt.Sprintf("punched: the peer publishes a new NAT address (%v); both dial each other's NAT", l.Attrs.Outside), time.Now())
+	w.punchSoon(ws, fmt.Sprintf("the peer publishes a new NAT address (%v)", l.Attrs.Outside))
+}
+
+// punchSoon has relayed peer ws try punching at the next tick (punchAgain, beside
+// the relay), for the reason why; with our NAT mapping each destination anew it
+// cannot work, and the peer's way says so instead. w.mu is held.
+func (w *backend) punchSoon(ws *wayState, why string) {
+	if w.mapsPerDestination != "" {
+		ws.why = notPunched(ws.why, why+"; not punched: "+w.mapsPerDestination)
+		return
+	}
+	ws.punchAt, ws.punchWait = time.Now(), 0
+}
+
+// notPunched is a relayed way's why with the last word on punching, said once.
+func notPunched(why, word string) string {
+	if i := strings.Index(why, "; not punched"); i >= 0 {
+		why = why[:i]
+	}
+	if i := strings.Index(why, "; punched "); i >= 0 {
+		why = why[:i]
+	}
+	return why + "; " + strings.TrimPrefix(word, "; ")
 }
 
 // PeerState is told by the probes whether a peer answers on the way we took.
@@ -300,10 +334,16 @@ func (w *backend) PeerState(subnet netip.Prefix, up bool) {
 // candidates are the hosts we say hello to, which may relay for us and tell us how
 // they see us: peers outside our site we reach directly and that answer, dialable at
 // their PublicIP on the path port, the lowest subnets first. w.mu is held.
-func (w *backend) candidates() []netip.Prefix {
+func (w *backend) candidates(status map[wgtypes.Key]peerStatus) []netip.Prefix {
 	var out []netip.Prefix
 	for key, ws := range w.ways {
-		if ws.way == wayDirect && ws.answered && directAddr(w.leases[key]).Is4() && w.base[key][0] != nil {
+		c := w.base[key][0]
+		if c == nil || ws.way != wayDirect || !directAddr(w.leases[key]).Is4() {
+			continue
+		}
+		// Answered: the probes say so, or (sooner, at start) the device handshook
+		// with it on this way.
+		if st, ok := status[c.key]; ws.answered || ok && st.handshake.After(ws.since) {
 			out = append(out, key)
 		}
 	}
@@ -322,7 +362,8 @@ func (w *backend) pathAddr(key netip.Prefix) netip.AddrPort {
 // choose is one tick of the choice: hellos to the candidates, our NAT's outside
 // address from their answers, and each peer's way moved on evidence. w.mu is held.
 func (w *backend) choose(now time.Time) {
-	cands := w.candidates()
+	status := w.status()
+	cands := w.candidates(status)
 	every := relay.HelloEvery
 	if !w.seenWG(now) {
 		every = helloSoon // until a host has told us where it sees our WireGuard
@@ -336,7 +377,6 @@ func (w *backend) choose(now time.Time) {
 		}
 	}
 	w.learnOutside(now)
-	status := w.status()
 	for key, ws := range w.ways {
 		w.step(key, ws, cands, status, now)
 	}
@@ -394,20 +434,19 @@ func (w *backend) learnOutside(now time.Time) {
 			zap.String("nat", w.mapsPerDestination))
 		w.outside = out
 		if out.IsValid() {
-			w.punchWithPeers(out, now)
+			w.punchWithPeers(out)
 		}
 	}
 }
 
-// punchWithPeers tries punching again with every relayed peer that publishes a NAT
-// address, our own NAT address being new (out): each of them sees it in our lease
-// within seconds and punches too (newOutside), so both sides dial together, which
-// punching needs. w.mu is held.
-func (w *backend) punchWithPeers(out netip.AddrPort, now time.Time) {
-	for key, ws := range w.ways {
-		if ws.way == wayRelay && w.leases[key].Attrs.Outside.IsValid() {
-			w.take(key, wayPunched, fmt.Sprintf("punched: our NAT address is new (%v), the peer punches with us at %v",
-				out, w.leases[key].Attrs.Outside), now)
+// punchWithPeers has every relayed peer try punching again at the next tick, our
+// own NAT address being new (out): each that publishes a NAT address is asked with
+// "punch now" (punchAgain), and each sees our new address in our lease within
+// seconds and asks too (newOutside). w.mu is held.
+func (w *backend) punchWithPeers(out netip.AddrPort) {
+	for _, ws := range w.ways {
+		if ws.way == wayRelay {
+			w.punchSoon(ws, fmt.Sprintf("our NAT address is new (%v)", out))
 		}
 	}
 }
@@ -451,8 +490,17 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 			if ws.why != "" {
 				why += "; before: " + ws.why
 			}
+			first := ws.first
 			w.take(key, wayRelay, why, now)
 			ws.answered = true
+			if first {
+				ws.relayFirst = now // the peer relayed first: try its first way as fast
+			}
+			return
+		}
+	}
+	if ws.first && (ws.way == wayDirect || ws.way == wayPunched) {
+		if w.relayFirstStep(key, ws, pk, cands, status, now) {
 			return
 		}
 	}
@@ -497,7 +545,11 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 			return
 		}
 	}
-	if ws.way != wayDirect && directAddr(l).Is4() && !now.Before(ws.directAfter) && now.Sub(ws.directPinged) >= directEvery {
+	every := directEvery
+	if !ws.relayFirst.IsZero() && now.Sub(ws.relayFirst) < relayFirstFast {
+		every = chooseEvery
+	}
+	if ws.way != wayDirect && directAddr(l).Is4() && !now.Before(ws.directAfter) && now.Sub(ws.directPinged) >= every {
 		m := w.node.Measured(pk, netip.AddrPort{})
 		if !ws.directPinged.IsZero() && m.At.After(ws.directPinged) {
 			ws.directOK++
@@ -524,7 +576,13 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 // held.
 func (w *backend) punchAgain(key netip.Prefix, ws *wayState, pk relay.Key, now time.Time) bool {
 	l := w.leases[key]
-	if !l.Attrs.Outside.IsValid() || w.mapsPerDestination != "" || !ws.relayAddr.IsValid() {
+	if !l.Attrs.Outside.IsValid() || !ws.relayAddr.IsValid() {
+		return false
+	}
+	if w.mapsPerDestination != "" {
+		if !strings.Contains(ws.why, "; not punched") {
+			ws.why = notPunched(ws.why, "not punched: "+w.mapsPerDestination)
+		}
 		return false
 	}
 	if ws.punchAt.IsZero() {
@@ -553,7 +611,15 @@ func (w *backend) punchAgain(key netip.Prefix, ws *wayState, pk relay.Key, now t
 			}
 		}
 	}
-	if !now.Before(ws.punchUntil) || !ws.punchAddr.IsValid() {
+	if !ws.punchUntil.IsZero() && !now.Before(ws.punchUntil) {
+		ws.punchUntil = time.Time{}
+		word := "punched tried on the path port: no answer from the peer's NAT"
+		if ws.punchAddr.IsValid() {
+			word = fmt.Sprintf("punched tried on the path port at %v: no answer", ws.punchAddr)
+		}
+		ws.why = notPunched(ws.why, word)
+	}
+	if ws.punchUntil.IsZero() || !ws.punchAddr.IsValid() {
 		return false
 	}
 	if m := w.node.MeasuredAt(pk, ws.punchAddr); m.At.After(ws.punchSince) {
@@ -583,16 +649,60 @@ func (w *backend) pathOutside(relayKey netip.Prefix) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-// measureRelays pings peer key through every candidate and keeps, or changes, its
-// relay: the one with the shortest round trip through it, until it stops answering.
-// w.mu is held.
-func (w *backend) measureRelays(key netip.Prefix, ws *wayState, pk relay.Key, cands []netip.Prefix, now time.Time) {
-	type option struct {
-		key  netip.Prefix
-		addr netip.AddrPort
-		rtt  time.Duration
+// relayFirstStep relays peer key at once while its first way has not answered, once
+// a relay answers for it: pings go through every candidate from the start, and after
+// relayFirstAfter without a handshake or an answer on the first way the peer moves
+// to the relay with the shortest round trip. The first way is tried beside it: the
+// direct way by pings on the path port (fast for relayFirstFast), the punched way
+// by "punch now" at once. It reports whether it moved the peer. w.mu is held.
+func (w *backend) relayFirstStep(key netip.Prefix, ws *wayState, pk relay.Key, cands []netip.Prefix, status map[wgtypes.Key]peerStatus, now time.Time) bool {
+	if ws.answered {
+		ws.first = false
+		return false
 	}
-	var best *option
+	if st, ok := status[wgtypes.Key(pk)]; ok && st.handshake.After(ws.since) {
+		return false // the way works; the probes will say so
+	}
+	if now.Sub(ws.measured) >= measureEvery {
+		ws.measured = now
+		for _, r := range cands {
+			if r != key {
+				_ = w.node.Ping(pk, w.pathAddr(r), netip.AddrPort{})
+			}
+		}
+	}
+	if now.Sub(ws.since) < relayFirstAfter {
+		return false
+	}
+	best := w.bestRelay(key, pk, cands, now)
+	if best == nil {
+		return false
+	}
+	from, ep := ws.way, netip.AddrPort{}
+	if a := w.applied[key][0]; a != nil {
+		ep = a.endpoint
+	}
+	w.setWay(key, wayRelay, fmt.Sprintf("relay via %v: first, while %s (%v) has not answered in %d ms; tried beside it",
+		best.key, from, ep, now.Sub(ws.since).Milliseconds()), now)
+	ws.relay, ws.relayAddr, ws.relayFirst = best.key, best.addr, now
+	w.apply(key, w.onWay(key, w.base[key]), w.log.With(zap.Stringer("subnet", key)))
+	if out := w.leases[key].Attrs.Outside; out.IsValid() {
+		w.punchSoon(ws, fmt.Sprintf("relayed first, the peer publishes a NAT address (%v)", out)) // not after punchFirst
+	}
+	return true
+}
+
+// relayOption is a relay for a peer and the round trip through it.
+type relayOption struct {
+	key  netip.Prefix
+	addr netip.AddrPort
+	rtt  time.Duration
+}
+
+// bestRelay is the candidate with the shortest round trip to peer key whose pings
+// answered lately, nil when none. w.mu is held.
+func (w *backend) bestRelay(key netip.Prefix, pk relay.Key, cands []netip.Prefix, now time.Time) *relayOption {
+	var best *relayOption
 	for _, r := range cands {
 		if r == key {
 			continue
@@ -600,9 +710,17 @@ func (w *backend) measureRelays(key netip.Prefix, ws *wayState, pk relay.Key, ca
 		addr := w.pathAddr(r)
 		m := w.node.Measured(pk, addr)
 		if now.Sub(m.At) < relayStale && m.NoPeer.Before(m.At) && (best == nil || m.RTT < best.rtt) {
-			best = &option{r, addr, m.RTT}
+			best = &relayOption{r, addr, m.RTT}
 		}
 	}
+	return best
+}
+
+// measureRelays pings peer key through every candidate and keeps, or changes, its
+// relay: the one with the shortest round trip through it, until it stops answering.
+// w.mu is held.
+func (w *backend) measureRelays(key netip.Prefix, ws *wayState, pk relay.Key, cands []netip.Prefix, now time.Time) {
+	best := w.bestRelay(key, pk, cands, now)
 	cur := w.node.Measured(pk, ws.relayAddr)
 	curOK := ws.relayAddr.IsValid() && slices.Contains(cands, ws.relay) &&
 		(now.Sub(cur.At) < relayStale || now.Sub(ws.since) < relayStale) && !cur.NoPeer.After(cur.At)
