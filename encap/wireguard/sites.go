@@ -343,7 +343,7 @@ func (w *backend) candidates(status map[wgtypes.Key]peerStatus) []netip.Prefix {
 		}
 		// Answered: the probes say so, or (sooner, at start) the device handshook
 		// with it on this way.
-		if st, ok := status[c.key]; ws.answered || ok && st.handshake.After(ws.since) {
+		if ws.answered || w.handshook(key, ws, status) {
 			out = append(out, key)
 		}
 	}
@@ -504,6 +504,12 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 			return
 		}
 	}
+	// A handshake on this way's endpoint since it was taken is an answer: the
+	// probes, which visit each peer at most every 10 s on a large cluster, need not
+	// come first (tryFor would leave a working way they had not reached yet).
+	if !ws.answered && w.handshook(key, ws, status) {
+		ws.answered, ws.upAt = true, now
+	}
 	// A new way is given tryFor: the probes call it down after a few silent rounds,
 	// sooner than a punched pair's two sides both dial. One that answered on this way
 	// and then is found down is left at once.
@@ -660,7 +666,7 @@ func (w *backend) relayFirstStep(key netip.Prefix, ws *wayState, pk relay.Key, c
 		ws.first = false
 		return false
 	}
-	if st, ok := status[wgtypes.Key(pk)]; ok && st.handshake.After(ws.since) {
+	if w.handshook(key, ws, status) {
 		return false // the way works; the probes will say so
 	}
 	if now.Sub(ws.measured) >= measureEvery {
@@ -690,6 +696,19 @@ func (w *backend) relayFirstStep(key netip.Prefix, ws *wayState, pk relay.Key, c
 		w.punchSoon(ws, fmt.Sprintf("relayed first, the peer publishes a NAT address (%v)", out)) // not after punchFirst
 	}
 	return true
+}
+
+// handshook reports whether the IPv4 device handshook with peer key since its way
+// was taken and since the probes last found it down, at the endpoint that way
+// configured (a handshake through the relay while we punch, the device roaming to
+// it, is not the punched way's). w.mu is held.
+func (w *backend) handshook(key netip.Prefix, ws *wayState, status map[wgtypes.Key]peerStatus) bool {
+	a := w.applied[key][0]
+	if a == nil || a.learn || !a.endpoint.IsValid() {
+		return false
+	}
+	st, ok := status[a.key]
+	return ok && st.handshake.After(later(ws.since, ws.downAt)) && st.endpoint == a.endpoint
 }
 
 // relayOption is a relay for a peer and the round trip through it.
