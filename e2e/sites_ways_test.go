@@ -40,6 +40,7 @@ func TestSitesSymmetric(t *testing.T) {
 	s := newSiteLab(t, true, symmetricSpec)
 	s.explain(t)
 	s.steps(t, []siteStep{
+		{"first reply", sitesFirstReply},
 		{"every pair", sitesMesh},
 		{"relayed, and why", sitesSymmetricWhy},
 		{"the relay sees no traffic", sitesRelayBlind},
@@ -147,6 +148,7 @@ func TestSitesRouted(t *testing.T) {
 	s := newSiteLab(t, true, routedSpec)
 	s.explain(t)
 	s.steps(t, []siteStep{
+		{"first reply", sitesFirstReply},
 		{"every pair", sitesMesh},
 		{"direct", sitesRoutedDirect},
 		{"blocked, then free", sitesRoutedBlocked},

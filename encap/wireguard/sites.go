@@ -669,7 +669,9 @@ func (w *backend) relayFirstStep(key netip.Prefix, ws *wayState, pk relay.Key, c
 	if w.handshook(key, ws, status) {
 		return false // the way works; the probes will say so
 	}
-	if now.Sub(ws.measured) >= measureEvery {
+	// Every tick, not every measureEvery: the first relay's answer is what the
+	// first packet waits for.
+	if now.Sub(ws.measured) >= chooseEvery {
 		ws.measured = now
 		for _, r := range cands {
 			if r != key {
