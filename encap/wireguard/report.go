@@ -34,6 +34,7 @@ func (w *backend) Report() encap.Report {
 	st.Punched, st.Relayed = w.countWays()
 	if w.node != nil {
 		st.RelayedPackets, st.RelayedBytes = w.node.Forwarded()
+		st.PathDropped, st.PunchDropped = w.node.Dropped(), w.node.PunchDrops()
 	}
 	return encap.Report{Peers: st.Peers, Repairs: maps.Clone(w.repairs), Stats: st, Metrics: st}
 }
@@ -72,6 +73,10 @@ type stats struct {
 	// through a relay; PathChanges counts the moves from one way or relay to another.
 	Punched, Relayed int
 	PathChanges      uint64
+	// PathDropped counts the frames the path socket dropped (malformed,
+	// unauthenticated, replayed, unroutable, or not taken by the device), of which
+	// PunchDropped were "punch now" messages (forged, replayed, older, straight).
+	PathDropped, PunchDropped uint64
 }
 
 // MarshalJSON writes {"devices":{…},"drops":{…},"peers":N}, and on a relay
@@ -103,11 +108,15 @@ var (
 		"Peers outside our site by the way we reach them: punched (answering through NAT, both hosts dialing) or relayed.", []string{"way"}, nil)
 	changesDesc = prometheus.NewDesc("weft_path_changes_total",
 		"Moves of a peer from one way (direct, punched, relayed) or relay to another.", nil, nil)
+	pathDroppedDesc = prometheus.NewDesc("weft_path_dropped_frames_total",
+		"Frames the path socket (UDP 51822) dropped: malformed, unauthenticated, replayed, unroutable, or relayed datagrams the device could not take.", nil, nil)
+	punchDroppedDesc = prometheus.NewDesc("weft_path_punch_dropped_total",
+		"\"Punch now\" messages dropped (counted in weft_path_dropped_frames_total too): a MAC that is not the peer's, replayed or older than the last, naming no address, or not sent through a relay.", nil, nil)
 )
 
 // DescribeMetrics sends the descriptions of the wireguard backend's metrics.
 func DescribeMetrics(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{infoDesc, dropsDesc, relayedDesc, relayedBytesDesc, waysDesc, changesDesc} {
+	for _, d := range []*prometheus.Desc{infoDesc, dropsDesc, relayedDesc, relayedBytesDesc, waysDesc, changesDesc, pathDroppedDesc, punchDroppedDesc} {
 		ch <- d
 	}
 }
@@ -123,6 +132,8 @@ func (s *stats) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(waysDesc, prometheus.GaugeValue, float64(s.Punched), "punched")
 	ch <- prometheus.MustNewConstMetric(waysDesc, prometheus.GaugeValue, float64(s.Relayed), "relayed")
 	ch <- prometheus.MustNewConstMetric(changesDesc, prometheus.CounterValue, float64(s.PathChanges))
+	ch <- prometheus.MustNewConstMetric(pathDroppedDesc, prometheus.CounterValue, float64(s.PathDropped))
+	ch <- prometheus.MustNewConstMetric(punchDroppedDesc, prometheus.CounterValue, float64(s.PunchDropped))
 	for dev, reasons := range s.Drops {
 		for reason, n := range reasons {
 			ch <- prometheus.MustNewConstMetric(dropsDesc, prometheus.CounterValue, float64(n), dev, reason)
