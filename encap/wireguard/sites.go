@@ -71,6 +71,10 @@ const (
 	punchFirst  = 5 * time.Second
 	punchMax    = 60 * time.Second
 	punchWindow = 6 * time.Second
+	// punchHoldMax: after punched ways in a row that WireGuard found silent (each
+	// costs up to tryFor of traffic), the next move waits punchFirst doubled per
+	// failure, up to this.
+	punchHoldMax = 10 * time.Minute
 	// relayFirstAfter: a new peer whose first way (direct, or the punched way kept
 	// over a restart) has neither handshaken nor answered the probes this long is
 	// relayed at once where a relay answers for it, and the first way is tried beside
@@ -106,9 +110,18 @@ type wayState struct {
 	punchUntil, punchSince time.Time
 	punchAddr              netip.AddrPort
 	// first: the peer is on its first way since its lease came (relayFirst may
-	// apply); relayFirst: it was relayed first, and since when.
+	// apply); relayFirst: it was relayed first, and since when; firstSince: when
+	// its first way was taken (the punched attempt comes tryFor after it, as
+	// without relay first).
 	first      bool
 	relayFirst time.Time
+	firstSince time.Time
+	// punchHold: after a punched way the path port's answers chose got no answer
+	// through WireGuard, no move on such answers before this (the path socket's NAT
+	// mapping held where WireGuard's did not: another host behind the same NAT took
+	// WireGuard's port toward this peer).
+	punchHold  time.Time
+	punchFails int // punched ways in a row that got no answer through WireGuard
 }
 
 // chooses reports whether we choose a way for peer l by evidence: we have a site (the
@@ -196,7 +209,7 @@ func (w *backend) setWay(key netip.Prefix, v way, why string, now time.Time) {
 		w.pathChanges++
 	}
 	ws.way, ws.since, ws.answered, ws.why, ws.directBack = v, now, false, why, false
-	ws.punchUntil, ws.first, ws.relayFirst = time.Time{}, false, time.Time{}
+	ws.punchUntil, ws.first, ws.relayFirst, ws.firstSince = time.Time{}, false, time.Time{}, time.Time{}
 	if v == wayRelay {
 		ws.punchAt = now.Add(max(ws.punchWait, punchFirst)) // punchAgain's next try
 		// A way that failed may mean our NAT's mappings changed: hello again at the
@@ -539,15 +552,21 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 			if w.mapsPerDestination != "" {
 				why += "; " + w.mapsPerDestination
 			}
+			// Path answers are not trusted again for punching this peer until the
+			// next attempt of the doubling schedule.
+			ws.punchFails++
+			hold := min(punchFirst<<min(ws.punchFails, 16), punchHoldMax)
 			w.take(key, wayRelay, why, now)
+			ws.punchHold = now.Add(hold)
+			ws.punchAt = later(ws.punchAt, ws.punchHold)
 		}
 	}
 	if ws.way == wayPunched && ws.answered {
-		ws.punchWait = 0 // a punch that held: the next relayed spell starts again at punchFirst
+		ws.punchWait, ws.punchFails = 0, 0 // a punch that held: the next relayed spell starts again at punchFirst
 	}
 	if ws.way == wayRelay {
 		w.measureRelays(key, ws, pk, cands, now)
-		if w.punchAgain(key, ws, pk, now) {
+		if w.punchAfterFirst(key, ws, now) || w.punchAgain(key, ws, pk, now) {
 			return
 		}
 	}
@@ -628,7 +647,7 @@ func (w *backend) punchAgain(key netip.Prefix, ws *wayState, pk relay.Key, now t
 	if ws.punchUntil.IsZero() || !ws.punchAddr.IsValid() {
 		return false
 	}
-	if m := w.node.MeasuredAt(pk, ws.punchAddr); m.At.After(ws.punchSince) {
+	if m := w.node.MeasuredAt(pk, ws.punchAddr); m.At.After(ws.punchSince) && !now.Before(ws.punchHold) {
 		ws.punchUntil = time.Time{}
 		w.take(key, wayPunched, fmt.Sprintf("punched: the peer's path port answered at its NAT's address (%v, %v) while both pinged; both dial each other's NAT",
 			ws.punchAddr, m.RTT.Round(10*time.Microsecond)), now)
@@ -692,11 +711,31 @@ func (w *backend) relayFirstStep(key netip.Prefix, ws *wayState, pk relay.Key, c
 	}
 	w.setWay(key, wayRelay, fmt.Sprintf("relay via %v: first, while %s (%v) has not answered in %d ms; tried beside it",
 		best.key, from, ep, now.Sub(ws.since).Milliseconds()), now)
-	ws.relay, ws.relayAddr, ws.relayFirst = best.key, best.addr, now
+	since := ws.since
+	ws.relay, ws.relayAddr, ws.relayFirst, ws.firstSince = best.key, best.addr, now, since
 	w.apply(key, w.onWay(key, w.base[key]), w.log.With(zap.Stringer("subnet", key)))
-	if out := w.leases[key].Attrs.Outside; out.IsValid() {
-		w.punchSoon(ws, fmt.Sprintf("relayed first, the peer publishes a NAT address (%v)", out)) // not after punchFirst
+	// The punched way is tried when it was before relay first (tryFor after the
+	// first way), through WireGuard: two hosts behind one NAT, on one port, then
+	// take their turns for the NAT's port toward the peer as they did.
+	ws.punchAt = since.Add(tryFor)
+	return true
+}
+
+// punchAfterFirst moves a peer relayed first to its punched way tryFor after its
+// first way was taken, as without relay first, when it publishes a NAT address and
+// we have not punched it since. It reports whether it moved it. w.mu is held.
+func (w *backend) punchAfterFirst(key netip.Prefix, ws *wayState, now time.Time) bool {
+	l := w.leases[key]
+	if ws.firstSince.IsZero() || now.Before(ws.firstSince.Add(tryFor)) || !l.Attrs.Outside.IsValid() {
+		return false
 	}
+	ws.firstSince = time.Time{}
+	if w.mapsPerDestination != "" {
+		ws.why = notPunched(ws.why, "not punched: "+w.mapsPerDestination)
+		return false
+	}
+	w.take(key, wayPunched, fmt.Sprintf("punched: relayed first, direct gave no answer for %d s; both dial each other's NAT (%v)",
+		int(tryFor.Seconds()), l.Attrs.Outside), now)
 	return true
 }
 
