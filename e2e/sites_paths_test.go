@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -327,6 +331,57 @@ func sitesPunchAgain(t *testing.T, s *siteLab) {
 	if got := pingCount(t, s.h["a1"], s.pod["b1"], 50, false); got < 45 {
 		t.Fatalf("a1 -> b1 punched again: %d of 50 answered", got)
 	}
+	sitesForgedPunch(t, s)
+}
+
+// sitesForgedPunch: "punch now" messages p sends q's path port in b1's name, straight
+// rather than through a relay and with a MAC of no one's key, are dropped and
+// counted (weft_path_punch_dropped_total); q's ways do not move.
+func sitesForgedPunch(t *testing.T, s *siteLab) {
+	c := s.at(t)
+	b1Key, _ := wgLeaseData(c, s.h["b1"])
+	from, err := base64.StdEncoding.DecodeString(b1Key)
+	if err != nil || len(from) != 32 {
+		t.Fatalf("b1's key %q: %v", b1Key, err)
+	}
+	// A delivery straight from b1 (magic, type 4, from, no relay flag) holding a
+	// punch: type 0x82, a time, an address (16 + 2 bytes), a MAC.
+	frame := append([]byte("WFT1\x04"), from...)
+	frame = append(frame, 0, 0x82)
+	frame = binary.BigEndian.AppendUint64(frame, uint64(time.Now().UnixNano()))
+	addr := netip.MustParseAddr("203.0.113.99").As16()
+	frame = append(frame, addr[:]...)
+	frame = binary.BigEndian.AppendUint16(frame, 4242)
+	frame = append(frame, bytes.Repeat([]byte{0x5a}, 16)...)
+	before := mustScrape(t, s.h["q"])
+	dropped0, _ := before.value("weft_path_punch_dropped_total")
+	changes0, _ := before.value("weft_path_changes_total")
+	var conn *net.UDPConn
+	if err := s.h["p"].ns.Do(func() error {
+		var err error
+		conn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(s.h["p"].ip)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const sent = 3
+	for range sent {
+		if _, err := conn.WriteToUDP(frame, &net.UDPAddr{IP: net.ParseIP(s.h["q"].ip), Port: 51822}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, func() error {
+		got, ok := mustScrape(t, s.h["q"]).value("weft_path_punch_dropped_total")
+		if !ok || got != dropped0+sent {
+			return fmt.Errorf("q's weft_path_punch_dropped_total %v (present %v), want %v", got, ok, dropped0+sent)
+		}
+		return nil
+	})
+	if changes, _ := mustScrape(t, s.h["q"]).value("weft_path_changes_total"); changes != changes0 {
+		t.Errorf("q's ways moved on forged punches: weft_path_changes_total %v -> %v", changes0, changes)
+	}
+	t.Logf("%d forged \"punch now\" messages to q's path port: dropped and counted", sent)
 }
 
 // sitesSamePort: a1 and a2 both listen on 51820 and leave by one address; the NAT

@@ -305,6 +305,9 @@ func (w *backend) newOutside(key netip.Prefix, old, l lease.Lease) {
 // the relay), for the reason why; with our NAT mapping each destination anew it
 // cannot work, and the peer's way says so instead. w.mu is held.
 func (w *backend) punchSoon(ws *wayState, why string) {
+	if !ws.firstSince.IsZero() {
+		return // relayed first: punchAfterFirst tries the punched way at its old moment
+	}
 	if w.mapsPerDestination != "" {
 		ws.why = notPunched(ws.why, why+"; not punched: "+w.mapsPerDestination)
 		return
