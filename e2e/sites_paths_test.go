@@ -33,7 +33,6 @@ func TestSites(t *testing.T) {
 		{"every pair", sitesMesh},
 		{"within a site, not through its router", sitesWithin},
 		{"across sites: punched", sitesAcrossNAT},
-		{"relayed, then punched again", sitesPunchAgain},
 		{"one NAT address, one port", sitesSamePort},
 		// The restart before the flush: after a flush, a1 and a2 (one inside port
 		// each, one outside address) race for the outside ports, and the loser's
@@ -98,11 +97,12 @@ func sitesLeases(t *testing.T, s *siteLab) {
 }
 
 // sitesFirstReply: the first reply between the pods of a1 and b1, across the
-// sites, timed from the daemons' start, the lab's first step. The goal is 2 s; the
-// bound leaves room for a loaded machine. (The pods come a moment after the
+// sites, timed from the daemons' start, the lab's first step. The goal is 2 s; today
+// a pair across two NATs waits for direct (8 s), then punched, so the bound leaves
+// room for that and a loaded machine. (The pods come a moment after the
 // daemons; a ping is sent every 1.2 s at most.)
 func sitesFirstReply(t *testing.T, s *siteLab) {
-	if _, err := awaitPing(s.h["a1"].pod, s.pod["b1"], 30*time.Second-time.Since(s.started)); err != nil {
+	if _, err := awaitPing(s.h["a1"].pod, s.pod["b1"], 45*time.Second-time.Since(s.started)); err != nil {
 		t.Fatalf("a1 -> b1, %v after the daemons started: %v", time.Since(s.started).Round(time.Millisecond), err)
 	}
 	p, _ := s.peerOn("a1", "b1")
@@ -271,6 +271,25 @@ func sitesAcrossNAT(t *testing.T, s *siteLab) {
 			got, a1-a0, b1-b0, 2*got, relayed)
 	}
 	s.tcpThrough(t, "a1", "b1", "punched")
+}
+
+// TestSitesPunchAgain: one host behind each of two NATs that allow punching, and the
+// public relays: a1 and b1 meet punched; then a relayed spell of theirs ends punched
+// again without a NAT change, and forged "punch now" messages are dropped. One host
+// per site: two hosts behind one NAT on one inside port race for its outside port
+// toward a peer (TestSites), and only the winner can be punched with it.
+func TestSitesPunchAgain(t *testing.T) {
+	s := newSiteLab(t, true, lab.NATSpec{Public: []string{"p", "q"},
+		Sites: []lab.SiteSpec{{Name: "a", Hosts: []string{"a1"}}, {Name: "b", Hosts: []string{"b1"}}}})
+	s.explain(t)
+	s.steps(t, []siteStep{
+		{"first reply", sitesFirstReply},
+		{"punched", func(t *testing.T, s *siteLab) {
+			p := s.awaitPath(t, "a1", "b1", func(p string) bool { return p == "punched" }, 45*time.Second)
+			t.Logf("b1 on a1: %s (%s)", p.Path, p.PathDetail)
+		}},
+		{"relayed, then punched again", sitesPunchAgain},
+	})
 }
 
 // sitesPunchAgain: UDP between the two NATs is dropped, so a1 and b1 fall back to a

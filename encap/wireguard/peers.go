@@ -76,7 +76,7 @@ func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 			if !w.chooses(l) {
 				w.forgetWay(key, old)
 			} else if w.ways[key] == nil {
-				w.ways[key] = &wayState{since: time.Now(), why: "direct: what the peer publishes", first: true}
+				w.ways[key] = &wayState{since: time.Now(), why: "direct: what the peer publishes"}
 				if want[0] != nil {
 					if _, ok := w.keptWays[want[0].key]; ok {
 						resume = append(resume, key)
