@@ -309,10 +309,17 @@ func sitesPunchAgain(t *testing.T, s *siteLab) {
 		t.Fatalf("no lease of %s", name)
 		return netip.AddrPort{}
 	}
+	// Both publish their NAT's address by now (a punched pair dials them); wait for
+	// the leases to say so, then keep them.
 	outsideBefore := map[string]netip.AddrPort{}
-	for _, name := range []string{"a1", "b1"} {
-		outsideBefore[name] = outside(name)
-	}
+	eventually(t, 30*time.Second, func() error {
+		for _, name := range []string{"a1", "b1"} {
+			if outsideBefore[name] = outside(name); !outsideBefore[name].IsValid() {
+				return fmt.Errorf("%s's lease publishes no NAT address yet", name)
+			}
+		}
+		return nil
+	})
 	unblock, err := s.lab.BlockUDP(ctx, s.sites["a"].Outside, s.sites["b"].Outside)
 	if err != nil {
 		t.Fatal(err)
