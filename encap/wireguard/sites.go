@@ -98,6 +98,9 @@ type wayState struct {
 	punchWait              time.Duration
 	punchUntil, punchSince time.Time
 	punchAddr              netip.AddrPort
+	// roamedOut: while relayed, when the device first had the peer's NAT address
+	// as its endpoint (the peer's datagrams came from there).
+	roamedOut time.Time
 }
 
 // chooses reports whether we choose a way for peer l by evidence: we have a site (the
@@ -185,6 +188,7 @@ func (w *backend) setWay(key netip.Prefix, v way, why string, now time.Time) {
 		w.pathChanges++
 	}
 	ws.way, ws.since, ws.answered, ws.why, ws.directBack = v, now, false, why, false
+	ws.roamedOut = time.Time{}
 	ws.punchUntil = time.Time{}
 	if v == wayRelay {
 		ws.punchAt = now.Add(max(ws.punchWait, punchFirst)) // punchAgain's next try
@@ -456,6 +460,20 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 			ws.answered = true
 			return
 		}
+	}
+	// The peer reaches us from its NAT's address while we relay (it dials our NAT: it
+	// punched, or kept the punched way over its restart): our device roamed there on
+	// its authenticated datagrams, and our answers go back through the mapping they
+	// came by. Still so a tick later: punched is the way; say so.
+	if st, ok := status[c.key]; ok && ws.way == wayRelay && l.Attrs.Outside.IsValid() && st.endpoint == l.Attrs.Outside {
+		if ws.roamedOut.IsZero() {
+			ws.roamedOut = now
+		} else if now.Sub(ws.roamedOut) >= chooseEvery {
+			w.take(key, wayPunched, fmt.Sprintf("punched: the peer's datagrams come to us from its NAT's address (%v)", l.Attrs.Outside), now)
+			return
+		}
+	} else {
+		ws.roamedOut = time.Time{}
 	}
 	// A new way is given tryFor: the probes call it down after a few silent rounds,
 	// sooner than a punched pair's two sides both dial. One that answered on this way
