@@ -66,8 +66,10 @@ const (
 	// ("punch now" through the relay) punchFirst after it was relayed, then at
 	// twice the wait each time up to punchMax; for punchWindow after a punch (ours
 	// or the peer's) both ping each other's path socket at its NAT's address, and
-	// the first answer moves the peer to punched. A failed attempt costs pings, not
-	// traffic: WireGuard stays on the relay until the path port answered.
+	// the first answer moves the peer to punched. WireGuard stays on the relay until
+	// the path port answered, so an attempt that gets no answer costs pings only;
+	// one whose path port answers while WireGuard's port cannot pass (two hosts
+	// behind one NAT on the same inside ports) costs up to tryFor of traffic.
 	punchFirst  = 5 * time.Second
 	punchMax    = 60 * time.Second
 	punchWindow = 6 * time.Second
@@ -539,8 +541,8 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 // the peer asks, by pinging its path socket at its NAT's address while it pings
 // ours; an answer moves the peer to punched. It reports whether it moved it. Only a
 // peer that publishes its NAT's address is tried, and only while our NAT maps one
-// port for every destination (else the peer's pings could not find ours). w.mu is
-// held.
+// port for every destination (else the peer's pings could not find ours; the way's
+// why says so). w.mu is held.
 func (w *backend) punchAgain(key netip.Prefix, ws *wayState, pk relay.Key, now time.Time) bool {
 	l := w.leases[key]
 	if !l.Attrs.Outside.IsValid() || !ws.relayAddr.IsValid() {
