@@ -34,9 +34,9 @@ func TestSites(t *testing.T) {
 		{"within a site, not through its router", sitesWithin},
 		{"across sites: punched", sitesAcrossNAT},
 		{"one NAT address, one port", sitesSamePort},
-		// The restart before the flush: after a flush, a1 and a2 (one inside port
-		// each, one outside address) race for the outside ports, and the loser's
-		// mapping differs per destination, which may leave a1 and b1 relayed.
+		// a1 and a2 share one inside port and one outside address; the lab's NAT
+		// maps a2's ports to fixed others (lab.OutsidePort), so neither races
+		// the other for the outside port, at the start or after the flush.
 		{"weftd restarted behind NAT", sitesRestart},
 		{"conntrack flushed", sitesConntrack},
 	})

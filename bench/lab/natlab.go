@@ -44,6 +44,12 @@ const (
 	// NATMasquerade masquerades what leaves by eth0 as the router's outside
 	// address, keeping a socket's source port where it can: one socket shows one
 	// outside port to every destination. The empty SiteMode is NATMasquerade.
+	// Where two hosts of the site use one port (weft's UDP ports, FixedPorts),
+	// Linux masquerade would give it to whichever host reaches a destination
+	// first and another port per destination to the other: a race. So the
+	// site's first host keeps those ports, and host j (from 0) leaves from
+	// OutsidePort(j, port) to every destination, as an endpoint-independent NAT
+	// does.
 	NATMasquerade SiteMode = "masquerade"
 	// NATRandom masquerades with random-fully (iptables' name; nft's fully-random):
 	// every new connection, and so every new destination of one socket, gets an
@@ -100,16 +106,43 @@ type Site struct {
 // leaves no entry behind; without the drop, a peer's first punching datagram would
 // be tracked as a connection to the router, take the tuple our host's own datagram
 // to that peer needs, and masquerade would give that one another port.
-func siteTable(mode SiteMode) string {
+func siteTable(mode SiteMode, hosts []netip.Addr, outside netip.Addr) string {
 	nat := ""
 	if rule, _ := mode.masquerade(); rule != "" {
-		nat = "\tchain postrouting { type nat hook postrouting priority srcnat; policy accept; " + rule + "; }\n" +
+		fixed := ""
+		for j, h := range hosts {
+			for _, port := range FixedPorts {
+				if mode == NATMasquerade && j > 0 {
+					fixed += fmt.Sprintf(`ip saddr %v udp sport %d snat to %v:%d; `, h, port, outside, OutsidePort(j, port))
+				}
+			}
+		}
+		nat = "\tchain postrouting { type nat hook postrouting priority srcnat; policy accept; " + fixed + rule + "; }\n" +
 			"\tchain input { type filter hook input priority 0; policy accept; iifname \"eth0\" ct state new drop; }\n"
 	}
 	return `table ip weftlab {
 	counter forwarded {}
 	chain forward { type filter hook forward priority 0; policy accept; counter name "forwarded"; }
 ` + nat + "}\n"
+}
+
+// FixedPorts are the UDP ports a NATMasquerade site maps host by host rather than
+// by race: weft's WireGuard port, its path port and the udp backend's port.
+var FixedPorts = []uint16{51820, 51822, 8285}
+
+// maxMasqueradeHosts is how many hosts a NATMasquerade site may have: each after
+// the first takes a block of 1,000 outside ports from 61000 up.
+const maxMasqueradeHosts = 5
+
+// OutsidePort is the outside port of a NATMasquerade site's host j (from 0) for
+// its inside port, one of FixedPorts: the port itself for the first host, and
+// 60000 + 1000*j + port%1000 for the others (host 1's 51820 is 61820): above
+// Linux's ephemeral ports, so masquerade never hands them out.
+func OutsidePort(j int, port uint16) uint16 {
+	if j == 0 {
+		return port
+	}
+	return uint16(60000 + 1000*j + int(port)%1000)
 }
 
 var counterRE = regexp.MustCompile(`packets (\d+) bytes (\d+)`)
@@ -153,6 +186,9 @@ func (l *Lab) BuildNAT(ctx context.Context, spec NATSpec) (map[string]*Site, err
 	for _, ss := range spec.Sites {
 		if _, ok := ss.Mode.masquerade(); !ok {
 			return nil, fmt.Errorf("%w: site %s: mode %q", ErrSpec, ss.Name, ss.Mode)
+		}
+		if (ss.Mode == "" || ss.Mode == NATMasquerade) && len(ss.Hosts) > maxMasqueradeHosts {
+			return nil, fmt.Errorf("%w: site %s: %d hosts behind masquerade, at most %d", ErrSpec, ss.Name, len(ss.Hosts), maxMasqueradeHosts)
 		}
 	}
 	err := runAll(ctx, l.router, [][]string{
@@ -225,7 +261,11 @@ func (l *Lab) buildSite(ctx context.Context, i int, ss SiteSpec) (*Site, error) 
 		})
 	}
 	if err == nil {
-		err = nftScript(ctx, s.Router, siteTable(s.Mode))
+		var hosts []netip.Addr
+		for j := range ss.Hosts {
+			hosts = append(hosts, nthAddr(lan, 10+j))
+		}
+		err = nftScript(ctx, s.Router, siteTable(s.Mode, hosts, s.Outside))
 	}
 	if err == nil && s.Mode == Routed {
 		err = l.routeTo(ctx, s)

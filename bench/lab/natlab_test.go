@@ -68,6 +68,19 @@ func TestNATTopology(t *testing.T) {
 	if out, err := a1.Run(ctx, "ping", "-c1", "-W1", "198.51.100.10"); err == nil {
 		t.Fatalf("a1 reached b1 inside site b:\n%s", out)
 	}
+
+	// a1 and a2 on one inside port (weft's 51820), a2 first to each destination:
+	// a1 keeps the port, a2 leaves from its own fixed one, to every destination.
+	pa := l.Host("p")
+	s1, s2 := udpSocket(t, l.Host("a1"), 51820), udpSocket(t, l.Host("a2"), 51820)
+	for _, to := range []*net.UDPConn{udpSocket(t, pa, 7001), udpSocket(t, pa, 7002)} {
+		for j, from := range []*net.UDPConn{s2, s1} {
+			want := netip.AddrPortFrom(a.Outside, lab.OutsidePort(1-j, 51820))
+			if got := udpSend(t, from, to, "hello"); got != want {
+				t.Errorf("a%d's 51820 to %v came from %v, want %v", 2-j, udpAddr(to), got, want)
+			}
+		}
+	}
 	testenv.NeedTools(t, "conntrack")
 	if err := a.FlushConntrack(ctx); err != nil {
 		t.Fatal(err)
