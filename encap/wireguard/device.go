@@ -50,6 +50,14 @@ type inProcessRelay interface {
 	SetRelay(r wgbind.Relay)
 }
 
+// initiationResender is a device that can send a peer's unanswered handshake
+// initiation again to the peer's new endpoint at once (wireguard-go on weft's
+// transport): a peer moved to a relay, or to its punched way, is answered there
+// within a round trip rather than at the device's own retry, up to 5 s later.
+type initiationResender interface {
+	ResendInitiation(from, to netip.AddrPort) (bool, error)
+}
+
 // peerStatus is what a device knows of one peer now.
 type peerStatus struct {
 	endpoint  netip.AddrPort

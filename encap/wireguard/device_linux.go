@@ -246,6 +246,9 @@ func listenUAPI(name, socketDir string) (net.Listener, error) {
 // Deliver and SetRelay make the relay's legs in process (inProcessRelay).
 func (u *userWG) Deliver(p []byte, from netip.AddrPort) bool { return u.relayed.Deliver(p, from) }
 func (u *userWG) SetRelay(r wgbind.Relay)                    { u.relayed.SetRelay(r) }
+func (u *userWG) ResendInitiation(from, to netip.AddrPort) (bool, error) {
+	return u.relayed.ResendInitiation(from, to)
+}
 
 func (u *userWG) Name() string                { return u.name }
 func (u *userWG) Kind() string                { return Userspace }

@@ -97,6 +97,7 @@ func (w *backend) resumeWay(key netip.Prefix, pk wgtypes.Key, ws *wayState) bool
 		return false
 	}
 	w.pathChanges++
+	ws.first = false // a kept way is trusted for tryFor, as it worked
 	w.relayMTU(l.Subnet, ws.way == wayRelay)
 	w.log.Info("peer path", zap.Stringer("subnet", key), zap.Stringer("way", ws.way), zap.String("why", ws.why))
 	return true

@@ -76,7 +76,7 @@ func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 			if !w.chooses(l) {
 				w.forgetWay(key, old)
 			} else if w.ways[key] == nil {
-				w.ways[key] = &wayState{since: time.Now(), why: "direct: what the peer publishes"}
+				w.ways[key] = &wayState{since: time.Now(), why: "direct: what the peer publishes", first: true}
 				if want[0] != nil {
 					if _, ok := w.keptWays[want[0].key]; ok {
 						resume = append(resume, key)
@@ -285,6 +285,7 @@ func (w *backend) apply(key netip.Prefix, want [2]*wgPeerConf, log *zap.Logger) 
 		w.owner[i][n.key] = key
 		log.Info("peer added", zap.String("device", d.Name()), zap.Stringer("public-key", n.key),
 			zap.Stringer("endpoint", n.endpoint), zap.Bool("endpoint-learnt", n.learn), zap.Any("allowed-ips", n.allowed))
+		w.resendInitiation(d, o, n, log)
 		// As flanneld does on each peer, route the network again (put back if deleted).
 		if link, err := d.Link(); err == nil {
 			for _, f := range []encap.Family{encap.V4(w.cfg), encap.V6(w.cfg)} {
@@ -300,6 +301,23 @@ func (w *backend) apply(key netip.Prefix, want [2]*wgPeerConf, log *zap.Logger) 
 		delete(w.applied, key)
 	} else {
 		w.applied[key] = want
+	}
+}
+
+// resendInitiation sends peer n's unanswered handshake initiation, sent to its old
+// endpoint (o's) lately, to its new one at once, where the device can
+// (initiationResender).
+func (w *backend) resendInitiation(d wgDevice, o, n *wgPeerConf, log *zap.Logger) {
+	r, ok := d.(initiationResender)
+	if !ok || o == nil || o.key != n.key || n.learn || !o.endpoint.IsValid() || !n.endpoint.IsValid() || o.endpoint == n.endpoint {
+		return
+	}
+	sent, err := r.ResendInitiation(o.endpoint, n.endpoint)
+	switch {
+	case err != nil:
+		log.Warn("sending the handshake initiation again", zap.Stringer("endpoint", n.endpoint), zap.Error(err))
+	case sent:
+		log.Debug("handshake initiation sent again, to the new endpoint", zap.Stringer("from", o.endpoint), zap.Stringer("to", n.endpoint))
 	}
 }
 

@@ -73,6 +73,17 @@ const (
 	punchFirst  = 5 * time.Second
 	punchMax    = 60 * time.Second
 	punchWindow = 6 * time.Second
+	// punchHoldMax: after punched ways in a row that WireGuard found silent (each
+	// costs up to tryFor of traffic), the next move waits punchFirst doubled per
+	// failure, up to this.
+	punchHoldMax = 10 * time.Minute
+	// relayFirstAfter: a new peer whose first way (direct, or the punched way kept
+	// over a restart) has neither handshaken nor answered the probes this long is
+	// relayed at once where a relay answers for it, and the first way is tried beside
+	// the relay on the path port: pinged every chooseEvery for relayFirstFast, then
+	// every directEvery. It was tryFor (8 s) per way before the first packet moved.
+	relayFirstAfter = 1500 * time.Millisecond
+	relayFirstFast  = 10 * time.Second
 )
 
 // wayState is how we reach one peer outside our site, and the evidence for it.
@@ -103,6 +114,19 @@ type wayState struct {
 	// roamedOut: while relayed, when the device first had the peer's NAT address
 	// as its endpoint (the peer's datagrams came from there).
 	roamedOut time.Time
+	// first: the peer is on its first way since its lease came (relayFirst may
+	// apply); relayFirst: it was relayed first, and since when; firstSince: when
+	// its first way was taken (the punched attempt comes tryFor after it, as
+	// without relay first).
+	first      bool
+	relayFirst time.Time
+	firstSince time.Time
+	// punchHold: after a punched way the path port's answers chose got no answer
+	// through WireGuard, no move on such answers before this (the path socket's NAT
+	// mapping held where WireGuard's did not: another host behind the same NAT took
+	// WireGuard's port toward this peer).
+	punchHold  time.Time
+	punchFails int // punched ways in a row that got no answer through WireGuard
 }
 
 // chooses reports whether we choose a way for peer l by evidence: we have a site (the
@@ -191,7 +215,7 @@ func (w *backend) setWay(key netip.Prefix, v way, why string, now time.Time) {
 	}
 	ws.way, ws.since, ws.answered, ws.why, ws.directBack = v, now, false, why, false
 	ws.roamedOut = time.Time{}
-	ws.punchUntil = time.Time{}
+	ws.punchUntil, ws.first, ws.relayFirst, ws.firstSince = time.Time{}, false, time.Time{}, time.Time{}
 	if v == wayRelay {
 		ws.punchAt = now.Add(max(ws.punchWait, punchFirst)) // punchAgain's next try
 		// A way that failed may mean our NAT's mappings changed: hello again at the
@@ -280,7 +304,32 @@ func (w *backend) newOutside(key netip.Prefix, old, l lease.Lease) {
 	if ws == nil || ws.way != wayRelay || !l.Attrs.Outside.IsValid() || l.Attrs.Outside == old.Attrs.Outside {
 		return
 	}
-	w.setWay(key, wayPunched, fmt.Sprintf("punched: the peer publishes a new NAT address (%v); both dial each other's NAT", l.Attrs.Outside), time.Now())
+	w.punchSoon(ws, fmt.Sprintf("the peer publishes a new NAT address (%v)", l.Attrs.Outside))
+}
+
+// punchSoon has relayed peer ws try punching at the next tick (punchAgain, beside
+// the relay), for the reason why; with our NAT mapping each destination anew it
+// cannot work, and the peer's way says so instead. w.mu is held.
+func (w *backend) punchSoon(ws *wayState, why string) {
+	if !ws.firstSince.IsZero() {
+		return // relayed first: punchAfterFirst tries the punched way at its old moment
+	}
+	if w.mapsPerDestination != "" {
+		ws.why = notPunched(ws.why, why+"; not punched: "+w.mapsPerDestination)
+		return
+	}
+	ws.punchAt, ws.punchWait = time.Now(), 0
+}
+
+// notPunched is a relayed way's why with the last word on punching, said once.
+func notPunched(why, word string) string {
+	if i := strings.Index(why, "; not punched"); i >= 0 {
+		why = why[:i]
+	}
+	if i := strings.Index(why, "; punched "); i >= 0 {
+		why = why[:i]
+	}
+	return why + "; " + strings.TrimPrefix(word, "; ")
 }
 
 // PeerState is told by the probes whether a peer answers on the way we took.
@@ -307,10 +356,16 @@ func (w *backend) PeerState(subnet netip.Prefix, up bool) {
 // candidates are the hosts we say hello to, which may relay for us and tell us how
 // they see us: peers outside our site we reach directly and that answer, dialable at
 // their PublicIP on the path port, the lowest subnets first. w.mu is held.
-func (w *backend) candidates() []netip.Prefix {
+func (w *backend) candidates(status map[wgtypes.Key]peerStatus) []netip.Prefix {
 	var out []netip.Prefix
 	for key, ws := range w.ways {
-		if ws.way == wayDirect && ws.answered && directAddr(w.leases[key]).Is4() && w.base[key][0] != nil {
+		c := w.base[key][0]
+		if c == nil || ws.way != wayDirect || !directAddr(w.leases[key]).Is4() {
+			continue
+		}
+		// Answered: the probes say so, or (sooner, at start) the device handshook
+		// with it on this way.
+		if ws.answered || w.handshook(key, ws, status) {
 			out = append(out, key)
 		}
 	}
@@ -329,7 +384,8 @@ func (w *backend) pathAddr(key netip.Prefix) netip.AddrPort {
 // choose is one tick of the choice: hellos to the candidates, our NAT's outside
 // address from their answers, and each peer's way moved on evidence. w.mu is held.
 func (w *backend) choose(now time.Time) {
-	cands := w.candidates()
+	status := w.status()
+	cands := w.candidates(status)
 	every := relay.HelloEvery
 	if !w.seenWG(now) {
 		every = helloSoon // until a host has told us where it sees our WireGuard
@@ -343,7 +399,6 @@ func (w *backend) choose(now time.Time) {
 		}
 	}
 	w.learnOutside(now)
-	status := w.status()
 	for key, ws := range w.ways {
 		w.step(key, ws, cands, status, now)
 	}
@@ -401,20 +456,19 @@ func (w *backend) learnOutside(now time.Time) {
 			zap.String("nat", w.mapsPerDestination))
 		w.outside = out
 		if out.IsValid() {
-			w.punchWithPeers(out, now)
+			w.punchWithPeers(out)
 		}
 	}
 }
 
-// punchWithPeers tries punching again with every relayed peer that publishes a NAT
-// address, our own NAT address being new (out): each of them sees it in our lease
-// within seconds and punches too (newOutside), so both sides dial together, which
-// punching needs. w.mu is held.
-func (w *backend) punchWithPeers(out netip.AddrPort, now time.Time) {
-	for key, ws := range w.ways {
-		if ws.way == wayRelay && w.leases[key].Attrs.Outside.IsValid() {
-			w.take(key, wayPunched, fmt.Sprintf("punched: our NAT address is new (%v), the peer punches with us at %v",
-				out, w.leases[key].Attrs.Outside), now)
+// punchWithPeers has every relayed peer try punching again at the next tick, our
+// own NAT address being new (out): each that publishes a NAT address is asked with
+// "punch now" (punchAgain), and each sees our new address in our lease within
+// seconds and asks too (newOutside). w.mu is held.
+func (w *backend) punchWithPeers(out netip.AddrPort) {
+	for _, ws := range w.ways {
+		if ws.way == wayRelay {
+			w.punchSoon(ws, fmt.Sprintf("our NAT address is new (%v)", out))
 		}
 	}
 }
@@ -458,8 +512,12 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 			if ws.why != "" {
 				why += "; before: " + ws.why
 			}
+			first := ws.first
 			w.take(key, wayRelay, why, now)
 			ws.answered = true
+			if first {
+				ws.relayFirst = now // the peer relayed first: try its first way as fast
+			}
 			return
 		}
 	}
@@ -476,6 +534,17 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 		}
 	} else {
 		ws.roamedOut = time.Time{}
+	}
+	if ws.first && (ws.way == wayDirect || ws.way == wayPunched) {
+		if w.relayFirstStep(key, ws, pk, cands, status, now) {
+			return
+		}
+	}
+	// A handshake on this way's endpoint since it was taken is an answer: the
+	// probes, which visit each peer at most every 10 s on a large cluster, need not
+	// come first (tryFor would leave a working way they had not reached yet).
+	if !ws.answered && w.handshook(key, ws, status) {
+		ws.answered, ws.upAt = true, now
 	}
 	// A new way is given tryFor: the probes call it down after a few silent rounds,
 	// sooner than a punched pair's two sides both dial. One that answered on this way
@@ -506,19 +575,29 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 			if w.mapsPerDestination != "" {
 				why += "; " + w.mapsPerDestination
 			}
+			// Path answers are not trusted again for punching this peer until the
+			// next attempt of the doubling schedule.
+			ws.punchFails++
+			hold := min(punchFirst<<min(ws.punchFails, 16), punchHoldMax)
 			w.take(key, wayRelay, why, now)
+			ws.punchHold = now.Add(hold)
+			ws.punchAt = later(ws.punchAt, ws.punchHold)
 		}
 	}
 	if ws.way == wayPunched && ws.answered {
-		ws.punchWait = 0 // a punch that held: the next relayed spell starts again at punchFirst
+		ws.punchWait, ws.punchFails = 0, 0 // a punch that held: the next relayed spell starts again at punchFirst
 	}
 	if ws.way == wayRelay {
 		w.measureRelays(key, ws, pk, cands, now)
-		if w.punchAgain(key, ws, pk, now) {
+		if w.punchAfterFirst(key, ws, now) || w.punchAgain(key, ws, pk, now) {
 			return
 		}
 	}
-	if ws.way != wayDirect && directAddr(l).Is4() && !now.Before(ws.directAfter) && now.Sub(ws.directPinged) >= directEvery {
+	every := directEvery
+	if !ws.relayFirst.IsZero() && now.Sub(ws.relayFirst) < relayFirstFast {
+		every = chooseEvery
+	}
+	if ws.way != wayDirect && directAddr(l).Is4() && !now.Before(ws.directAfter) && now.Sub(ws.directPinged) >= every {
 		m := w.node.Measured(pk, netip.AddrPort{})
 		if !ws.directPinged.IsZero() && m.At.After(ws.directPinged) {
 			ws.directOK++
@@ -591,7 +670,7 @@ func (w *backend) punchAgain(key netip.Prefix, ws *wayState, pk relay.Key, now t
 	if ws.punchUntil.IsZero() || !ws.punchAddr.IsValid() {
 		return false
 	}
-	if m := w.node.MeasuredAt(pk, ws.punchAddr); m.At.After(ws.punchSince) {
+	if m := w.node.MeasuredAt(pk, ws.punchAddr); m.At.After(ws.punchSince) && !now.Before(ws.punchHold) {
 		ws.punchUntil = time.Time{}
 		w.take(key, wayPunched, fmt.Sprintf("punched: the peer's path port answered at its NAT's address (%v, %v) while both pinged; both dial each other's NAT",
 			ws.punchAddr, m.RTT.Round(10*time.Microsecond)), now)
@@ -599,17 +678,6 @@ func (w *backend) punchAgain(key netip.Prefix, ws *wayState, pk relay.Key, now t
 	}
 	_ = w.node.PingAt(pk, ws.punchAddr)
 	return false
-}
-
-// notPunched is a relayed way's why with the last word on punching, said once.
-func notPunched(why, word string) string {
-	if i := strings.Index(why, "; not punched"); i >= 0 {
-		why = why[:i]
-	}
-	if i := strings.Index(why, "; punched "); i >= 0 {
-		why = why[:i]
-	}
-	return why + "; " + strings.TrimPrefix(word, "; ")
 }
 
 // pathOutside is where our path socket is seen from outside our NAT: by the relay
@@ -629,16 +697,95 @@ func (w *backend) pathOutside(relayKey netip.Prefix) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-// measureRelays pings peer key through every candidate and keeps, or changes, its
-// relay: the one with the shortest round trip through it, until it stops answering.
-// w.mu is held.
-func (w *backend) measureRelays(key netip.Prefix, ws *wayState, pk relay.Key, cands []netip.Prefix, now time.Time) {
-	type option struct {
-		key  netip.Prefix
-		addr netip.AddrPort
-		rtt  time.Duration
+// relayFirstStep relays peer key at once while its first way has not answered, once
+// a relay answers for it: pings go through every candidate from the start, and after
+// relayFirstAfter without a handshake or an answer on the first way the peer moves
+// to the relay with the shortest round trip. The first way is tried beside it: the
+// direct way by pings on the path port (fast for relayFirstFast), the punched way
+// by "punch now" at once. It reports whether it moved the peer. w.mu is held.
+func (w *backend) relayFirstStep(key netip.Prefix, ws *wayState, pk relay.Key, cands []netip.Prefix, status map[wgtypes.Key]peerStatus, now time.Time) bool {
+	if ws.answered {
+		ws.first = false
+		return false
 	}
-	var best *option
+	if w.handshook(key, ws, status) {
+		return false // the way works; the probes will say so
+	}
+	// Every tick, not every measureEvery: the first relay's answer is what the
+	// first packet waits for.
+	if now.Sub(ws.measured) >= chooseEvery {
+		ws.measured = now
+		for _, r := range cands {
+			if r != key {
+				_ = w.node.Ping(pk, w.pathAddr(r), netip.AddrPort{})
+			}
+		}
+	}
+	if now.Sub(ws.since) < relayFirstAfter {
+		return false
+	}
+	best := w.bestRelay(key, pk, cands, now)
+	if best == nil {
+		return false
+	}
+	from, ep := ws.way, netip.AddrPort{}
+	if a := w.applied[key][0]; a != nil {
+		ep = a.endpoint
+	}
+	w.setWay(key, wayRelay, fmt.Sprintf("relay via %v: first, while %s (%v) has not answered in %d ms; tried beside it",
+		best.key, from, ep, now.Sub(ws.since).Milliseconds()), now)
+	since := ws.since
+	ws.relay, ws.relayAddr, ws.relayFirst, ws.firstSince = best.key, best.addr, now, since
+	w.apply(key, w.onWay(key, w.base[key]), w.log.With(zap.Stringer("subnet", key)))
+	// The punched way is tried when it was before relay first (tryFor after the
+	// first way), through WireGuard: two hosts behind one NAT, on one port, then
+	// take their turns for the NAT's port toward the peer as they did.
+	ws.punchAt = since.Add(tryFor)
+	return true
+}
+
+// punchAfterFirst moves a peer relayed first to its punched way tryFor after its
+// first way was taken, as without relay first, when it publishes a NAT address and
+// we have not punched it since. It reports whether it moved it. w.mu is held.
+func (w *backend) punchAfterFirst(key netip.Prefix, ws *wayState, now time.Time) bool {
+	l := w.leases[key]
+	if ws.firstSince.IsZero() || now.Before(ws.firstSince.Add(tryFor)) || !l.Attrs.Outside.IsValid() {
+		return false
+	}
+	ws.firstSince = time.Time{}
+	if w.mapsPerDestination != "" {
+		ws.why = notPunched(ws.why, "not punched: "+w.mapsPerDestination)
+		return false
+	}
+	w.take(key, wayPunched, fmt.Sprintf("punched: relayed first, direct gave no answer for %d s; both dial each other's NAT (%v)",
+		int(tryFor.Seconds()), l.Attrs.Outside), now)
+	return true
+}
+
+// handshook reports whether the IPv4 device handshook with peer key since its way
+// was taken and since the probes last found it down, at the endpoint that way
+// configured (a handshake through the relay while we punch, the device roaming to
+// it, is not the punched way's). w.mu is held.
+func (w *backend) handshook(key netip.Prefix, ws *wayState, status map[wgtypes.Key]peerStatus) bool {
+	a := w.applied[key][0]
+	if a == nil || a.learn || !a.endpoint.IsValid() {
+		return false
+	}
+	st, ok := status[a.key]
+	return ok && st.handshake.After(later(ws.since, ws.downAt)) && st.endpoint == a.endpoint
+}
+
+// relayOption is a relay for a peer and the round trip through it.
+type relayOption struct {
+	key  netip.Prefix
+	addr netip.AddrPort
+	rtt  time.Duration
+}
+
+// bestRelay is the candidate with the shortest round trip to peer key whose pings
+// answered lately, nil when none. w.mu is held.
+func (w *backend) bestRelay(key netip.Prefix, pk relay.Key, cands []netip.Prefix, now time.Time) *relayOption {
+	var best *relayOption
 	for _, r := range cands {
 		if r == key {
 			continue
@@ -646,9 +793,17 @@ func (w *backend) measureRelays(key netip.Prefix, ws *wayState, pk relay.Key, ca
 		addr := w.pathAddr(r)
 		m := w.node.Measured(pk, addr)
 		if now.Sub(m.At) < relayStale && m.NoPeer.Before(m.At) && (best == nil || m.RTT < best.rtt) {
-			best = &option{r, addr, m.RTT}
+			best = &relayOption{r, addr, m.RTT}
 		}
 	}
+	return best
+}
+
+// measureRelays pings peer key through every candidate and keeps, or changes, its
+// relay: the one with the shortest round trip through it, until it stops answering.
+// w.mu is held.
+func (w *backend) measureRelays(key netip.Prefix, ws *wayState, pk relay.Key, cands []netip.Prefix, now time.Time) {
+	best := w.bestRelay(key, pk, cands, now)
 	cur := w.node.Measured(pk, ws.relayAddr)
 	curOK := ws.relayAddr.IsValid() && slices.Contains(cands, ws.relay) &&
 		(now.Sub(cur.At) < relayStale || now.Sub(ws.since) < relayStale) && !cur.NoPeer.After(cur.At)

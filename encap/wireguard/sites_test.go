@@ -3,6 +3,8 @@ package wireguard
 import (
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"maps"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"go.uber.org/zap/zaptest"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
@@ -198,7 +201,8 @@ func TestDirectBackoff(t *testing.T) {
 
 // TestPunchAgainSchedule: a relayed peer that publishes its NAT's address is tried
 // on the path port punchFirst after it was relayed, then at twice the wait each time
-// up to punchMax; an attempt without an answer says so in the way's why, once; with
+// up to punchMax; an attempt without an answer says so in the way's why, once; a new
+// NAT address of the peer's asks at the next tick and starts the waits again; with
 // our NAT mapping each destination anew nothing is tried, and the why says why.
 func TestPunchAgainSchedule(t *testing.T) {
 	w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10")})
@@ -206,6 +210,7 @@ func TestPunchAgainSchedule(t *testing.T) {
 	b1.Attrs.Outside = netip.MustParseAddrPort("203.0.113.3:51820")
 	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: b1}})
 	ws := w.ways[b1.Subnet]
+	ws.first = false // relay first is not this test's
 	t0 := ws.since.Add(time.Minute)
 	w.setWay(b1.Subnet, wayRelay, "relay via p: test", t0)
 	ws.relayAddr = netip.MustParseAddrPort("203.0.113.10:51822")
@@ -231,7 +236,15 @@ func TestPunchAgainSchedule(t *testing.T) {
 	if ws.way != wayRelay || strings.Count(ws.why, "punched tried") != 1 {
 		t.Fatalf("after attempts with no answer: way %v, why %q; want relayed, saying so once", ws.way, ws.why)
 	}
+	// The peer's NAT address changes: asked at the next tick, the waits start again.
 	now := t0.Add(3*time.Minute + 500*time.Millisecond)
+	old := b1
+	b1.Attrs.Outside = netip.MustParseAddrPort("203.0.113.3:40000")
+	w.leases[b1.Subnet] = b1
+	w.newOutside(b1.Subnet, old, b1)
+	if got := attempts(now, now.Add(6*time.Second)); len(got) != 2 || got[1]-got[0] != punchFirst {
+		t.Fatalf("after a new NAT address: attempts at %v, want one at once and one punchFirst later", got)
+	}
 	// Our NAT maps each destination anew: nothing tried, and the why says so.
 	w.mapsPerDestination = "our NAT gives each destination a port of its own (test)"
 	later := now.Add(10 * time.Minute)
@@ -240,5 +253,51 @@ func TestPunchAgainSchedule(t *testing.T) {
 	}
 	if !strings.Contains(ws.why, "not punched: our NAT gives each destination") || strings.Contains(ws.why, "punched tried") {
 		t.Fatalf("why %q: want it to say why it is not punched, and only that", ws.why)
+	}
+}
+
+// fakeDev is a device whose peers' handshakes the test sets: the pure logic of the
+// ways reads them (a fake for a unit test; the e2e sites labs run the real devices).
+type fakeDev struct{ peers map[wgtypes.Key]peerStatus }
+
+func (d *fakeDev) Name() string                   { return Device }
+func (d *fakeDev) Kind() string                   { return Userspace }
+func (d *fakeDev) Link() (netlink.Link, error)    { return nil, errors.New("no link in this test") }
+func (d *fakeDev) Configure(wgtypes.Config) error { return nil }
+func (d *fakeDev) Peers() (map[wgtypes.Key]peerStatus, error) {
+	return maps.Clone(d.peers), nil
+}
+func (d *fakeDev) Close() error  { return nil }
+func (d *fakeDev) Remove() error { return nil }
+func (d *fakeDev) Kept() bool    { return false }
+
+// TestHandshakeIsAnAnswer: a handshake at the way's endpoint since the way was taken
+// keeps a peer the probes have not reached yet on it past tryFor; a handshake the
+// probes found down after (or one at another endpoint) does not.
+func TestHandshakeIsAnAnswer(t *testing.T) {
+	w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10")})
+	dev := &fakeDev{peers: map[wgtypes.Key]peerStatus{}}
+	w.devs[0] = dev
+	b1 := sitePeer(t, 3, "198.51.100.10", "b", "198.51.100.10", false)
+	c1 := sitePeer(t, 4, "198.51.100.20", "c", "198.51.100.20", false)
+	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: b1}, {Type: lease.Added, Lease: c1}})
+	// The ways were taken a minute ago (the probes' PeerState stamps the real now).
+	start := time.Now().Add(-time.Minute)
+	w.ways[b1.Subnet].since, w.ways[c1.Subnet].since = start, start
+	shook := start.Add(time.Second)
+	dev.peers[w.base[b1.Subnet][0].key] = peerStatus{endpoint: netip.MustParseAddrPort("198.51.100.10:51820"), handshake: shook}
+	dev.peers[w.base[c1.Subnet][0].key] = peerStatus{endpoint: netip.MustParseAddrPort("127.0.0.1:40000"), handshake: shook} // elsewhere
+	w.choose(start.Add(tryFor + time.Millisecond))
+	if ws := w.ways[b1.Subnet]; ws.way != wayDirect || !ws.answered {
+		t.Fatalf("b1 handshook on its direct way: %+v, want direct and answered", ws)
+	}
+	if ws := w.ways[c1.Subnet]; ws.way == wayDirect {
+		t.Fatalf("c1 handshook at another endpoint only: %+v, want it to leave direct after tryFor", ws)
+	}
+	// The probes find b1 down after that handshake: it moves on.
+	w.PeerState(b1.Subnet, false)
+	w.choose(time.Now())
+	if ws := w.ways[b1.Subnet]; ws.way == wayDirect {
+		t.Fatalf("b1 found down after its handshake: %+v, want it to leave direct", ws)
 	}
 }

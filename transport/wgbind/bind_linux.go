@@ -42,6 +42,8 @@ type Bind struct {
 	queue       atomic.Pointer[relayed]
 	// relayDrops counts relayed datagrams dropped: the queue full or closed.
 	relayDrops atomic.Uint64
+
+	inits initiations // ResendInitiation's
 }
 
 type relayRef struct{ Relay }
@@ -233,6 +235,7 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 		return fmt.Errorf("wgbind: endpoint %T is not the Bind's", ep)
 	}
 	to := e.ap
+	b.inits.keep(bufs, to)
 	if r := b.relay.Load(); r != nil && to.Addr().IsLoopback() {
 		if ok, err := r.SendRelayed(bufs, to); ok {
 			return err

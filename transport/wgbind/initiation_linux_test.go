@@ -1,0 +1,88 @@
+package wgbind
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// udpListener is a plain UDP socket on loopback, where a Bind sends.
+func udpListener(t *testing.T) (*net.UDPConn, netip.AddrPort) {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, c.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+// TestResendInitiation: the last initiation sent to an endpoint goes again, byte
+// for byte, to another one, once; a transport message or an initiation-sized
+// datagram of another type is never kept, and nothing is kept for an endpoint the
+// device did not dial.
+func TestResendInitiation(t *testing.T) {
+	b, _, _ := open(t)
+	oldC, oldEP := udpListener(t)
+	newC, newEP := udpListener(t)
+	initiation := func(fill byte) []byte {
+		p := bytes.Repeat([]byte{fill}, initiationLen)
+		copy(p, []byte{msgInitiation, 0, 0, 0})
+		return p
+	}
+	notInit := bytes.Repeat([]byte{4}, initiationLen) // a transport message of 148 bytes
+	first, second := initiation(0xa1), initiation(0xa2)
+	for _, p := range [][]byte{first, second, notInit} {
+		if err := b.Send([][]byte{p}, &Endpoint{ap: oldEP}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 512)
+	for range 3 { // all three reached the old endpoint
+		_ = oldC.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, _, err := oldC.ReadFromUDPAddrPort(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sent, err := b.ResendInitiation(newEP, oldEP); sent || err != nil {
+		t.Fatalf("from an endpoint never dialled: sent %v, %v", sent, err)
+	}
+	if sent, err := b.ResendInitiation(oldEP, newEP); !sent || err != nil {
+		t.Fatalf("sent %v, %v; want the last initiation sent again", sent, err)
+	}
+	_ = newC.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, _, err := newC.ReadFromUDPAddrPort(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf[:n], second) {
+		t.Fatalf("new endpoint got %d bytes starting % x, want the last initiation (a2...)", n, buf[:min(n, 8)])
+	}
+	if sent, _ := b.ResendInitiation(oldEP, newEP); sent {
+		t.Fatal("the same initiation sent again twice")
+	}
+}
+
+// TestInitiationsAge: an initiation older than the device's retry is not sent
+// again; the table stays bounded when full of old ones.
+func TestInitiationsAge(t *testing.T) {
+	var in initiations
+	p := make([]byte, initiationLen)
+	p[0] = msgInitiation
+	ep := netip.MustParseAddrPort("192.0.2.1:51820")
+	in.keep([][]byte{p}, ep)
+	i := in.last[ep]
+	i.at = time.Now().Add(-initiationAge - time.Second)
+	in.last[ep] = i
+	if _, ok := in.take(ep); ok {
+		t.Fatal("an initiation older than 5 s taken")
+	}
+	for j := range maxInitiations + 10 {
+		in.keep([][]byte{p}, netip.AddrPortFrom(netip.MustParseAddr("198.51.100.1"), uint16(j+1)))
+	}
+	if len(in.last) > maxInitiations {
+		t.Fatalf("%d initiations kept, at most %d", len(in.last), maxInitiations)
+	}
+}
