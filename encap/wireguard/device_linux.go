@@ -175,7 +175,7 @@ func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log
 	// weft's transport carries the device's datagrams (transport/wgbind), not
 	// wireguard-go's own Bind: no copy into a GSO buffer, no allocation per datagram.
 	wb := wgbind.New(dlog, &drops[wgDropReplayed])
-	wb.TakeRelayed()
+	wb.TakeRelayed(&drops[wgDropRelayedNotTaken])
 	bind, err := newNSBind(wb)
 	if err != nil {
 		_ = t.Close()

@@ -15,6 +15,7 @@ const (
 	wgDropHandshakeUnderLoad        // a handshake refused under load (a cookie reply sent instead)
 	wgDropDisallowedSource          // a decrypted packet from a source outside the peer's AllowedIPs, or not IP
 	wgDropReplayed                  // a transport message whose counter came before (transport/wgbind counts it)
+	wgDropRelayedNotTaken           // a relayed datagram the device's queue could not take (transport/wgbind counts it)
 	numWGDropReasons
 )
 
@@ -22,6 +23,7 @@ const (
 var wgDropNames = [numWGDropReasons]string{
 	"unknown_type", "invalid_mac1", "invalid_initiation", "invalid_response",
 	"invalid_cookie_reply", "handshake_under_load", "disallowed_source", "replayed",
+	"relayed_not_taken",
 }
 
 // wgDropLines maps the format strings of the lines wireguard-go's device logs when it

@@ -57,7 +57,8 @@ func TestWireGuardDropCount(t *testing.T) {
 	}
 	got := c.snapshot()["flannel-wg"]
 	want := map[string]uint64{"unknown_type": 2, "invalid_mac1": 1, "invalid_initiation": 1, "invalid_response": 0,
-		"invalid_cookie_reply": 0, "handshake_under_load": 1, "disallowed_source": 2, "replayed": 0}
+		"invalid_cookie_reply": 0, "handshake_under_load": 1, "disallowed_source": 2, "replayed": 0,
+		"relayed_not_taken": 0}
 	if len(got) != len(want) {
 		t.Fatalf("reasons %v, want %v", got, want)
 	}

@@ -98,7 +98,7 @@ var (
 		"Always 1 for each device of the wireguard backend; implementation says what runs it: kernel (the kernel's WireGuard) or userspace (wireguard-go in weftd).",
 		[]string{"device", "implementation"}, nil)
 	dropsDesc = prometheus.NewDesc("weft_wireguard_dropped_packets_total",
-		"Packets a userspace WireGuard device dropped, by reason: unknown_type, invalid_mac1, invalid_initiation, invalid_response, invalid_cookie_reply, handshake_under_load (a cookie reply sent instead), disallowed_source. Datagrams of the wrong size, and transport messages for no session or that fail to decrypt, are dropped uncounted.",
+		"Packets a userspace WireGuard device dropped, by reason: unknown_type, invalid_mac1, invalid_initiation, invalid_response, invalid_cookie_reply, handshake_under_load (a cookie reply sent instead), disallowed_source, replayed, relayed_not_taken (a relayed datagram the device's queue of 1,024 could not take, full or closed (counted in weft_path_dropped_frames_total too), or too large for its buffers). Datagrams of the wrong size, and transport messages for no session or that fail to decrypt, are dropped uncounted.",
 		[]string{"device", "reason"}, nil)
 	relayedDesc = prometheus.NewDesc("weft_relay_forwarded_packets_total",
 		"WireGuard datagrams this host relayed, as they were, from one wireguard peer to another (peers that reach each other no other way).", nil, nil)

@@ -40,8 +40,9 @@ type Bind struct {
 	takeRelayed bool
 	relay       atomic.Pointer[relayRef]
 	queue       atomic.Pointer[relayed]
-	// relayDrops counts relayed datagrams dropped: the queue full or closed.
-	relayDrops atomic.Uint64
+	// relayDrops counts relayed datagrams the device could not take: the queue full
+	// or closed, or a datagram too large for its buffers.
+	relayDrops *atomic.Uint64
 
 	inits initiations // ResendInitiation's
 }
@@ -52,7 +53,9 @@ var _ conn.Bind = (*Bind)(nil)
 
 // New makes a Bind; Open opens its sockets. It counts in replayed the transport
 // messages the device will drop as replays (nil: not counted).
-func New(log *zap.Logger, replayed *atomic.Uint64) *Bind { return &Bind{log: log, replayed: replayed} }
+func New(log *zap.Logger, replayed *atomic.Uint64) *Bind {
+	return &Bind{log: log, replayed: replayed, relayDrops: new(atomic.Uint64)}
+}
 
 // sender is one socket's send side: wireguard-go sends from many goroutines (one per
 // peer, and its handshakes), the socket's staging is one goroutine's.
@@ -74,11 +77,16 @@ type receiver struct {
 }
 
 // TakeRelayed makes Open return one more receive function, last: the datagrams a
-// relay hands over with Deliver. Call it before the first Open.
-func (b *Bind) TakeRelayed() {
+// relay hands over with Deliver. It counts in dropped (nil: a counter of the
+// Bind's own) those the device could not take (RelayDrops). Call it before the
+// first Open.
+func (b *Bind) TakeRelayed(dropped *atomic.Uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.takeRelayed = true
+	if dropped != nil {
+		b.relayDrops = dropped
+	}
 }
 
 // SetRelay sends what the device sends to a stand-in address through r (nil: through
@@ -105,11 +113,7 @@ func (b *Bind) Deliver(p []byte, from netip.AddrPort) bool {
 // RelayDrops counts the relayed datagrams Deliver could not queue, and those too
 // large for the device's buffers.
 func (b *Bind) RelayDrops() uint64 {
-	n := b.relayDrops.Load()
-	if q := b.queue.Load(); q != nil {
-		n += q.dropped.Load()
-	}
-	return n
+	return b.relayDrops.Load()
 }
 
 // Open opens an IPv4 and, where the host has IPv6, an IPv6 socket on port (0: one
@@ -124,7 +128,7 @@ func (b *Bind) Open(port uint16) ([]conn.ReceiveFunc, uint16, error) {
 	if err != nil || !b.takeRelayed {
 		return fns, actual, err
 	}
-	q := newRelayed()
+	q := newRelayed(b.relayDrops)
 	b.queue.Store(q)
 	return append(fns, relayedReceiver(q)), actual, nil
 }

@@ -32,7 +32,7 @@ type relayed struct {
 	done    chan struct{}
 	once    sync.Once
 	pool    sync.Pool
-	dropped atomic.Uint64
+	dropped *atomic.Uint64 // the Bind's relayDrops
 }
 
 type relayedDatagram struct {
@@ -40,8 +40,8 @@ type relayedDatagram struct {
 	from netip.AddrPort
 }
 
-func newRelayed() *relayed {
-	q := &relayed{ch: make(chan relayedDatagram, relayedQueueLen), done: make(chan struct{})}
+func newRelayed(dropped *atomic.Uint64) *relayed {
+	q := &relayed{ch: make(chan relayedDatagram, relayedQueueLen), done: make(chan struct{}), dropped: dropped}
 	q.pool.New = func() any { b := make([]byte, relayedBufLen); return &b }
 	return q
 }

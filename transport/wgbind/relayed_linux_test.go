@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/zap"
@@ -37,7 +38,8 @@ func (r *recordRelay) SendRelayed(bufs [][]byte, to netip.AddrPort) (bool, error
 // a full queue drops and counts; Close ends the receive function.
 func TestRelayedLeg(t *testing.T) {
 	b := New(zap.NewNop(), nil)
-	b.TakeRelayed()
+	var dropped atomic.Uint64 // the caller's counter, as a device's drop reason
+	b.TakeRelayed(&dropped)
 	fns, _, err := b.Open(0)
 	if err != nil {
 		t.Fatal(err)
@@ -105,8 +107,8 @@ func TestRelayedLeg(t *testing.T) {
 	for range relayedQueueLen {
 		b.Deliver([]byte{4, 0, 0, 0}, standIn)
 	}
-	if b.Deliver([]byte{4, 0, 0, 0}, standIn) || b.RelayDrops() != 1 {
-		t.Fatalf("over a full queue: drops %d, want 1", b.RelayDrops())
+	if b.Deliver([]byte{4, 0, 0, 0}, standIn) || b.RelayDrops() != 1 || dropped.Load() != 1 {
+		t.Fatalf("over a full queue: drops %d (the caller's counter %d), want 1", b.RelayDrops(), dropped.Load())
 	}
 	// Close ends the receive function.
 	_ = b.Close()
