@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -266,6 +267,12 @@ func (w *backend) apply(key netip.Prefix, want [2]*wgPeerConf, log *zap.Logger) 
 		if n == nil {
 			continue
 		}
+		if o.same(n) && w.owner[i][n.key] == key && w.hasPeer(d, n.key) {
+			// Nothing to change: configuring it again would reset the endpoint the
+			// device roamed to (where the peer's datagrams come from) to the lease's,
+			// and what we tell others of where we see them (seenAt) with it.
+			continue
+		}
 		err := d.Configure(wgtypes.Config{Peers: []wgtypes.PeerConfig{w.peerConfig(n)}})
 		var gone netlink.LinkNotFoundError
 		if _, lerr := d.Link(); err != nil && errors.As(lerr, &gone) {
@@ -302,6 +309,22 @@ func (w *backend) apply(key netip.Prefix, want [2]*wgPeerConf, log *zap.Logger) 
 	} else {
 		w.applied[key] = want
 	}
+}
+
+// same reports whether c and n configure a device's peer alike.
+func (c *wgPeerConf) same(n *wgPeerConf) bool {
+	return c != nil && n != nil && c.key == n.key && c.endpoint == n.endpoint && c.learn == n.learn &&
+		c.keepalive == n.keepalive && slices.Equal(c.allowed, n.allowed)
+}
+
+// hasPeer reports whether device d has peer k now (one read of the device).
+func (w *backend) hasPeer(d wgDevice, k wgtypes.Key) bool {
+	peers, err := d.Peers()
+	if err != nil {
+		return false
+	}
+	_, ok := peers[k]
+	return ok
 }
 
 // resendInitiation sends peer n's unanswered handshake initiation, sent to its old

@@ -3,6 +3,7 @@ package wireguard
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -111,6 +112,36 @@ func TestWireGuardUserspacePair(t *testing.T) {
 	sock := filepath.Join(a.dir, "sock", "flannel-wg.sock")
 	if got := uapiGet(t, sock); !strings.Contains(got, "listen_port=51820") || !strings.Contains(got, "allowed_ip=198.18.2.0/24") {
 		t.Fatalf("UAPI get: %q", got)
+	}
+
+	// The device's endpoint for b moved (as it roams to where b's datagrams come
+	// from); b's lease again, unchanged for the device (an attribute of its own
+	// republished), leaves it there: configuring it again would reset it.
+	roamed := netip.MustParseAddrPort("192.0.2.99:51820")
+	var bData wgLeaseData
+	if err := json.Unmarshal(b.data, &bData); err != nil {
+		t.Fatal(err)
+	}
+	bKey, err := wgtypes.ParseKey(bData.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ns.Do(func() error {
+		return a.be.(*backend).devs[0].Configure(wgtypes.Config{Peers: []wgtypes.PeerConfig{{PublicKey: bKey, UpdateOnly: true,
+			Endpoint: net.UDPAddrFromAddrPort(roamed)}}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	again := lease.Lease{Subnet: netip.MustParsePrefix(b.sn), Attrs: lease.Attrs{PublicIP: netip.MustParseAddr(b.ip),
+		BackendType: "wireguard", BackendData: b.data, Outside: netip.MustParseAddrPort("203.0.113.9:51820")}}
+	if err := a.ns.Do(func() error {
+		a.be.HandleEvents(ctx, []lease.Event{{Type: lease.Added, Lease: again}})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := uapiGet(t, sock); !strings.Contains(got, "endpoint="+roamed.String()) {
+		t.Fatalf("b's lease again, unchanged for the device: UAPI get %q, want the endpoint left at %v", got, roamed)
 	}
 
 	// The device deleted from under the backend, and a peer added meanwhile: a repair
