@@ -84,6 +84,12 @@ const (
 	// every directEvery. It was tryFor (8 s) per way before the first packet moved.
 	relayFirstAfter = 1500 * time.Millisecond
 	relayFirstFast  = 10 * time.Second
+	// punchAfterRelayFirst: a peer relayed first that publishes its NAT's address is
+	// asked to punch ("punch now") this long after, not punchFirst: the first
+	// punch then comes within seconds of the start. (An attempt through WireGuard
+	// alone still follows tryFor after the first way, punchAfterFirst, if the path
+	// port gave no answer by then.)
+	punchAfterRelayFirst = time.Second
 )
 
 // wayState is how we reach one peer outside our site, and the evidence for it.
@@ -636,6 +642,12 @@ func (w *backend) punchAgain(key netip.Prefix, ws *wayState, pk relay.Key, now t
 	if ws.punchAt.IsZero() {
 		ws.punchAt = now.Add(punchFirst)
 	}
+	ours := w.pathOutside(ws.relay)
+	if !ours.IsValid() && !now.Before(ws.punchAt) {
+		// Not yet told where our path socket is seen from outside: a "punch now"
+		// would name no address. Try at the next tick rather than lose the attempt.
+		ws.punchAt = now.Add(chooseEvery)
+	}
 	ask := false
 	if p := w.node.PunchOf(pk); p.At.After(ws.punchSeen) && p.Addr.IsValid() {
 		// The peer asks: ping it there; outside an attempt of ours, answer with
@@ -653,7 +665,7 @@ func (w *backend) punchAgain(key netip.Prefix, ws *wayState, pk relay.Key, now t
 		ws.punchUntil, ws.punchSince = now.Add(punchWindow), now
 	}
 	if ask {
-		if ours := w.pathOutside(ws.relay); ours.IsValid() {
+		if ours.IsValid() {
 			if err := w.node.PunchNow(pk, ws.relayAddr, ours); err != nil {
 				w.log.Debug("punch now", zap.Stringer("subnet", key), zap.Error(err))
 			}
@@ -737,10 +749,9 @@ func (w *backend) relayFirstStep(key netip.Prefix, ws *wayState, pk relay.Key, c
 	since := ws.since
 	ws.relay, ws.relayAddr, ws.relayFirst, ws.firstSince = best.key, best.addr, now, since
 	w.apply(key, w.onWay(key, w.base[key]), w.log.With(zap.Stringer("subnet", key)))
-	// The punched way is tried when it was before relay first (tryFor after the
-	// first way), through WireGuard: two hosts behind one NAT, on one port, then
-	// take their turns for the NAT's port toward the peer as they did.
-	ws.punchAt = since.Add(tryFor)
+	// Punch soon, through the relay: both sides ping each other's path port at its
+	// NAT's address, and the first answer moves WireGuard there.
+	ws.punchAt = now.Add(punchAfterRelayFirst)
 	return true
 }
 

@@ -1,6 +1,7 @@
 package wireguard
 
 import (
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,6 +40,33 @@ func sitesBackend(t *testing.T, own lease.Attrs) *backend {
 		leases:  map[netip.Prefix]lease.Lease{}, base: map[netip.Prefix][2]*wgPeerConf{},
 		ways: map[netip.Prefix]*wayState{}, node: n, pathPort: relay.DefaultPort, priv: priv,
 		keyFile: filepath.Join(t.TempDir(), "wgkey"), // the ways file goes beside it
+	}
+}
+
+// helloed runs w's path socket and has a real node on loopback answer its hello, so
+// that w knows where its path socket is seen from outside (pathOutside).
+func helloed(t *testing.T, w *backend) {
+	t.Helper()
+	priv, _ := wgtypes.GeneratePrivateKey()
+	r, err := relay.Listen(relay.Config{Private: priv, WGPort: 51820})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, n := range []*relay.Node{r, w.node} {
+		wg.Go(func() { _ = n.Run(ctx) })
+	}
+	t.Cleanup(func() { cancel(); wg.Wait(); _ = r.Close() })
+	at := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(r.Port()))
+	for deadline := time.Now().Add(10 * time.Second); !w.pathOutside(netip.Prefix{}).IsValid(); {
+		if time.Now().After(deadline) {
+			t.Fatal("no answer to hello from a node on loopback in 10 s")
+		}
+		if err := w.node.Hello(relay.Key(priv.PublicKey()), at); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -206,6 +235,7 @@ func TestDirectBackoff(t *testing.T) {
 // our NAT mapping each destination anew nothing is tried, and the why says why.
 func TestPunchAgainSchedule(t *testing.T) {
 	w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10")})
+	helloed(t, w)
 	b1 := sitePeer(t, 3, "198.51.100.10", "b", "198.51.100.10", false)
 	b1.Attrs.Outside = netip.MustParseAddrPort("203.0.113.3:51820")
 	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: b1}})
@@ -299,5 +329,33 @@ func TestHandshakeIsAnAnswer(t *testing.T) {
 	w.choose(time.Now())
 	if ws := w.ways[b1.Subnet]; ws.way == wayDirect {
 		t.Fatalf("b1 found down after its handshake: %+v, want it to leave direct", ws)
+	}
+}
+
+// TestPunchWaitsForOutside: an attempt due before anyone told us where our path
+// socket is seen from outside is not spent (a "punch now" would name no address):
+// it opens at the first tick after we know.
+func TestPunchWaitsForOutside(t *testing.T) {
+	w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10")})
+	b1 := sitePeer(t, 3, "198.51.100.10", "b", "198.51.100.10", false)
+	b1.Attrs.Outside = netip.MustParseAddrPort("203.0.113.3:51820")
+	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: b1}})
+	ws := w.ways[b1.Subnet]
+	ws.first = false
+	t0 := ws.since.Add(time.Minute)
+	w.setWay(b1.Subnet, wayRelay, "relay via p: test", t0)
+	ws.relayAddr = netip.MustParseAddrPort("203.0.113.10:51822")
+	pk := relay.Key(w.base[b1.Subnet][0].key)
+	now := t0
+	for ; now.Before(t0.Add(20 * time.Second)); now = now.Add(chooseEvery) {
+		w.punchAgain(b1.Subnet, ws, pk, now)
+	}
+	if !ws.punchSince.IsZero() || ws.punchAt.After(now) {
+		t.Fatalf("without our outside address: an attempt opened at %v, next due %v (now %v); want none, due at once", ws.punchSince, ws.punchAt, now)
+	}
+	helloed(t, w)
+	w.punchAgain(b1.Subnet, ws, pk, now)
+	if !ws.punchSince.Equal(now) {
+		t.Fatalf("once we know our outside address: attempt at %v, want %v", ws.punchSince, now)
 	}
 }
