@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+	"time"
 
 	"github.com/weftnet/weft/lease"
 )
@@ -99,6 +100,17 @@ type RouteMTUSetter interface {
 // Implemented by wireguard (direct, punched or relayed, on this evidence).
 type PeerStateFollower interface {
 	PeerState(subnet netip.Prefix, up bool)
+}
+
+// ProbePaceFollower is told how long a path may wait for its first probe round:
+// the probes read the backend's paths again at this pace, which slows as peers grow
+// (a round to each peer at most every few seconds to a minute, within the probe
+// rate). A backend that leaves a way the probes have not found answering gives the
+// way at least this long, so that a working way is not left unprobed.
+//
+// Implemented by wireguard.
+type ProbePaceFollower interface {
+	ProbePace(firstRound time.Duration)
 }
 
 // OutsideLearner learns where a host that can see ours sees it: our NAT's outside

@@ -33,7 +33,8 @@ type Prober struct {
 	lister encap.PathLister
 	setter encap.RouteMTUSetter // nil: the backend cannot set a route's MTU
 	follow encap.PeerStateFollower
-	id     uint16 // our ICMP echo identifier
+	pace   encap.ProbePaceFollower // nil: the backend does not follow the pace
+	id     uint16                  // our ICMP echo identifier
 
 	mu       sync.Mutex
 	socks    [2]*rawSocket
@@ -62,6 +63,7 @@ func New(cfg Config, lister encap.PathLister, log *zap.Logger) *Prober {
 	}
 	pr.setter, _ = lister.(encap.RouteMTUSetter)
 	pr.follow, _ = lister.(encap.PeerStateFollower)
+	pr.pace, _ = lister.(encap.ProbePaceFollower)
 	return pr
 }
 
@@ -89,6 +91,7 @@ func (pr *Prober) Run(ctx context.Context) error {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	var refreshed, last time.Time
+	var told time.Duration // the pace the backend was told
 	tokens := 0.0
 	for {
 		now := time.Now()
@@ -98,6 +101,12 @@ func (pr *Prober) Run(ctx context.Context) error {
 		if now.Sub(refreshed) >= every {
 			refreshed = now
 			pr.refresh(ctx, now, &wg)
+		}
+		if pr.pace != nil && every != told {
+			// A path read at the next refresh is probed at once: its first round
+			// comes within every, and a tick.
+			told = every
+			pr.pace.ProbePace(every + tick)
 		}
 		if !last.IsZero() {
 			tokens = min(tokens+now.Sub(last).Seconds()*float64(pr.cfg.Rate), float64(pr.cfg.Rate)+8) // a second's burst

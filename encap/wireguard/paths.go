@@ -113,4 +113,7 @@ var (
 	_ encap.PathLister     = (*backend)(nil)
 	_ encap.RouteMTUSetter = (*backend)(nil)
 )
-var _ encap.PeerStateFollower = (*backend)(nil)
+var (
+	_ encap.PeerStateFollower = (*backend)(nil)
+	_ encap.ProbePaceFollower = (*backend)(nil)
+)

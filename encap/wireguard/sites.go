@@ -35,8 +35,11 @@ func (v way) String() string { return [...]string{"direct", "punched", "relay"}[
 // The timings of the choice.
 const (
 	// tryFor: a way the probes have not found answering within this is left for
-	// the next (the probes' rounds are 2 s apart).
-	tryFor = 8 * time.Second
+	// the next (the probes' rounds are 2 s apart); longer where the probes read the
+	// paths more slowly (ProbePace, on thousands of peers): their first round plus
+	// tryForSlack.
+	tryFor      = 8 * time.Second
+	tryForSlack = 3 * time.Second
 	// directEvery: while another way is used, the direct way is pinged on the path
 	// port this often; directAnswers answers in a row move the peer back to it.
 	directEvery   = 5 * time.Second
@@ -338,6 +341,19 @@ func notPunched(why, word string) string {
 	return why + "; " + strings.TrimPrefix(word, "; ")
 }
 
+// ProbePace is told by the probes how long a new way may wait for its first round.
+func (w *backend) ProbePace(firstRound time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.probePace = firstRound
+}
+
+// tryNew is how long a new way is given to answer: tryFor, or the probes' first
+// round and tryForSlack where that is longer. w.mu is held.
+func (w *backend) tryNew() time.Duration {
+	return max(tryFor, w.probePace+tryForSlack)
+}
+
 // PeerState is told by the probes whether a peer answers on the way we took.
 func (w *backend) PeerState(subnet netip.Prefix, up bool) {
 	w.mu.Lock()
@@ -507,7 +523,7 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 	// for peerCatchUp, the time its own pings there take to move it too.
 	if st, ok := status[c.key]; ok && ws.way != wayRelay {
 		k, relayed := w.node.IsEndpoint(st.endpoint)
-		punching := ws.way == wayPunched && !ws.answered && now.Sub(ws.since) < tryFor
+		punching := ws.way == wayPunched && !ws.answered && now.Sub(ws.since) < w.tryNew()
 		catchingUp := ws.way == wayDirect && ws.directBack && now.Sub(ws.since) < peerCatchUp
 		if relayed && k == pk && (punching || catchingUp) {
 			w.dialAgain(key)
@@ -556,7 +572,7 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 	// sooner than a punched pair's two sides both dial. One that answered on this way
 	// and then is found down is left at once.
 	foundDown := ws.downAt.After(ws.since) && ws.upAt.After(ws.since) && ws.downAt.After(ws.upAt)
-	failed := !ws.answered && (now.Sub(ws.since) >= tryFor || foundDown)
+	failed := !ws.answered && (now.Sub(ws.since) >= w.tryNew() || foundDown)
 	if failed {
 		lost := fmt.Sprintf("no answer for %d s", int(now.Sub(ws.since).Seconds()))
 		if ws.downAt.After(ws.since) {
@@ -760,7 +776,7 @@ func (w *backend) relayFirstStep(key netip.Prefix, ws *wayState, pk relay.Key, c
 // we have not punched it since. It reports whether it moved it. w.mu is held.
 func (w *backend) punchAfterFirst(key netip.Prefix, ws *wayState, now time.Time) bool {
 	l := w.leases[key]
-	if ws.firstSince.IsZero() || now.Before(ws.firstSince.Add(tryFor)) || !l.Attrs.Outside.IsValid() {
+	if ws.firstSince.IsZero() || now.Before(ws.firstSince.Add(w.tryNew())) || !l.Attrs.Outside.IsValid() {
 		return false
 	}
 	ws.firstSince = time.Time{}
@@ -769,7 +785,7 @@ func (w *backend) punchAfterFirst(key netip.Prefix, ws *wayState, now time.Time)
 		return false
 	}
 	w.take(key, wayPunched, fmt.Sprintf("punched: relayed first, direct gave no answer for %d s; both dial each other's NAT (%v)",
-		int(tryFor.Seconds()), l.Attrs.Outside), now)
+		int(w.tryNew().Seconds()), l.Attrs.Outside), now)
 	return true
 }
 

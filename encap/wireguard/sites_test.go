@@ -359,3 +359,32 @@ func TestPunchWaitsForOutside(t *testing.T) {
 		t.Fatalf("once we know our outside address: attempt at %v, want %v", ws.punchSince, now)
 	}
 }
+
+// TestTryNewFollowsPace: where the probes read the paths slowly (thousands of peers),
+// a new way the probes have not judged is given their first round and
+// tryForSlack, not tryFor: a working way is not left before it was probed.
+func TestTryNewFollowsPace(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		pace time.Duration
+		want time.Duration
+	}{{"few peers", 2*time.Second + 100*time.Millisecond, tryFor}, {"thousands", 10*time.Second + 100*time.Millisecond, 13*time.Second + 100*time.Millisecond}} {
+		t.Run(c.name, func(t *testing.T) {
+			w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10")})
+			w.ProbePace(c.pace)
+			b1 := sitePeer(t, 3, "198.51.100.10", "b", "198.51.100.10", false)
+			b1.Attrs.Outside = netip.MustParseAddrPort("203.0.113.3:1024")
+			w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: b1}})
+			ws := w.ways[b1.Subnet]
+			ws.first = false // relay first is not this test's
+			w.choose(ws.since.Add(c.want - 500*time.Millisecond))
+			if ws.way != wayDirect {
+				t.Fatalf("left direct %v after it was taken, before %v: %+v", c.want-500*time.Millisecond, c.want, ws)
+			}
+			w.choose(ws.since.Add(c.want + time.Millisecond))
+			if ws := w.ways[b1.Subnet]; ws.way != wayPunched {
+				t.Fatalf("direct after %v without an answer: %+v, want punched", c.want, ws)
+			}
+		})
+	}
+}

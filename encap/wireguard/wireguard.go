@@ -151,6 +151,8 @@ type backend struct {
 	helloAt            time.Time
 	helloCands         int
 	pathChanges        uint64
+	// probePace: how long a new way may wait for its first probe round (ProbePace).
+	probePace time.Duration
 }
 
 // New returns the wireguard backend. It reads (or makes, once) the private
