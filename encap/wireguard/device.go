@@ -151,15 +151,30 @@ func (w *backend) relayInProcess() {
 }
 
 // seenAt is where the IPv4 device sees peer k's WireGuard: the path socket tells it
-// to k when k says hello.
+// to k when k says hello. It reads the chooser's last snapshot (keepSeen), without
+// the backend's lock or a read of the device: a relay answers every host's hellos.
 func (w *backend) seenAt(k relay.Key) netip.AddrPort {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	st := w.status()
-	if st == nil {
-		return netip.AddrPort{}
+	if m := w.seen.Load(); m != nil {
+		return (*m)[wgtypes.Key(k)]
 	}
-	return st[wgtypes.Key(k)].endpoint
+	return netip.AddrPort{}
+}
+
+// seenFor is how recent a handshake must be for its endpoint to count as where we
+// see a peer: WireGuard's session lifetime (REJECT_AFTER_TIME). An endpoint without
+// one is only what we configured, not where the peer's datagrams come from.
+const seenFor = 180 * time.Second
+
+// keepSeen takes from status, the IPv4 device's peers now, where it sees each peer
+// it handshook with lately, for seenAt. w.mu is held.
+func (w *backend) keepSeen(status map[wgtypes.Key]peerStatus, now time.Time) {
+	m := make(map[wgtypes.Key]netip.AddrPort, len(status))
+	for k, st := range status {
+		if st.endpoint.IsValid() && !st.handshake.IsZero() && now.Sub(st.handshake) < seenFor {
+			m[k] = st.endpoint
+		}
+	}
+	w.seen.Store(&m)
 }
 
 // setWGAddr puts addr on link and removes the other addresses of family f that are

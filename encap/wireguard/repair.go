@@ -57,6 +57,8 @@ func (w *backend) Run(ctx context.Context) error {
 			w.mu.Lock()
 			if w.own.Attrs.Site != "" && w.node != nil && !w.noChoice {
 				w.choose(now)
+			} else if w.node != nil {
+				w.keepSeen(w.status(), now) // a relay without a site: for the hellos it answers
 			}
 			w.mu.Unlock()
 		case u, ok := <-links:

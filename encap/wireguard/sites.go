@@ -407,6 +407,7 @@ func (w *backend) pathAddr(key netip.Prefix) netip.AddrPort {
 // address from their answers, and each peer's way moved on evidence. w.mu is held.
 func (w *backend) choose(now time.Time) {
 	status := w.status()
+	w.keepSeen(status, now)
 	cands := w.candidates(status)
 	every := relay.HelloEvery
 	if !w.seenWG(now) {

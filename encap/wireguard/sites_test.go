@@ -388,3 +388,25 @@ func TestTryNewFollowsPace(t *testing.T) {
 		})
 	}
 }
+
+// TestSeenAt: the hello answers tell where the device sees a peer only for a peer it
+// handshook with lately (an endpoint without a handshake is what we configured,
+// not where the peer's datagrams come from), from the last tick's snapshot.
+func TestSeenAt(t *testing.T) {
+	w := sitesBackend(t, lease.Attrs{})
+	if got := w.seenAt(relay.Key{1}); got.IsValid() {
+		t.Fatalf("before any snapshot: %v", got)
+	}
+	now := time.Now()
+	ep := netip.MustParseAddrPort("203.0.113.3:51820")
+	w.keepSeen(map[wgtypes.Key]peerStatus{
+		{1}: {endpoint: ep, handshake: now.Add(-time.Minute)},
+		{2}: {endpoint: ep},
+		{3}: {endpoint: ep, handshake: now.Add(-seenFor - time.Second)},
+	}, now)
+	for k, want := range map[byte]netip.AddrPort{1: ep, 2: {}, 3: {}, 4: {}} {
+		if got := w.seenAt(relay.Key{k}); got != want {
+			t.Errorf("peer %d: seen at %v, want %v", k, got, want)
+		}
+	}
+}

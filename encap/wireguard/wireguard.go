@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -153,6 +154,9 @@ type backend struct {
 	pathChanges        uint64
 	// probePace: how long a new way may wait for its first probe round (ProbePace).
 	probePace time.Duration
+	// seen: where the IPv4 device sees its peers, as of the last tick (keepSeen),
+	// read by the path socket's hello answers without w.mu (seenAt).
+	seen atomic.Pointer[map[wgtypes.Key]netip.AddrPort]
 }
 
 // New returns the wireguard backend. It reads (or makes, once) the private
