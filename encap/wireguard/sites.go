@@ -80,8 +80,9 @@ const (
 	// costs up to tryFor of traffic), the next move waits punchFirst doubled per
 	// failure, up to this.
 	punchHoldMax = 10 * time.Minute
-	// relayFirstAfter: a new peer whose first way (direct, or the punched way kept
-	// over a restart) has neither handshaken nor answered the probes this long is
+	// relayFirstAfter: a new peer whose first way (direct; a way kept over a
+	// restart is trusted for tryFor instead) has neither handshaken nor answered
+	// the probes this long is
 	// relayed at once where a relay answers for it, and the first way is tried beside
 	// the relay on the path port: pinged every chooseEvery for relayFirstFast, then
 	// every directEvery. It was tryFor (8 s) per way before the first packet moved.
@@ -598,13 +599,19 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 			if w.mapsPerDestination != "" {
 				why += "; " + w.mapsPerDestination
 			}
-			// Path answers are not trusted again for punching this peer until the
-			// next attempt of the doubling schedule.
-			ws.punchFails++
-			hold := min(punchFirst<<min(ws.punchFails, 16), punchHoldMax)
+			// A punched way that never answered: path answers are not trusted again
+			// for punching this peer for a hold that doubles with each such failure
+			// in a row. One that answered and then died (a NAT lost its mappings, a
+			// link failed) worked: no hold, the schedule starts again.
+			neverAnswered := !ws.upAt.After(ws.since)
 			w.take(key, wayRelay, why, now)
-			ws.punchHold = now.Add(hold)
-			ws.punchAt = later(ws.punchAt, ws.punchHold)
+			if neverAnswered {
+				ws.punchFails++
+				ws.punchHold = now.Add(min(punchFirst<<min(ws.punchFails, 16), punchHoldMax))
+				ws.punchAt = later(ws.punchAt, ws.punchHold)
+			} else {
+				ws.punchFails, ws.punchHold = 0, time.Time{}
+			}
 		}
 	}
 	if ws.way == wayPunched && ws.answered {

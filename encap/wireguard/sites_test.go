@@ -410,3 +410,42 @@ func TestSeenAt(t *testing.T) {
 		}
 	}
 }
+
+// TestPunchHold: a punched way that never answered holds the path port's word on
+// punching that peer (10 s after the first such failure, doubling); one that
+// answered and then was found down worked, and the relayed spell after it starts
+// the schedule afresh: the next attempt punchFirst after, no hold.
+func TestPunchHold(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		answered bool
+	}{{"never answered", false}, {"answered, then down", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10")})
+			b1 := sitePeer(t, 3, "198.51.100.10", "b", "198.51.100.10", false)
+			b1.Attrs.Outside = netip.MustParseAddrPort("203.0.113.3:51820")
+			w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: b1}})
+			ws := w.ways[b1.Subnet]
+			ws.first = false
+			t0 := time.Now().Add(-time.Second)
+			w.setWay(b1.Subnet, wayPunched, "punched: test", t0)
+			now := t0.Add(tryFor + time.Millisecond)
+			if c.answered {
+				w.PeerState(b1.Subnet, true)
+				time.Sleep(time.Millisecond)
+				w.PeerState(b1.Subnet, false)
+				now = time.Now()
+			}
+			w.choose(now)
+			if ws.way != wayRelay {
+				t.Fatalf("after the punched way failed: %+v, want relayed", ws)
+			}
+			switch {
+			case !c.answered && (!ws.punchHold.Equal(now.Add(2*punchFirst)) || ws.punchFails != 1):
+				t.Fatalf("hold until %v (%d failures), want %v (1)", ws.punchHold.Sub(now), ws.punchFails, 2*punchFirst)
+			case c.answered && (!ws.punchHold.IsZero() || ws.punchFails != 0 || !ws.punchAt.Equal(now.Add(punchFirst))):
+				t.Fatalf("hold %v, failures %d, next attempt in %v; want none, none, %v", ws.punchHold, ws.punchFails, ws.punchAt.Sub(now), punchFirst)
+			}
+		})
+	}
+}
