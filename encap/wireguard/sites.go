@@ -82,10 +82,10 @@ const (
 	punchHoldMax = 10 * time.Minute
 	// relayFirstAfter: a new peer whose first way (direct; a way kept over a
 	// restart is trusted for tryFor instead) has neither handshaken nor answered
-	// the probes this long is
-	// relayed at once where a relay answers for it, and the first way is tried beside
-	// the relay on the path port: pinged every chooseEvery for relayFirstFast, then
-	// every directEvery. It was tryFor (8 s) per way before the first packet moved.
+	// the probes this long is relayed at once where a relay answers for it, and the
+	// first way is tried beside the relay on the path port: pinged every chooseEvery
+	// for relayFirstFast, then every directEvery. It was tryFor (8 s) per way before
+	// the first packet moved.
 	relayFirstAfter = 1500 * time.Millisecond
 	relayFirstFast  = 10 * time.Second
 	// punchAfterRelayFirst: a peer relayed first that publishes its NAT's address is
