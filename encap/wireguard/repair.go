@@ -38,6 +38,8 @@ func (w *backend) Run(ctx context.Context) error {
 	defer t.Stop()
 	choose := time.NewTicker(chooseEvery)
 	defer choose.Stop()
+	firstDue := time.NewTicker(relayFirstTick)
+	defer firstDue.Stop()
 	w.mu.Lock()
 	node := w.node
 	w.mu.Unlock()
@@ -59,6 +61,12 @@ func (w *backend) Run(ctx context.Context) error {
 				w.choose(now)
 			} else if w.node != nil {
 				w.keepSeen(w.status(), now) // a relay without a site: for the hellos it answers
+			}
+			w.mu.Unlock()
+		case now := <-firstDue.C:
+			w.mu.Lock()
+			if w.own.Attrs.Site != "" && w.node != nil && !w.noChoice {
+				w.relayFirstDue(now)
 			}
 			w.mu.Unlock()
 		case u, ok := <-links:

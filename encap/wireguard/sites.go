@@ -88,6 +88,11 @@ const (
 	// the first packet moved.
 	relayFirstAfter = 1500 * time.Millisecond
 	relayFirstFast  = 10 * time.Second
+	// relayFirstTick: how often, between the chooser's ticks, new peers are checked
+	// for relay first (relayFirstDue): at the chooser's 1 s ticks alone, a peer went
+	// to the relay up to 1 s after relayFirstAfter, and the first reply across two
+	// NATs came 2.4 s after the start.
+	relayFirstTick = 250 * time.Millisecond
 	// punchAfterRelayFirst: a peer relayed first that publishes its NAT's address is
 	// asked to punch ("punch now") this long after, not punchFirst: the first
 	// punch then comes within seconds of the start. (An attempt through WireGuard
@@ -777,6 +782,27 @@ func (w *backend) relayFirstStep(key netip.Prefix, ws *wayState, pk relay.Key, c
 	// NAT's address, and the first answer moves WireGuard there.
 	ws.punchAt = now.Add(punchAfterRelayFirst)
 	return true
+}
+
+// relayFirstDue relays first, between the chooser's ticks, the new peers whose first
+// way has gone relayFirstAfter without an answer or a handshake (relayFirstStep),
+// so that their first packets do not wait for the next tick. w.mu is held.
+func (w *backend) relayFirstDue(now time.Time) {
+	var due []netip.Prefix
+	for key, ws := range w.ways {
+		if ws.first && !ws.answered && (ws.way == wayDirect || ws.way == wayPunched) &&
+			now.Sub(ws.since) >= relayFirstAfter && w.base[key][0] != nil {
+			due = append(due, key)
+		}
+	}
+	if len(due) == 0 {
+		return
+	}
+	status := w.status()
+	cands := w.candidates(status)
+	for _, key := range due {
+		w.relayFirstStep(key, w.ways[key], relay.Key(w.base[key][0].key), cands, status, now)
+	}
 }
 
 // punchAfterFirst moves a peer relayed first to its punched way tryFor after its
