@@ -44,7 +44,9 @@ type Bind struct {
 	// or closed, or a datagram too large for its buffers.
 	relayDrops *atomic.Uint64
 
-	inits initiations // ResendInitiation's
+	inits initiations // ResendInitiation's and the retransmits'
+	// stopRetransmits ends the retransmits of an open Bind (b.mu).
+	stopRetransmits func()
 }
 
 type relayRef struct{ Relay }
@@ -73,6 +75,7 @@ type receiver struct {
 	msg, off int // the next datagram: in message msg at offset off
 	eps      endpoints
 	replays  *replays // nil: not counted
+	inits    *initiations
 	log      *zap.Logger
 }
 
@@ -125,17 +128,23 @@ func (b *Bind) Open(port uint16) ([]conn.ReceiveFunc, uint16, error) {
 		return nil, 0, conn.ErrBindAlreadyOpen
 	}
 	fns, actual, err := b.openSockets(port)
-	if err != nil || !b.takeRelayed {
-		return fns, actual, err
+	if err != nil {
+		return nil, 0, err
+	}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	b.stopRetransmits = func() { close(done); <-stopped }
+	go func() { defer close(stopped); b.retransmits(done) }()
+	if !b.takeRelayed {
+		return fns, actual, nil
 	}
 	q := newRelayed(b.relayDrops)
 	b.queue.Store(q)
-	return append(fns, relayedReceiver(q)), actual, nil
+	return append(fns, relayedReceiver(q, &b.inits)), actual, nil
 }
 
 // relayedReceiver is the receive function of queue q: its datagrams come from their
 // peers' stand-in addresses.
-func relayedReceiver(q *relayed) conn.ReceiveFunc {
+func relayedReceiver(q *relayed, inits *initiations) conn.ReceiveFunc {
 	var eps endpoints
 	var from []netip.AddrPort
 	return func(packets [][]byte, sizes []int, out []conn.Endpoint) (int, error) {
@@ -145,6 +154,7 @@ func relayedReceiver(q *relayed) conn.ReceiveFunc {
 		n, err := q.take(packets, sizes, from[:len(packets)])
 		for i := range n {
 			out[i] = eps.get(from[i], transport.Local{})
+			inits.responded(packets[i][:sizes[i]])
 		}
 		return n, err
 	}
@@ -179,7 +189,7 @@ func (b *Bind) openSockets(port uint16) ([]conn.ReceiveFunc, uint16, error) {
 }
 
 func (b *Bind) listen(port uint16, v6 bool) (*receiver, error) {
-	r := &receiver{bufs: make([][]byte, recvMsgs), log: b.log}
+	r := &receiver{bufs: make([][]byte, recvMsgs), log: b.log, inits: &b.inits}
 	if b.replayed != nil {
 		r.replays = &replays{count: b.replayed}
 	}
@@ -220,6 +230,7 @@ func (r *receiver) receive(packets [][]byte, sizes []int, eps []conn.Endpoint) (
 		if r.replays != nil {
 			r.replays.check(packets[k][:sizes[k]])
 		}
+		r.inits.responded(packets[k][:sizes[k]])
 		eps[k] = r.eps.get(r.c.From(r.msg), r.c.Local(r.msg))
 		k++
 		if r.off = end; r.off >= size {
@@ -238,8 +249,13 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 	if !ok {
 		return fmt.Errorf("wgbind: endpoint %T is not the Bind's", ep)
 	}
+	b.inits.keep(bufs, e.ap)
+	return b.send(bufs, e)
+}
+
+// send is Send without keeping the initiations.
+func (b *Bind) send(bufs [][]byte, e *Endpoint) error {
 	to := e.ap
-	b.inits.keep(bufs, to)
 	if r := b.relay.Load(); r != nil && to.Addr().IsLoopback() {
 		if ok, err := r.SendRelayed(bufs, to); ok {
 			return err
@@ -345,6 +361,10 @@ func (b *Bind) Close() error {
 	b.v4, b.v6 = nil, nil
 	if q := b.queue.Swap(nil); q != nil {
 		q.close()
+	}
+	if b.stopRetransmits != nil {
+		b.stopRetransmits()
+		b.stopRetransmits = nil
 	}
 	return errors.Join(errs...)
 }

@@ -1,15 +1,22 @@
 package wgbind
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
 )
 
-// A handshake initiation: type 1 in a little-endian word, 148 bytes in all.
+// Handshake messages: the type in a little-endian word, then the sender's index;
+// an initiation is 148 bytes, a response 92, with the initiator's index (the
+// initiation's sender) at offset 8.
 const (
 	msgInitiation = 1
 	initiationLen = 148
+	msgResponse   = 2
+	responseLen   = 92
 )
 
 // maxInitiations bounds the initiations kept (one per endpoint the device dialled
@@ -20,22 +27,36 @@ const maxInitiations = 4096
 // REKEY_TIMEOUT, after which the device sends a new one itself.
 const initiationAge = 5 * time.Second
 
-// initiations keeps the last handshake initiation the device sent to each endpoint,
-// so that a peer moved to another endpoint while its handshake is unanswered gets
-// that initiation there at once, not at the device's retry 5 s later.
+// Retransmits: an initiation without a response is sent again, as it was, after
+// retransmitAfter, twice that, ... up to maxRetransmits times within
+// initiationAge, checked every retransmitTick. wireguard-go sends a new one only
+// after 5 s: an initiation dropped because the peer did not know our key yet (its
+// weftd had not read our lease) cost 5 s of a new host's first packets.
+const (
+	retransmitAfter = time.Second
+	maxRetransmits  = 3
+	retransmitTick  = 250 * time.Millisecond
+)
+
+// initiations keeps the last handshake initiation the device sent to each endpoint:
+// a peer moved to another endpoint while its handshake is unanswered gets it there
+// at once (ResendInitiation), and one with no response is sent again (due), rather
+// than at the device's retry 5 s later.
 type initiations struct {
 	mu   sync.Mutex
-	last map[netip.AddrPort]initiation
+	last map[netip.AddrPort]*initiation
 }
 
 type initiation struct {
-	at time.Time
-	p  [initiationLen]byte
+	at       time.Time
+	sends    int  // retransmits so far
+	answered bool // a response to it came
+	p        [initiationLen]byte
 }
 
 // isInitiation reports whether p is a handshake initiation.
 func isInitiation(p []byte) bool {
-	return len(p) == initiationLen && p[0] == msgInitiation && p[1] == 0 && p[2] == 0 && p[3] == 0
+	return len(p) == initiationLen && binary.LittleEndian.Uint32(p) == msgInitiation
 }
 
 // keep records the initiations among bufs, sent to to.
@@ -47,7 +68,7 @@ func (in *initiations) keep(bufs [][]byte, to netip.AddrPort) {
 		now := time.Now()
 		in.mu.Lock()
 		if in.last == nil {
-			in.last = make(map[netip.AddrPort]initiation)
+			in.last = make(map[netip.AddrPort]*initiation)
 		}
 		if len(in.last) >= maxInitiations {
 			for ep, i := range in.last {
@@ -57,11 +78,27 @@ func (in *initiations) keep(bufs [][]byte, to netip.AddrPort) {
 			}
 		}
 		if _, ok := in.last[to]; ok || len(in.last) < maxInitiations {
-			i := initiation{at: now}
+			i := &initiation{at: now}
 			copy(i.p[:], p)
 			in.last[to] = i
 		}
 		in.mu.Unlock()
+	}
+}
+
+// responded notes p, a datagram the device receives, when it is a handshake
+// response: the initiation it answers is not sent again.
+func (in *initiations) responded(p []byte) {
+	if len(p) != responseLen || binary.LittleEndian.Uint32(p) != msgResponse {
+		return
+	}
+	idx := binary.LittleEndian.Uint32(p[8:])
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, i := range in.last {
+		if binary.LittleEndian.Uint32(i.p[4:]) == idx {
+			i.answered = true
+		}
 	}
 }
 
@@ -75,7 +112,31 @@ func (in *initiations) take(from netip.AddrPort) ([]byte, bool) {
 		return nil, false
 	}
 	delete(in.last, from)
-	return i.p[:], true
+	return append([]byte(nil), i.p[:]...), true
+}
+
+// retransmit is an initiation due again, and where.
+type retransmit struct {
+	p  []byte
+	to netip.AddrPort
+}
+
+// due returns the initiations without a response that are due to be sent again at
+// now, and counts them sent.
+func (in *initiations) due(now time.Time) []retransmit {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var out []retransmit
+	for to, i := range in.last {
+		age := now.Sub(i.at)
+		if i.answered || i.sends >= maxRetransmits || age >= initiationAge-retransmitTick ||
+			age < time.Duration(i.sends+1)*retransmitAfter {
+			continue
+		}
+		i.sends++
+		out = append(out, retransmit{append([]byte(nil), i.p[:]...), to})
+	}
+	return out
 }
 
 // ResendInitiation sends to to the handshake initiation the device sent to from in
@@ -93,4 +154,23 @@ func (b *Bind) ResendInitiation(from, to netip.AddrPort) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// retransmits sends the initiations due again, every retransmitTick until done
+// closes. Their Endpoints are fresh: the route's source address.
+func (b *Bind) retransmits(done <-chan struct{}) {
+	t := time.NewTicker(retransmitTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-t.C:
+			for _, r := range b.inits.due(now) {
+				if err := b.send([][]byte{r.p}, &Endpoint{ap: r.to}); err != nil {
+					b.log.Debug("handshake initiation sent again", zap.Stringer("to", r.to), zap.Error(err))
+				}
+			}
+		}
+	}
 }

@@ -2,6 +2,7 @@ package wgbind
 
 import (
 	"bytes"
+	"golang.zx2c4.com/wireguard/conn"
 	"net"
 	"net/netip"
 	"testing"
@@ -84,5 +85,63 @@ func TestInitiationsAge(t *testing.T) {
 	}
 	if len(in.last) > maxInitiations {
 		t.Fatalf("%d initiations kept, at most %d", len(in.last), maxInitiations)
+	}
+}
+
+// TestRetransmitInitiation: an initiation without a response goes again, byte for
+// byte, to where it went, about every second, at most maxRetransmits times; one
+// whose response came (through the Bind's receive function) does not.
+func TestRetransmitInitiation(t *testing.T) {
+	b, fns, port := open(t)
+	peer, peerEP := udpListener(t)
+	initiation := bytes.Repeat([]byte{0xb7}, initiationLen)
+	copy(initiation, []byte{msgInitiation, 0, 0, 0, 9, 0, 0, 0}) // sender index 9
+	sent := time.Now()
+	if err := b.Send([][]byte{initiation}, &Endpoint{ap: peerEP}); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 512)
+	var at []time.Duration
+	for {
+		_ = peer.SetReadDeadline(time.Now().Add(2 * time.Second))
+		n, _, err := peer.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			break // none in 2 s: the retransmits are over
+		}
+		if !bytes.Equal(buf[:n], initiation) {
+			t.Fatalf("the peer got %d bytes % x..., want the initiation", n, buf[:min(n, 8)])
+		}
+		at = append(at, time.Since(sent))
+	}
+	if len(at) != 1+maxRetransmits {
+		t.Fatalf("the initiation arrived %d times (at %v), want once and %d retransmits", len(at), at, maxRetransmits)
+	}
+	for i, d := range at[1:] {
+		if d < time.Duration(i+1)*retransmitAfter {
+			t.Errorf("retransmit %d at %v, before %v", i+1, d, time.Duration(i+1)*retransmitAfter)
+		}
+	}
+
+	// A new initiation, answered: a response to sender index 10 reaches the Bind.
+	copy(initiation[4:], []byte{10, 0, 0, 0})
+	if err := b.Send([][]byte{initiation}, &Endpoint{ap: peerEP}); err != nil {
+		t.Fatal(err)
+	}
+	_ = peer.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, _, err := peer.ReadFromUDPAddrPort(buf); err != nil {
+		t.Fatal(err)
+	}
+	response := make([]byte, responseLen)
+	copy(response, []byte{msgResponse, 0, 0, 0, 77, 0, 0, 0, 10, 0, 0, 0})
+	if _, err := peer.WriteToUDPAddrPort(response, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)); err != nil {
+		t.Fatal(err)
+	}
+	packets, sizes, eps := [][]byte{make([]byte, 2048)}, make([]int, 1), make([]conn.Endpoint, 1)
+	if n, err := fns[0](packets, sizes, eps); err != nil || n != 1 || sizes[0] != responseLen {
+		t.Fatalf("receive: %d datagrams (%v), sizes %v", n, err, sizes)
+	}
+	_ = peer.SetReadDeadline(time.Now().Add(retransmitAfter + time.Second))
+	if n, _, err := peer.ReadFromUDPAddrPort(buf); err == nil {
+		t.Fatalf("an answered initiation sent again (%d bytes)", n)
 	}
 }
