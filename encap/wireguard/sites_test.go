@@ -70,6 +70,19 @@ func helloed(t *testing.T, w *backend) {
 	}
 }
 
+// natPeer adds to w b1, a peer of site b that publishes its NAT's address
+// (203.0.113.3:51820), and returns its lease and way, relay first off (the tests
+// that use it are not about relay first).
+func natPeer(t *testing.T, w *backend) (lease.Lease, *wayState) {
+	t.Helper()
+	b1 := sitePeer(t, 3, "198.51.100.10", "b", "198.51.100.10", false)
+	b1.Attrs.Outside = netip.MustParseAddrPort("203.0.113.3:51820")
+	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: b1}})
+	ws := w.ways[b1.Subnet]
+	ws.first = false
+	return b1, ws
+}
+
 // sitePeer is the lease of a wireguard peer at subnet 198.18.<n>.0/24.
 func sitePeer(t *testing.T, n int, pub, site, siteIP string, nat bool) lease.Lease {
 	k, err := wgtypes.GeneratePrivateKey()
@@ -236,11 +249,7 @@ func TestDirectBackoff(t *testing.T) {
 func TestPunchAgainSchedule(t *testing.T) {
 	w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10")})
 	helloed(t, w)
-	b1 := sitePeer(t, 3, "198.51.100.10", "b", "198.51.100.10", false)
-	b1.Attrs.Outside = netip.MustParseAddrPort("203.0.113.3:51820")
-	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: b1}})
-	ws := w.ways[b1.Subnet]
-	ws.first = false // relay first is not this test's
+	b1, ws := natPeer(t, w)
 	t0 := ws.since.Add(time.Minute)
 	w.setWay(b1.Subnet, wayRelay, "relay via p: test", t0)
 	ws.relayAddr = netip.MustParseAddrPort("203.0.113.10:51822")
@@ -337,11 +346,7 @@ func TestHandshakeIsAnAnswer(t *testing.T) {
 // it opens at the first tick after we know.
 func TestPunchWaitsForOutside(t *testing.T) {
 	w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10")})
-	b1 := sitePeer(t, 3, "198.51.100.10", "b", "198.51.100.10", false)
-	b1.Attrs.Outside = netip.MustParseAddrPort("203.0.113.3:51820")
-	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: b1}})
-	ws := w.ways[b1.Subnet]
-	ws.first = false
+	b1, ws := natPeer(t, w)
 	t0 := ws.since.Add(time.Minute)
 	w.setWay(b1.Subnet, wayRelay, "relay via p: test", t0)
 	ws.relayAddr = netip.MustParseAddrPort("203.0.113.10:51822")
@@ -422,11 +427,7 @@ func TestPunchHold(t *testing.T) {
 	}{{"never answered", false}, {"answered, then down", true}} {
 		t.Run(c.name, func(t *testing.T) {
 			w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10")})
-			b1 := sitePeer(t, 3, "198.51.100.10", "b", "198.51.100.10", false)
-			b1.Attrs.Outside = netip.MustParseAddrPort("203.0.113.3:51820")
-			w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: b1}})
-			ws := w.ways[b1.Subnet]
-			ws.first = false
+			b1, ws := natPeer(t, w)
 			t0 := time.Now().Add(-time.Second)
 			w.setWay(b1.Subnet, wayPunched, "punched: test", t0)
 			now := t0.Add(tryFor + time.Millisecond)
