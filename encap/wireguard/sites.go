@@ -525,12 +525,14 @@ func (w *backend) step(key netip.Prefix, ws *wayState, cands []netip.Prefix, sta
 	// The peer relays to us: its datagrams come through a relay, and our device took
 	// our loopback socket as its endpoint. Take that way too, and say so; but while we
 	// punch (the peer may have moved to punching a moment after us, its last relayed
-	// datagrams still on their way), dial its NAT again instead, for tryFor; and
+	// datagrams still on their way), dial its NAT again instead, for tryNew; and
 	// after a move back to direct on the path port's answers, dial it directly again
 	// for peerCatchUp, the time its own pings there take to move it too.
 	if st, ok := status[c.key]; ok && ws.way != wayRelay {
 		k, relayed := w.node.IsEndpoint(st.endpoint)
-		punching := ws.way == wayPunched && !ws.answered && now.Sub(ws.since) < w.tryNew()
+		// Answered or not: the probes cross the tunnel whichever way it goes, and
+		// find it up through the relay the device roamed back to.
+		punching := ws.way == wayPunched && now.Sub(ws.since) < w.tryNew()
 		catchingUp := ws.way == wayDirect && ws.directBack && now.Sub(ws.since) < peerCatchUp
 		if relayed && k == pk && (punching || catchingUp) {
 			w.dialAgain(key)
