@@ -59,9 +59,25 @@ func isInitiation(p []byte) bool {
 	return len(p) == initiationLen && binary.LittleEndian.Uint32(p) == msgInitiation
 }
 
-// keep records the initiations among bufs, sent to to.
+// isResponse reports whether p is a handshake response.
+func isResponse(p []byte) bool {
+	return len(p) == responseLen && binary.LittleEndian.Uint32(p) == msgResponse
+}
+
+// keep records the initiations among bufs, sent to to. A response among them, sent
+// to to, forgets the initiation kept for to: the device answered the peer's
+// handshake there, so its own is superseded. Sent again, it would be taken by a
+// peer whose device was made again since (it remembers no timestamp), answered with
+// a response this device can no longer use, and leave that peer holding a session
+// nobody has (TestWireGuardRepair lost its pods' pings for 5 s so in CI).
 func (in *initiations) keep(bufs [][]byte, to netip.AddrPort) {
 	for _, p := range bufs {
+		if isResponse(p) {
+			in.mu.Lock()
+			delete(in.last, to)
+			in.mu.Unlock()
+			continue
+		}
 		if !isInitiation(p) {
 			continue
 		}
@@ -89,7 +105,7 @@ func (in *initiations) keep(bufs [][]byte, to netip.AddrPort) {
 // responded notes p, a datagram the device receives, when it is a handshake
 // response: the initiation it answers is not sent again.
 func (in *initiations) responded(p []byte) {
-	if len(p) != responseLen || binary.LittleEndian.Uint32(p) != msgResponse {
+	if !isResponse(p) {
 		return
 	}
 	idx := binary.LittleEndian.Uint32(p[8:])

@@ -145,3 +145,36 @@ func TestRetransmitInitiation(t *testing.T) {
 		t.Fatalf("an answered initiation sent again (%d bytes)", n)
 	}
 }
+
+// TestAnsweringSupersedesInitiation: once the device sends a handshake response to
+// an endpoint (it answered the peer's own initiation), the initiation it sent there
+// before is neither retransmitted nor sent again on a move.
+func TestAnsweringSupersedesInitiation(t *testing.T) {
+	b, _, _ := open(t)
+	peer, peerEP := udpListener(t)
+	_, otherEP := udpListener(t)
+	initiation := bytes.Repeat([]byte{0xc3}, initiationLen)
+	copy(initiation, []byte{msgInitiation, 0, 0, 0, 5, 0, 0, 0})
+	response := make([]byte, responseLen)
+	copy(response, []byte{msgResponse, 0, 0, 0, 6, 0, 0, 0, 41, 0, 0, 0})
+	for _, p := range [][]byte{initiation, response} {
+		if err := b.Send([][]byte{p}, &Endpoint{ap: peerEP}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 512)
+	for _, want := range []int{initiationLen, responseLen} {
+		_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, _, err := peer.ReadFromUDPAddrPort(buf)
+		if err != nil || n != want {
+			t.Fatalf("the peer got %d bytes (%v), want %d", n, err, want)
+		}
+	}
+	if sent, err := b.ResendInitiation(peerEP, otherEP); sent || err != nil {
+		t.Fatalf("a superseded initiation moved: sent %v, %v", sent, err)
+	}
+	_ = peer.SetReadDeadline(time.Now().Add(retransmitAfter + time.Second))
+	if n, _, err := peer.ReadFromUDPAddrPort(buf); err == nil {
+		t.Fatalf("a superseded initiation sent again (%d bytes)", n)
+	}
+}
