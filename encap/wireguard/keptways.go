@@ -11,6 +11,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/weftnet/weft/paths/way"
 )
 
 // WaysFile is the name of the file, beside the private key, where a host with a site
@@ -72,7 +74,7 @@ func (w *backend) loadKeptWays() {
 // resumeWay starts peer key (public key pk) on the way an earlier weftd kept for it,
 // if its lease still publishes that NAT address (punched) or the relay's lease is
 // known (relay); it reports whether it did. The kept way is used once. w.mu is held.
-func (w *backend) resumeWay(key netip.Prefix, pk wgtypes.Key, ws *wayState) bool {
+func (w *backend) resumeWay(key netip.Prefix, pk wgtypes.Key, ws *way.State) bool {
 	kw, ok := w.keptWays[pk]
 	if !ok {
 		return false
@@ -84,22 +86,19 @@ func (w *backend) resumeWay(key netip.Prefix, pk wgtypes.Key, ws *wayState) bool
 		if !l.Attrs.Outside.IsValid() || l.Attrs.Outside != kw.Outside {
 			return false
 		}
-		ws.way = wayPunched
-		ws.why = fmt.Sprintf("punched: the way that worked before weftd restarted (%v)", kw.Outside)
+		ws.Resume(way.Punched, netip.Prefix{}, netip.AddrPort{}, fmt.Sprintf("punched: the way that worked before weftd restarted (%v)", kw.Outside))
 	case "relay":
 		rl, ok := w.leases[kw.Relay]
 		if !ok || !directAddr(rl).Is4() {
 			return false
 		}
-		ws.way, ws.relay, ws.relayAddr = wayRelay, kw.Relay, w.pathAddr(kw.Relay)
-		ws.why = fmt.Sprintf("relay via %v: the way that worked before weftd restarted", kw.Relay)
+		ws.Resume(way.Relay, kw.Relay, w.pathAddr(kw.Relay), fmt.Sprintf("relay via %v: the way that worked before weftd restarted", kw.Relay))
 	default:
 		return false
 	}
-	w.pathChanges++
-	ws.first = false // a kept way is trusted for tryFor, as it worked
-	w.relayMTU(l.Subnet, ws.way == wayRelay)
-	w.log.Info("peer path", zap.Stringer("subnet", key), zap.Stringer("way", ws.way), zap.String("why", ws.why))
+	w.pathChanges++ // a kept way is trusted for TryNew (Resume), as it worked
+	w.relayMTU(l.Subnet, ws.Way == way.Relay)
+	w.log.Info("peer path", zap.Stringer("subnet", key), zap.Stringer("way", ws.Way), zap.String("why", ws.Why))
 	return true
 }
 
@@ -114,10 +113,10 @@ func (w *backend) saveWays() {
 			continue
 		}
 		switch {
-		case ws.way == wayPunched && ws.answered:
+		case ws.Way == way.Punched && ws.Answered:
 			k.Ways[c.key.String()] = keptWay{Way: "punched", Outside: w.leases[key].Attrs.Outside}
-		case ws.way == wayRelay && ws.relay.IsValid():
-			k.Ways[c.key.String()] = keptWay{Way: "relay", Relay: ws.relay}
+		case ws.Way == way.Relay && ws.Relay.IsValid():
+			k.Ways[c.key.String()] = keptWay{Way: "relay", Relay: ws.Relay}
 		}
 	}
 	sig, _ := json.Marshal(k) // without times: what the file says

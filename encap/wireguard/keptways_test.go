@@ -13,6 +13,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/paths/way"
 )
 
 // TestKeptWays: the ways that work (punched and answering, relayed) are saved beside
@@ -36,12 +37,12 @@ func TestKeptWays(t *testing.T) {
 	}
 	newBackend := func() *backend {
 		return &backend{keyFile: filepath.Join(dir, "wgkey"), log: zaptest.NewLogger(t), leases: leases, base: base,
-			ways: map[netip.Prefix]*wayState{}, pathPort: 51822}
+			ways: map[netip.Prefix]*way.State{}, pathPort: 51822}
 	}
 	old := newBackend()
-	old.ways[pfx("198.18.1.0/24")] = &wayState{way: wayPunched, answered: true}
-	old.ways[pfx("198.18.2.0/24")] = &wayState{way: wayRelay, relay: pfx("198.18.9.0/24")}
-	old.ways[pfx("198.18.3.0/24")] = &wayState{way: wayDirect, answered: true}
+	old.ways[pfx("198.18.1.0/24")] = &way.State{Way: way.Punched, Answered: true}
+	old.ways[pfx("198.18.2.0/24")] = &way.State{Way: way.Relay, Relay: pfx("198.18.9.0/24")}
+	old.ways[pfx("198.18.3.0/24")] = &way.State{Way: way.Direct, Answered: true}
 	old.saveWays()
 
 	w := newBackend()
@@ -54,19 +55,19 @@ func TestKeptWays(t *testing.T) {
 		sn   netip.Prefix
 		pk   wgtypes.Key
 		ok   bool
-		want way
+		want way.Way
 	}{
-		{"punched", pfx("198.18.1.0/24"), punchedKey, true, wayPunched},
-		{"punched once", pfx("198.18.1.0/24"), punchedKey, false, wayDirect},
-		{"relayed", pfx("198.18.2.0/24"), relayedKey, true, wayRelay},
-		{"direct kept nothing", pfx("198.18.3.0/24"), directKey, false, wayDirect},
+		{"punched", pfx("198.18.1.0/24"), punchedKey, true, way.Punched},
+		{"punched once", pfx("198.18.1.0/24"), punchedKey, false, way.Direct},
+		{"relayed", pfx("198.18.2.0/24"), relayedKey, true, way.Relay},
+		{"direct kept nothing", pfx("198.18.3.0/24"), directKey, false, way.Direct},
 	} {
-		ws := &wayState{}
-		if got := w.resumeWay(tc.sn, tc.pk, ws); got != tc.ok || ws.way != tc.want {
-			t.Errorf("%s: resumed %v on %v, want %v on %v", tc.name, got, ws.way, tc.ok, tc.want)
+		ws := &way.State{}
+		if got := w.resumeWay(tc.sn, tc.pk, ws); got != tc.ok || ws.Way != tc.want {
+			t.Errorf("%s: resumed %v on %v, want %v on %v", tc.name, got, ws.Way, tc.ok, tc.want)
 		}
-		if tc.want == wayRelay && (ws.relay != pfx("198.18.9.0/24") || ws.relayAddr != netip.MustParseAddrPort("192.0.2.9:51822")) {
-			t.Errorf("%s: relay %v at %v", tc.name, ws.relay, ws.relayAddr)
+		if tc.want == way.Relay && (ws.Relay != pfx("198.18.9.0/24") || ws.RelayAddr != netip.MustParseAddrPort("192.0.2.9:51822")) {
+			t.Errorf("%s: relay %v at %v", tc.name, ws.Relay, ws.RelayAddr)
 		}
 	}
 
@@ -78,7 +79,7 @@ func TestKeptWays(t *testing.T) {
 	l.Attrs.Outside = netip.MustParseAddrPort("203.0.113.7:40002")
 	moved[pfx("198.18.1.0/24")] = l
 	w.leases = moved
-	if w.resumeWay(pfx("198.18.1.0/24"), punchedKey, &wayState{}) {
+	if w.resumeWay(pfx("198.18.1.0/24"), punchedKey, &way.State{}) {
 		t.Error("resumed punching at a NAT address the peer no longer publishes")
 	}
 	var k keptWays

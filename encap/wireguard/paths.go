@@ -9,6 +9,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/paths/way"
 )
 
 // Paths lists a path per peer subnet on the devices: from our subnet's first
@@ -49,7 +50,7 @@ func (w *backend) Paths() []encap.Path {
 				}
 				p := encap.Path{Backend: wireguardType, Subnet: sn, Overlay: sn.Masked().Addr(),
 					Local: local.Masked().Addr(), MTU: w.MTU(), RouteMTU: w.mtus.Get(sn), LastHandshake: st.handshake}
-				if i == 0 && sn.Addr().Is4() && ws != nil && ws.way == wayRelay {
+				if i == 0 && sn.Addr().Is4() && ws != nil && ws.Way == way.Relay {
 					// A relayed datagram carries the relay frame: the full-size probe is
 					// the relayed route's MTU, and that route's MTU is ours, not a repair.
 					p.MTU = w.relayedMTU()
@@ -62,13 +63,13 @@ func (w *backend) Paths() []encap.Path {
 					pub = ep.Addr()
 				}
 				if ws != nil && i == 0 {
-					p.Why = ws.why
-					switch ws.way {
-					case wayPunched:
+					p.Why = ws.Why
+					switch ws.Way {
+					case way.Punched:
 						p.Punched, pub = true, ep.Addr()
-					case wayRelay:
+					case way.Relay:
 						// The underlay address probed is the relay's.
-						p.Via, ep = ws.relay, ws.relayAddr
+						p.Via, ep = ws.Relay, ws.RelayAddr
 						pub = ep.Addr()
 					}
 				}

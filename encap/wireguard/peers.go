@@ -17,6 +17,7 @@ import (
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/internal/ipconv"
 	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/paths/way"
 	"github.com/weftnet/weft/transport/relay"
 )
 
@@ -77,7 +78,7 @@ func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 			if !w.chooses(l) {
 				w.forgetWay(key, old)
 			} else if w.ways[key] == nil {
-				w.ways[key] = &wayState{since: time.Now(), why: "direct: what the peer publishes", first: true}
+				w.ways[key] = way.New(time.Now())
 				if want[0] != nil {
 					if _, ok := w.keptWays[want[0].key]; ok {
 						resume = append(resume, key)

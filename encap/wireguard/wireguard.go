@@ -22,6 +22,7 @@ import (
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/encap/kernel"
 	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/paths/way"
 	"github.com/weftnet/weft/transport/relay"
 )
 
@@ -134,7 +135,7 @@ type backend struct {
 	// configuration (base), and how we reach the peers outside our site (ways).
 	leases map[netip.Prefix]lease.Lease
 	base   map[netip.Prefix][2]*wgPeerConf
-	ways   map[netip.Prefix]*wayState
+	ways   map[netip.Prefix]*way.State
 	// keptWays are the ways an earlier weftd kept (keptways.go), by public key, each
 	// resumed once; waysSaved and waysSavedAt are what saveWays last wrote, and when.
 	keptWays    map[wgtypes.Key]keptWay
@@ -175,7 +176,7 @@ func New(cfg *lease.Config, ext encap.ExternalInterface, tuning Tuning, log *zap
 		owner:     [2]map[wgtypes.Key]netip.Prefix{{}, {}},
 		repairs:   map[string]uint64{},
 		leases:    map[netip.Prefix]lease.Lease{}, base: map[netip.Prefix][2]*wgPeerConf{},
-		ways: map[netip.Prefix]*wayState{}, pathPort: pathPort, noChoice: tuning.NoPathChoice,
+		ways: map[netip.Prefix]*way.State{}, pathPort: pathPort, noChoice: tuning.NoPathChoice,
 	}
 	if w.socketDir == "" {
 		w.socketDir = DefaultSocketDir
