@@ -213,13 +213,17 @@ func TestPicturesPorts(t *testing.T) {
 	}
 }
 
-// timerRE is how sites.dot names a timer or count of the code: "8 s (tryFor)",
+// timerRE is how sites.dot names a timer or count of the code: "8 s (TryFor)",
 // "2 answers (directAnswers)", "up to 8 (maxRelays)", "10 s (relay.HelloEvery)".
 var timerRE = regexp.MustCompile(`(\d+)( s)? (?:answers )?\(((?:relay\.)?[a-zA-Z]\w*)\)`)
 
-// TestPicturesTimers: the timers sites.dot gives the ways are encap/wireguard's.
+// TestPicturesTimers: the timers sites.dot gives the ways are the code's: package
+// way's (the decision) and encap/wireguard's (the chooser around it).
 func TestPicturesTimers(t *testing.T) {
 	consts := packageConsts(t, "../wireguard")
+	for name, v := range packageConsts(t, "../../paths/way") {
+		consts[name] = v
+	}
 	consts["relay.HelloEvery"] = constant.MakeInt64(int64(relay.HelloEvery))
 	src := readDot(t, "sites.dot")
 	seen := map[string]bool{}
@@ -228,7 +232,7 @@ func TestPicturesTimers(t *testing.T) {
 		seen[name] = true
 		v, ok := consts[name]
 		if !ok {
-			t.Errorf("docs/pictures/sites.dot says %q: encap/wireguard has no constant %s", m[0], name)
+			t.Errorf("docs/pictures/sites.dot says %q: neither paths/way nor encap/wireguard has a constant %s", m[0], name)
 			continue
 		}
 		n, _ := strconv.ParseInt(m[1], 10, 64)
@@ -244,9 +248,9 @@ func TestPicturesTimers(t *testing.T) {
 			t.Errorf("docs/pictures/sites.dot says %q; %s is %s", m[0], name, what)
 		}
 	}
-	for _, name := range []string{"tryFor", "directEvery", "directAnswers", "directBackoff", "measureEvery", "relayStale"} {
+	for _, name := range []string{"TryFor", "directEvery", "directAnswers", "DirectBackoff", "measureEvery", "relayStale"} {
 		if !seen[name] {
-			t.Errorf("docs/pictures/sites.dot names no %s (write it as \"8 s (tryFor)\")", name)
+			t.Errorf("docs/pictures/sites.dot names no %s (write it as \"8 s (TryFor)\")", name)
 		}
 	}
 }
