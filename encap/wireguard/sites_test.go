@@ -22,7 +22,7 @@ import (
 
 // sitesBackend is a backend without devices (apply configures none) whose own lease
 // is own, with a real path socket on a free port, for the logic of ways alone.
-func sitesBackend(t *testing.T, own lease.Attrs) *backend {
+func sitesBackend(t testing.TB, own lease.Attrs) *backend {
 	cfg := &lease.Config{Network: netip.MustParsePrefix("198.18.0.0/16"), SubnetLen: 24, EnableIPv4: true,
 		BackendType: wireguardType}
 	priv, _ := wgtypes.GeneratePrivateKey()

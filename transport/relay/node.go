@@ -92,8 +92,10 @@ type Node struct {
 	locals   map[Key]*local
 	standIns map[netip.AddrPort]Key // the locals by address
 	pings    map[uint64]pingSent
-	rtts     map[pathID]Measure
-	macs     map[Key][32]byte
+	// pingsSwept: when the expired pings were last dropped (every pingSweepEvery).
+	pingsSwept time.Time
+	rtts       map[pathID]Measure
+	macs       map[Key][32]byte
 	// punches is the newest "punch now" from each peer, punchTS its time (a replay
 	// or an older one is dropped).
 	punches map[Key]Punch
@@ -659,6 +661,10 @@ func (n *Node) sendDirect(addr netip.AddrPort, p []byte) error {
 	return n.send(b, addr)
 }
 
+// pingSweepEvery is how often the pings without an answer past their due are
+// dropped.
+const pingSweepEvery = time.Second
+
 // Ping sends a ping to peer k: through the relay at via, or straight to its relay
 // socket at addr when via is invalid. Measured reads what the answers found.
 func (n *Node) Ping(k Key, via, addr netip.AddrPort) error {
@@ -674,9 +680,15 @@ func (n *Node) ping(pid pathID, via, addr netip.AddrPort) error {
 	binary.BigEndian.PutUint64(p[1:], id)
 	now := time.Now()
 	n.mu.Lock()
-	for i, s := range n.pings {
-		if now.After(s.due) {
-			delete(n.pings, i)
+	if now.Sub(n.pingsSwept) >= pingSweepEvery {
+		// Unanswered pings expire in one sweep a second, not one per ping: that
+		// scanned every outstanding ping, about 20,000 with 1,000 relayed peers
+		// measured through 8 relays, on each of 4,000 pings a second.
+		n.pingsSwept = now
+		for i, s := range n.pings {
+			if now.After(s.due) {
+				delete(n.pings, i)
+			}
 		}
 	}
 	n.pings[id] = pingSent{id: pid, at: now, due: now.Add(5 * time.Second)}

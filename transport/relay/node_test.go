@@ -390,3 +390,43 @@ func TestPunchNow(t *testing.T) {
 		t.Fatal("a ping at the punched address counted as the direct way's")
 	}
 }
+
+// TestPingsExpire: pings without an answer past their due are dropped in one sweep
+// a second, not kept for ever nor scanned on every ping.
+func TestPingsExpire(t *testing.T) {
+	var priv [32]byte
+	priv[0] = 2
+	n, err := Listen(Config{Port: 0, Private: priv, WGPort: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	to := netip.MustParseAddrPort("127.0.0.1:9")
+	for range 100 {
+		_ = n.Ping(Key{1}, netip.AddrPort{}, to)
+	}
+	n.mu.Lock()
+	if len(n.pings) != 100 {
+		t.Fatalf("%d pings outstanding, want 100", len(n.pings))
+	}
+	for id, s := range n.pings {
+		s.due = time.Now().Add(-time.Second) // all past due
+		n.pings[id] = s
+	}
+	n.pingsSwept = time.Now().Add(time.Hour) // the last sweep is not a second old
+	n.mu.Unlock()
+	_ = n.Ping(Key{1}, netip.AddrPort{}, to) // no sweep due: none dropped
+	n.mu.Lock()
+	kept := len(n.pings)
+	n.pingsSwept = time.Now().Add(-pingSweepEvery)
+	n.mu.Unlock()
+	if kept != 101 {
+		t.Fatalf("%d pings outstanding with no sweep due, want 101", kept)
+	}
+	_ = n.Ping(Key{1}, netip.AddrPort{}, to) // a sweep due: the past-due go
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.pings) != 2 {
+		t.Fatalf("%d pings outstanding after the sweep, want the 2 not past due", len(n.pings))
+	}
+}
