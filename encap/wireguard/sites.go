@@ -389,14 +389,16 @@ func (w *backend) ourPath() (map[netip.Prefix]netip.AddrPort, netip.AddrPort) {
 }
 
 // evidence is what peer key's way is decided on now: its lease, the device, the
-// path socket's pings and the relays that may carry it. w.mu is held.
+// path socket's pings and the relays that may carry it. It fills w.ev, one for
+// every peer of a tick (Decide keeps none of it). w.mu is held.
 func (w *backend) evidence(key netip.Prefix, ws *way.State, cands []netip.Prefix, status map[wgtypes.Key]peerStatus,
 	pathBy map[netip.Prefix]netip.AddrPort, path netip.AddrPort, now time.Time) *way.Evidence {
 	l, c := w.leases[key], w.base[key][0]
 	pk := relay.Key(c.key)
-	ev := &way.Evidence{Now: now, TryNew: w.tryNew(), Maps: w.mapsPerDestination,
+	ev := &w.ev
+	*ev = way.Evidence{Now: now, TryNew: w.tryNew(), Maps: w.mapsPerDestination,
 		DirectEndpoint: c.endpoint, Dialable: directAddr(l).Is4(), Outside: l.Attrs.Outside,
-		OurPathBy: pathBy, OurPath: path}
+		OurPathBy: pathBy, OurPath: path, Candidates: ev.Candidates[:0]}
 	if st, ok := status[c.key]; ok {
 		ev.Device = way.Device{Known: true, Endpoint: st.endpoint, Handshake: st.handshake}
 		if k, relayed := w.node.IsEndpoint(st.endpoint); relayed && k == pk {

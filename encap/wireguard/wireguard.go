@@ -136,6 +136,8 @@ type backend struct {
 	leases map[netip.Prefix]lease.Lease
 	base   map[netip.Prefix][2]*wgPeerConf
 	ways   map[netip.Prefix]*way.State
+	// ev is the evidence of one peer's decision, filled anew for each (evidence).
+	ev way.Evidence
 	// keptWays are the ways an earlier weftd kept (keptways.go), by public key, each
 	// resumed once; waysSaved and waysSavedAt are what saveWays last wrote, and when.
 	keptWays    map[wgtypes.Key]keptWay
