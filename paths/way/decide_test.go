@@ -29,6 +29,14 @@ func evidence(now time.Time) *Evidence {
 		Applied: Applied{Set: true, Endpoint: direct}, OurPath: ourPath}
 }
 
+// relayedByP is a peer relayed through P since t0.
+func relayedByP() *State {
+	s := New(t0)
+	s.Move(Relay, "relay via p: test", t0)
+	s.Relay, s.RelayAddr = relayP, relayPath
+	return s
+}
+
 // answering is a candidate relay whose pings to the peer answered at at.
 func answering(key netip.Prefix, addr netip.AddrPort, at time.Time, rtt time.Duration) Candidate {
 	return Candidate{Key: key, Addr: addr, M: relay.Measure{RTT: rtt, At: at}}
@@ -174,10 +182,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "relay lost: the next relay that answers",
 			state: func() *State {
-				s := New(t0)
-				s.Move(Relay, "relay via p: test", t0)
-				s.Relay, s.RelayAddr = relayP, relayPath
-				return s
+				return relayedByP()
 			},
 			ev: func(*State) *Evidence {
 				now := t0.Add(time.Minute)
@@ -200,10 +205,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "relay says it cannot reach the peer, no other: kept, no NewRelay",
 			state: func() *State {
-				s := New(t0)
-				s.Move(Relay, "relay via p: test", t0)
-				s.Relay, s.RelayAddr = relayP, relayPath
-				return s
+				return relayedByP()
 			},
 			ev: func(*State) *Evidence {
 				now := t0.Add(time.Minute)
@@ -323,9 +325,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "the peer's datagrams come from its NAT while relayed, a tick on: punched",
 			state: func() *State {
-				s := New(t0)
-				s.Move(Relay, "relay via p: test", t0)
-				s.Relay, s.RelayAddr = relayP, relayPath
+				s := relayedByP()
 				s.RoamedOut = t0.Add(9 * time.Second)
 				return s
 			},
@@ -339,9 +339,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "two answers in a row on the path port: back to direct",
 			state: func() *State {
-				s := New(t0)
-				s.Move(Relay, "relay via p: test", t0)
-				s.Relay, s.RelayAddr = relayP, relayPath
+				s := relayedByP()
 				s.DirectPinged, s.DirectOK = t0.Add(50*time.Second), 1
 				return s
 			},
@@ -419,9 +417,7 @@ func TestDecide(t *testing.T) {
 // again; with our NAT mapping each destination anew nothing is tried, and the why
 // says why.
 func TestPunchAgainSchedule(t *testing.T) {
-	s := New(t0)
-	s.Move(Relay, "relay via p: test", t0)
-	s.Relay, s.RelayAddr = relayP, relayPath
+	s := relayedByP()
 	ev := evidence(t0)
 	ev.Dialable = false
 	// attempts decides once a second from..to and returns when each attempt opened,
@@ -467,9 +463,7 @@ func TestPunchAgainSchedule(t *testing.T) {
 // socket is seen from outside is not spent (a "punch now" would name no address):
 // it opens at the first decision after we know.
 func TestPunchWaitsForOutside(t *testing.T) {
-	s := New(t0)
-	s.Move(Relay, "relay via p: test", t0)
-	s.Relay, s.RelayAddr = relayP, relayPath
+	s := relayedByP()
 	ev := evidence(t0)
 	ev.Dialable, ev.OurPath = false, netip.AddrPort{}
 	for ; ev.Now.Before(t0.Add(20 * time.Second)); ev.Now = ev.Now.Add(ChooseEvery) {
@@ -490,9 +484,7 @@ func TestPunchWaitsForOutside(t *testing.T) {
 // NAT's address moves it to punched, unless a hold is on.
 func TestPunchAnswered(t *testing.T) {
 	for _, hold := range []bool{false, true} {
-		s := New(t0)
-		s.Move(Relay, "relay via p: test", t0)
-		s.Relay, s.RelayAddr = relayP, relayPath
+		s := relayedByP()
 		if hold {
 			s.PunchHold = t0.Add(time.Hour)
 		}
