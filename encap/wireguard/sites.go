@@ -270,13 +270,10 @@ func (w *backend) choose(now time.Time) {
 	if !w.seenWG(now) {
 		every = helloSoon // until a host has told us where it sees our WireGuard
 	}
-	if now.Sub(w.helloAt) >= every || len(cands) != w.helloCands {
-		w.helloAt, w.helloCands = now, len(cands)
-		for _, key := range cands {
-			if err := w.node.Hello(relay.Key(w.base[key][0].key), w.pathAddr(key)); err != nil {
-				w.log.Debug("hello", zap.Stringer("to", key), zap.Error(err))
-			}
-		}
+	if now.Sub(w.helloAt) >= every {
+		w.hello(cands, now)
+	} else {
+		w.helloNew(cands, now)
 	}
 	w.learnOutside(now)
 	pathBy, path := w.ourPath()
@@ -371,7 +368,7 @@ func (w *backend) status() map[wgtypes.Key]peerStatus {
 func (w *backend) ourPath() (map[netip.Prefix]netip.AddrPort, netip.AddrPort) {
 	seen := w.node.Seen()
 	by := make(map[netip.Prefix]netip.AddrPort, len(seen))
-	var any netip.AddrPort
+	var byAny netip.AddrPort
 	for key, confs := range w.base {
 		if c := confs[0]; c != nil {
 			if s, ok := seen[relay.Key(c.key)]; ok && s.Relay.IsValid() {
@@ -381,11 +378,11 @@ func (w *backend) ourPath() (map[netip.Prefix]netip.AddrPort, netip.AddrPort) {
 	}
 	for _, s := range seen {
 		if s.Relay.IsValid() {
-			any = s.Relay
+			byAny = s.Relay
 			break
 		}
 	}
-	return by, any
+	return by, byAny
 }
 
 // evidence is what peer key's way is decided on now: its lease, the device, the
@@ -475,6 +472,25 @@ func (w *backend) do(key netip.Prefix, ws *way.State, acts []way.Action) {
 	}
 }
 
+// hello says hello to the candidates cands, at now: they learn where our sockets
+// are seen from, and relay for us. w.mu is held.
+func (w *backend) hello(cands []netip.Prefix, now time.Time) {
+	w.helloAt, w.helloCands = now, len(cands)
+	for _, key := range cands {
+		if err := w.node.Hello(relay.Key(w.base[key][0].key), w.pathAddr(key)); err != nil {
+			w.log.Debug("hello", zap.Stringer("to", key), zap.Error(err))
+		}
+	}
+}
+
+// helloNew says hello at once when the candidates changed: a new peer's first
+// packets go through a relay only once both have said hello to it. w.mu is held.
+func (w *backend) helloNew(cands []netip.Prefix, now time.Time) {
+	if len(cands) != w.helloCands {
+		w.hello(cands, now)
+	}
+}
+
 // relayFirstDue relays first, between the chooser's ticks, the new peers whose first
 // way has gone way.RelayFirstAfter without an answer or a handshake, so that their
 // first packets do not wait for the next tick. w.mu is held.
@@ -490,6 +506,7 @@ func (w *backend) relayFirstDue(now time.Time) {
 	}
 	status := w.status()
 	cands := w.candidates(status)
+	w.helloNew(cands, now)
 	pathBy, path := w.ourPath()
 	for _, key := range due {
 		ws := w.ways[key]

@@ -103,10 +103,12 @@ func (s *State) Decide(ev *Evidence) []Action {
 	return d.out
 }
 
-// RelayFirstDue reports whether a peer is new and due to be relayed first: its
-// first way has gone RelayFirstAfter at now without an answer.
+// RelayFirstDue reports whether a peer is new and due for relay first: the relays
+// have not been pinged for it in the last ChooseEvery (they are from the start, as
+// soon as there is one), or it has gone RelayFirstAfter at now without an answer.
 func (s *State) RelayFirstDue(now time.Time) bool {
-	return s.First && !s.Answered && (s.Way == Direct || s.Way == Punched) && now.Sub(s.Since) >= RelayFirstAfter
+	return s.First && !s.Answered && (s.Way == Direct || s.Way == Punched) &&
+		(now.Sub(s.Measured) >= ChooseEvery || now.Sub(s.Since) >= RelayFirstAfter)
 }
 
 // DecideRelayFirst is the relay-first part of Decide alone, for the checks between
@@ -350,11 +352,12 @@ func (d *decision) punchAgain() bool {
 }
 
 // relayFirst relays a new peer at once while its first way has not answered, once a
-// relay answers for it: pings go through every candidate from the start, and after
-// RelayFirstAfter without a handshake or an answer on the first way the peer moves
-// to the relay with the shortest round trip. The first way is tried beside it: the
-// direct way by pings on the path port (fast for relayFirstFast), the punched way
-// by "punch now" soon. It reports whether it moved the peer.
+// relay answers for it: pings go through every candidate, and to a direct way's
+// path port, from the start, and after RelayFirstAfter without a handshake or an
+// answer on the first way (the probes' or the path port's) the peer moves to the
+// relay with the shortest round trip. The first way is tried beside it: the direct
+// way by pings on the path port (fast for relayFirstFast), the punched way by
+// "punch now" soon. It reports whether it moved the peer.
 func (d *decision) relayFirst() bool {
 	s, ev, now := d.s, d.ev, d.ev.Now
 	if s.Answered {
@@ -366,9 +369,16 @@ func (d *decision) relayFirst() bool {
 	}
 	// Every tick, not every measureEvery: the first relay's answer is what the
 	// first packet waits for.
-	if now.Sub(s.Measured) >= ChooseEvery {
+	if len(ev.Candidates) > 0 && now.Sub(s.Measured) >= ChooseEvery {
 		s.Measured = now
 		d.pingRelays()
+	}
+	if s.Way == Direct && ev.Dialable && now.Sub(s.DirectPinged) >= ChooseEvery {
+		s.DirectPinged = now
+		d.do(Action{Kind: PingDirect})
+	}
+	if s.Way == Direct && ev.DirectPings.At.After(s.Since) {
+		return false // its path port answers: direct works; the probes will say so
 	}
 	if now.Sub(s.Since) < RelayFirstAfter {
 		return false

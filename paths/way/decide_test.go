@@ -263,7 +263,7 @@ func TestDecide(t *testing.T) {
 				}
 				return ev
 			},
-			want: Relay, why: "relay via 198.18.8.0/24: first, while direct (198.51.100.10:51820) has not answered in 1500 ms",
+			want: Relay, why: "relay via 198.18.8.0/24: first, while direct (198.51.100.10:51820) has not answered in 1000 ms",
 			check: func(t *testing.T, s *State, _ []Action) {
 				now := t0.Add(RelayFirstAfter)
 				if s.RelayAddr != relayQAt || !s.RelayFirst.Equal(now) || !s.PunchAt.Equal(now.Add(punchAfterRelayFirst)) {
@@ -272,7 +272,7 @@ func TestDecide(t *testing.T) {
 			},
 		},
 		{
-			name:  "relay first: before RelayFirstAfter, pings through every candidate only",
+			name:  "relay first: before RelayFirstAfter, pings through every candidate and on the path port only",
 			state: func() *State { return New(t0) },
 			ev: func(*State) *Evidence {
 				ev := evidence(t0.Add(RelayFirstAfter - time.Millisecond))
@@ -281,8 +281,46 @@ func TestDecide(t *testing.T) {
 			},
 			want: Direct,
 			check: func(t *testing.T, s *State, acts []Action) {
-				if !slices.Equal(kinds(acts), []Kind{PingVia, PingVia}) {
-					t.Fatalf("acts %v, want a ping through each candidate", kinds(acts))
+				if !slices.Equal(kinds(acts), []Kind{PingVia, PingVia, PingDirect}) {
+					t.Fatalf("acts %v, want a ping through each candidate and one on the path port", kinds(acts))
+				}
+			},
+		},
+		{
+			name:  "relay first: the direct way's path port answered, so it stays direct past RelayFirstAfter",
+			state: func() *State { return New(t0) },
+			ev: func(*State) *Evidence {
+				ev := evidence(t0.Add(RelayFirstAfter + time.Second))
+				ev.Candidates = []Candidate{answering(relayP, relayPath, t0, time.Millisecond)}
+				ev.DirectPings = relay.Measure{At: t0.Add(5 * time.Millisecond), RTT: time.Millisecond}
+				return ev
+			},
+			want: Direct,
+		},
+		{
+			name:  "relay first: a path port answer from before the way was taken is not one",
+			state: func() *State { return New(t0) },
+			ev: func(*State) *Evidence {
+				ev := evidence(t0.Add(RelayFirstAfter))
+				ev.Candidates = []Candidate{answering(relayP, relayPath, t0, time.Millisecond)}
+				ev.DirectPings = relay.Measure{At: t0.Add(-time.Second), RTT: time.Millisecond}
+				return ev
+			},
+			want: Relay,
+		},
+		{
+			name:  "relay first: a peer we may not ping directly gets pings through the relays only",
+			state: func() *State { return New(t0) },
+			ev: func(*State) *Evidence {
+				ev := evidence(t0.Add(10 * time.Millisecond))
+				ev.Dialable = false
+				ev.Candidates = []Candidate{answering(relayP, relayPath, t0, time.Millisecond)}
+				return ev
+			},
+			want: Direct,
+			check: func(t *testing.T, s *State, acts []Action) {
+				if !slices.Equal(kinds(acts), []Kind{PingVia}) {
+					t.Fatalf("acts %v, want a ping through the candidate only", kinds(acts))
 				}
 			},
 		},
@@ -535,4 +573,42 @@ func FuzzDecide(f *testing.F) {
 			ev.Now = ev.Now.Add(time.Second)
 		}
 	})
+}
+
+// TestRelayFirstDue: a new peer is due at once (its first pings), then not until
+// RelayFirstAfter; an answered or old peer never.
+func TestRelayFirstDue(t *testing.T) {
+	s := New(t0)
+	if !s.RelayFirstDue(t0) {
+		t.Fatal("a new peer not due for its first pings")
+	}
+	// No relay yet: the path port is pinged, and the peer stays due for the relays.
+	if acts := s.DecideRelayFirst(evidence(t0)); !slices.Equal(kinds(acts), []Kind{PingDirect}) {
+		t.Fatalf("first pings without a relay %v", kinds(acts))
+	}
+	if !s.RelayFirstDue(t0.Add(250 * time.Millisecond)) {
+		t.Fatal("a new peer without a relay pinged not due")
+	}
+	// A relay now: pinged at once (the path port again a ChooseEvery after its first).
+	ev := evidence(t0.Add(10 * time.Millisecond))
+	ev.Candidates = []Candidate{answering(relayP, relayPath, t0, time.Millisecond)}
+	if acts := s.DecideRelayFirst(ev); !slices.Equal(kinds(acts), []Kind{PingVia}) {
+		t.Fatalf("first pings through the relay %v", kinds(acts))
+	}
+	for _, tc := range []struct {
+		at   time.Duration
+		want bool
+	}{{500 * time.Millisecond, false}, {RelayFirstAfter - time.Millisecond, false}, {RelayFirstAfter, true}} {
+		if got := s.RelayFirstDue(t0.Add(tc.at)); got != tc.want {
+			t.Errorf("due at %v: %v, want %v", tc.at, got, tc.want)
+		}
+	}
+	s.Probed(true, t0.Add(time.Second))
+	if s.RelayFirstDue(t0.Add(2 * time.Second)) {
+		t.Error("an answered peer due")
+	}
+	old := relayedByP()
+	if old.RelayFirstDue(t0.Add(2 * time.Second)) {
+		t.Error("a relayed peer due")
+	}
 }

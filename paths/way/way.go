@@ -75,11 +75,14 @@ const (
 	punchHoldMax = 10 * time.Minute
 	// RelayFirstAfter: a new peer whose first way (direct; a way kept over a
 	// restart is trusted for TryFor instead) has neither handshaken nor answered
-	// the probes this long is relayed at once where a relay answers for it, and the
-	// first way is tried beside the relay on the path port: pinged every ChooseEvery
-	// for relayFirstFast, then every directEvery. It was TryFor (8 s) per way before
-	// the first packet moved.
-	RelayFirstAfter = 1500 * time.Millisecond
+	// the probes or the path port this long is relayed at once where a relay
+	// answers for it, and the first way is tried beside the relay on the path
+	// port: pinged every ChooseEvery for relayFirstFast, then every directEvery.
+	// It was TryFor (8 s) per way before the first packet moved, then 1.5 s while
+	// only the probes (a round waits 1 s for its answers) could keep a working
+	// direct way from the relay; the path port's first answer now does, within a
+	// round trip.
+	RelayFirstAfter = time.Second
 	relayFirstFast  = 10 * time.Second
 	// punchAfterRelayFirst: a peer relayed first that publishes its NAT's address is
 	// asked to punch ("punch now") this long after, not PunchFirst: the first
