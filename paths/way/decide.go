@@ -115,7 +115,9 @@ func (s *State) RelayFirstDue(now time.Time) bool {
 // the chooser's ticks.
 func (s *State) DecideRelayFirst(ev *Evidence) []Action {
 	d := decision{s: s, ev: ev}
-	d.relayFirst()
+	if !d.followIn() {
+		d.relayFirst()
+	}
 	return d.out
 }
 
@@ -136,33 +138,8 @@ func (d *decision) take(v Way, why string) {
 // step moves the peer's way on the evidence.
 func (d *decision) step() {
 	s, ev, now := d.s, d.ev, d.ev.Now
-	// The peer relays to us: its datagrams come through a relay, and our device took
-	// our loopback socket as its endpoint. Take that way too, and say so; but while we
-	// punch (the peer may have moved to punching a moment after us, its last relayed
-	// datagrams still on their way), dial its NAT again instead, for TryNew; and
-	// after a move back to direct on the path port's answers, dial it directly again
-	// for peerCatchUp, the time its own pings there take to move it too.
-	if ev.Device.Known && s.Way != Relay && ev.RelayedIn {
-		// Answered or not: the probes cross the tunnel whichever way it goes, and
-		// find it up through the relay the device roamed back to.
-		punching := s.Way == Punched && now.Sub(s.Since) < ev.TryNew
-		catchingUp := s.Way == Direct && s.DirectBack && now.Sub(s.Since) < peerCatchUp
-		if punching || catchingUp {
-			d.do(Action{Kind: DialAgain})
-		} else {
-			why := fmt.Sprintf("relay via %v: the peer's datagrams come to us through it", ev.RelayedViaKey)
-			if s.Why != "" {
-				why += "; before: " + s.Why
-			}
-			first := s.First
-			s.Relay, s.RelayAddr = ev.RelayedViaKey, ev.RelayedVia
-			d.take(Relay, why)
-			s.Answered = true
-			if first {
-				s.RelayFirst = now // the peer relayed first: try its first way as fast
-			}
-			return
-		}
+	if d.followIn() {
+		return
 	}
 	// The peer reaches us from its NAT's address while we relay (it dials our NAT: it
 	// punched, or kept the punched way over its restart): our device roamed there on
@@ -202,6 +179,40 @@ func (d *decision) step() {
 		}
 	}
 	d.pingDirect()
+}
+
+// followIn: the peer relays to us: its datagrams come through a relay, and our
+// device took our loopback socket as its endpoint. Take that way too, and say so;
+// but while we punch (the peer may have moved to punching a moment after us, its
+// last relayed datagrams still on their way), dial its NAT again instead, for
+// TryNew; and after a move back to direct on the path port's answers, dial it
+// directly again for peerCatchUp, the time its own pings there take to move it
+// too. It reports whether it moved the peer.
+func (d *decision) followIn() bool {
+	s, ev, now := d.s, d.ev, d.ev.Now
+	if !ev.Device.Known || s.Way == Relay || !ev.RelayedIn {
+		return false
+	}
+	// Answered or not: the probes cross the tunnel whichever way it goes, and find
+	// it up through the relay the device roamed back to.
+	punching := s.Way == Punched && now.Sub(s.Since) < ev.TryNew
+	catchingUp := s.Way == Direct && s.DirectBack && now.Sub(s.Since) < peerCatchUp
+	if punching || catchingUp {
+		d.do(Action{Kind: DialAgain})
+		return false
+	}
+	why := fmt.Sprintf("relay via %v: the peer's datagrams come to us through it", ev.RelayedViaKey)
+	if s.Why != "" {
+		why += "; before: " + s.Why
+	}
+	first := s.First
+	s.Relay, s.RelayAddr = ev.RelayedViaKey, ev.RelayedVia
+	d.take(Relay, why)
+	s.Answered = true
+	if first {
+		s.RelayFirst = now // the peer relayed first: try its first way as fast
+	}
+	return true
 }
 
 // verdict leaves a way that failed: no answer for TryNew, or found down after it

@@ -612,3 +612,16 @@ func TestRelayFirstDue(t *testing.T) {
 		t.Error("a relayed peer due")
 	}
 }
+
+// TestRelayFirstFollowsIn: between the chooser's ticks, a new peer whose datagrams
+// come to us through a relay is taken that way at once, so GET /peers says so.
+func TestRelayFirstFollowsIn(t *testing.T) {
+	s := New(t0)
+	ev := evidence(t0.Add(RelayFirstAfter))
+	ev.Device = Device{Known: true, Endpoint: loopback, Handshake: t0.Add(900 * time.Millisecond)}
+	ev.RelayedIn, ev.RelayedVia, ev.RelayedViaKey = true, relayPath, relayP
+	acts := s.DecideRelayFirst(ev)
+	if !slices.Equal(kinds(acts), []Kind{Take}) || s.Way != Relay || !s.Answered || s.RelayAddr != relayPath || s.RelayFirst.IsZero() {
+		t.Fatalf("acts %v; way %v, answered %v, relay %v, relayed first %v", kinds(acts), s.Way, s.Answered, s.RelayAddr, s.RelayFirst)
+	}
+}
