@@ -380,6 +380,13 @@ func (d *decision) relayFirst() bool {
 	}
 	// Every tick, not every measureEvery: the first relay's answer is what the
 	// first packet waits for.
+	if s.Way == Direct && ev.DirectPings.At.After(s.Since) {
+		// Its path port answers: direct works, and the probes will say so; no
+		// more pings for relay first (on a large cluster the probes' first round
+		// comes seconds later, and every new peer would be relayed meanwhile).
+		s.First = false
+		return false
+	}
 	if len(ev.Candidates) > 0 && now.Sub(s.Measured) >= ChooseEvery {
 		s.Measured = now
 		d.pingRelays()
@@ -387,9 +394,6 @@ func (d *decision) relayFirst() bool {
 	if s.Way == Direct && ev.Dialable && now.Sub(s.DirectPinged) >= ChooseEvery {
 		s.DirectPinged = now
 		d.do(Action{Kind: PingDirect})
-	}
-	if s.Way == Direct && ev.DirectPings.At.After(s.Since) {
-		return false // its path port answers: direct works; the probes will say so
 	}
 	if now.Sub(s.Since) < RelayFirstAfter {
 		return false

@@ -296,6 +296,11 @@ func TestDecide(t *testing.T) {
 				return ev
 			},
 			want: Direct,
+			check: func(t *testing.T, s *State, acts []Action) {
+				if len(acts) != 0 || s.First || s.RelayFirstDue(t0.Add(RelayFirstAfter+2*time.Second)) {
+					t.Fatalf("acts %v, first %v: want no pings and no more relay first", kinds(acts), s.First)
+				}
+			},
 		},
 		{
 			name:  "relay first: a path port answer from before the way was taken is not one",
