@@ -31,8 +31,12 @@ type ScaleSubject struct {
 
 // ScaleOptions configure a scale run.
 type ScaleOptions struct {
-	Sizes    []int  // numbers of simulated hosts, ascending
-	Backend  string // vxlan (default), host-gw, udp or alloc
+	Sizes   []int  // numbers of simulated hosts, ascending
+	Backend string // vxlan (default), host-gw, udp, alloc or wireguard
+	// Sites (wireguard): the measured weftd runs with --site and every simulated
+	// host is in another site, so each peer's way is chosen on evidence; none
+	// answers, so each leaves its first way on the verdict.
+	Sites    bool
 	Subjects []ScaleSubject
 	Idle     time.Duration // idle CPU window; default 10 s
 	Churn    time.Duration // lease changes for this long; default 60 s
@@ -52,6 +56,7 @@ type ScalePoint struct {
 	Binary  string `json:"binary"`
 	Hosts   int    `json:"hosts"`
 	ScaleReady
+	ScaleSites
 	ScaleChurn
 	ScaleRecovery
 	ScaleOvertake
@@ -80,6 +85,23 @@ type ScaleReady struct {
 	// ProbePktsPerS is weftd's probe packets sent per second over the Idle window
 	// (weft_probe_packets_sent_total); 0 when it sends none or is not weftd.
 	ProbePktsPerS float64 `json:"probe_packets_per_s,omitempty"`
+}
+
+// ScaleSites is what a run with sites adds (ScaleOptions.Sites): how the peers'
+// first ways were left. Every simulated host is silent, so every peer leaves its
+// first way once it has had its time (TryNew), and the probes should have judged it
+// by then: Unprobed is the goal's "no direct way left before it was probed".
+type ScaleSites struct {
+	// WaysLeft: the moves of a way (weft_path_changes_total) once every peer had
+	// left its first way, WaysS seconds after ready (or at the 3-minute limit).
+	WaysLeft int     `json:"ways_left,omitempty"`
+	WaysS    float64 `json:"ways_s,omitempty"`
+	// Unprobed: the ways left before a round of probes on them was judged
+	// (weft_probe_paths_unprobed_total); nil when not measured.
+	Unprobed *int `json:"ways_left_unprobed,omitempty"`
+	// WaysCPUPct: the daemon's CPU over the Idle window 40 s after ready, when every
+	// first way has been left (every subject alike).
+	WaysCPUPct float64 `json:"ways_cpu_pct,omitempty"`
 }
 
 // ScaleChurn is the lease churn: changes made, their rate, update latency, missed
@@ -144,6 +166,7 @@ type ScaleReport struct {
 	Mode      string       `json:"mode,omitempty"`
 	Started   time.Time    `json:"started"`
 	Backend   string       `json:"backend"`
+	Sites     bool         `json:"sites,omitempty"`
 	Network   string       `json:"network"`
 	SubnetLen int          `json:"subnet_len"`
 	Kernel    string       `json:"kernel,omitempty"`
@@ -181,9 +204,12 @@ func (o ScaleOptions) withDefaults() (ScaleOptions, error) {
 		o.Backend = "vxlan"
 	}
 	switch o.Backend {
-	case "vxlan", "host-gw", "udp", "alloc":
+	case "vxlan", "host-gw", "udp", "alloc", "wireguard":
 	default:
-		return o, fmt.Errorf("scale: backend %q is none of vxlan, host-gw, udp, alloc", o.Backend)
+		return o, fmt.Errorf("scale: backend %q is none of vxlan, host-gw, udp, alloc, wireguard", o.Backend)
+	}
+	if o.Sites && o.Backend != "wireguard" {
+		return o, fmt.Errorf("scale: sites are for the wireguard backend, not %s", o.Backend)
 	}
 	if len(o.Sizes) == 0 || len(o.Subjects) == 0 {
 		return o, errors.New("scale: no sizes or no subjects")
@@ -218,7 +244,7 @@ func RunScale(ctx context.Context, o ScaleOptions, log *zap.Logger) (*ScaleRepor
 	if cfg.count()-1 < maxN+8 {
 		return nil, fmt.Errorf("scale: %d hosts do not fit in %v with /%d subnets", maxN, lab.Overlay, bits)
 	}
-	rep := &ScaleReport{Started: time.Now(), Backend: o.Backend, Network: lab.Overlay.String(), SubnetLen: bits,
+	rep := &ScaleReport{Started: time.Now(), Backend: o.Backend, Sites: o.Sites, Network: lab.Overlay.String(), SubnetLen: bits,
 		Kernel: kernel(), CPUs: runtime.NumCPU(), IdleS: o.Idle.Seconds(), ChurnS: o.Churn.Seconds(), Rate: o.Rate}
 
 	l, err := lab.New(ctx, lab.Spec{Prefix: "wsc", StateFile: o.StateFile}, log)

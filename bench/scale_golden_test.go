@@ -58,6 +58,8 @@ func filledScalePoint() ScalePoint {
 	var p ScalePoint
 	p.Subject, p.Binary, p.Hosts = "weftd", "weftd", 5000
 	p.ReadyS, p.PeersSeen, p.RSSMiB, p.IdleCPUPct, p.ProbePktsPerS = 1.5, true, 60.25, 0.5, 249.5
+	unprobed := 2
+	p.WaysLeft, p.WaysS, p.Unprobed, p.WaysCPUPct = 4999, 14.5, &unprobed, 3.5
 	p.ChurnOps, p.ChurnRate, p.P50Ms, p.P99Ms, p.MaxMs, p.Missed, p.ChurnCPUPct = 3000, 49.5, 2.5, 9.5, 12.5, 3, 4.5
 	p.StaleAfterChurn, p.MissingAfterChurn, p.StaleAfterRestart, p.MissingAfterRestart = 1, 2, 4, 5
 	p.ResyncsChurn, p.ResyncsRestart, p.RestartCPUPct, p.SettleS = 6, 7, 8.5, 9.5
@@ -70,7 +72,7 @@ func filledScalePoint() ScalePoint {
 
 // scalePointGolden is filledScalePoint's JSON: every key, in this order.
 const scalePointGolden = `{"subject":"weftd","binary":"weftd","hosts":5000,"ready_s":1.5,"peers_observed":true,` +
-	`"rss_mib":60.25,"idle_cpu_pct":0.5,"probe_packets_per_s":249.5,"churn_ops":3000,"churn_rate_per_s":49.5,"update_p50_ms":2.5,` +
+	`"rss_mib":60.25,"idle_cpu_pct":0.5,"probe_packets_per_s":249.5,"ways_left":4999,"ways_s":14.5,"ways_left_unprobed":2,"ways_cpu_pct":3.5,"churn_ops":3000,"churn_rate_per_s":49.5,"update_p50_ms":2.5,` +
 	`"update_p99_ms":9.5,"update_max_ms":12.5,"missed_updates":3,"churn_cpu_pct":4.5,"stale_after_churn":1,` +
 	`"missing_after_churn":2,"stale_after_restart":4,"missing_after_restart":5,"resyncs_churn":6,` +
 	`"resyncs_restart":7,"restart_cpu_pct":8.5,"settle_s":9.5,"overtake_changes":50,"resyncs_overtake":10,` +

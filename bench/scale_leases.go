@@ -2,9 +2,12 @@ package bench
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"strconv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -44,11 +47,25 @@ func (c overlayCfg) subnet(i int) netip.Prefix {
 // is ever sent to them (the lab's LAN1, on-link for host-gw); a real host has .10+.
 func simPublicIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{192, 0, 2, byte(100 + i%155)}) }
 
-func simValue(bt string, i int) string {
+// simSite is the site of the simulated hosts in a run with sites: not the measured
+// host's (simHome), so it chooses each one's way.
+const simSite, simHome = "far", "near"
+
+// simValue is simulated host i's lease value on backend bt: a wireguard host has a
+// public key of its own (no one holds its private key) and, with sites, a site of
+// its own.
+func simValue(bt string, sites bool, i int) string {
 	a := lease.Attrs{PublicIP: simPublicIP(i), BackendType: bt}
-	if bt == "vxlan" {
+	switch bt {
+	case "vxlan":
 		a.BackendData = json.RawMessage(fmt.Sprintf(`{"VNI":1,"VtepMAC":"02:5e:%02x:%02x:%02x:%02x"}`,
 			byte(i>>24), byte(i>>16), byte(i>>8), byte(i)))
+	case "wireguard":
+		k := sha256.Sum256([]byte("weft-bench sim " + strconv.Itoa(i)))
+		a.BackendData = json.RawMessage(fmt.Sprintf(`{"PublicKey":%q}`, base64.StdEncoding.EncodeToString(k[:])))
+		if sites {
+			a.Site = simSite
+		}
 	}
 	v, _ := lease.EncodeAttrs(a)
 	return string(v)
@@ -60,7 +77,7 @@ func (r *scaleRun) key(p netip.Prefix) string { return r.prefix + "/subnets/" + 
 func (r *scaleRun) addSim(ctx context.Context, p netip.Prefix) error {
 	r.nextID++
 	r.sim[p] = r.nextID
-	_, err := r.cli.Put(ctx, r.key(p), simValue(r.o.Backend, r.nextID), clientv3.WithLease(r.grant))
+	_, err := r.cli.Put(ctx, r.key(p), simValue(r.o.Backend, r.o.Sites, r.nextID), clientv3.WithLease(r.grant))
 	return err
 }
 
@@ -107,7 +124,7 @@ func (r *scaleRun) populate(ctx context.Context, n int) error {
 		p := r.cfg.subnet(i)
 		r.nextID++
 		r.sim[p] = r.nextID
-		ops = append(ops, clientv3.OpPut(r.key(p), simValue(r.o.Backend, r.nextID), clientv3.WithLease(r.grant)))
+		ops = append(ops, clientv3.OpPut(r.key(p), simValue(r.o.Backend, r.o.Sites, r.nextID), clientv3.WithLease(r.grant)))
 		if len(ops) == 100 {
 			if err := flush(); err != nil {
 				return err

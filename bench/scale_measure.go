@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -156,6 +157,16 @@ func (r *scaleRun) measureInto(ctx context.Context, s ScaleSubject, n int, pt *S
 	spec := lab.DaemonSpec{Binary: s.Binary, Weft: s.Weft, Env: s.Env}
 	if s.Weft {
 		spec.Args = []string{"--healthz-ip=127.0.0.1", "--healthz-port=" + strconv.Itoa(weftHealthzPort)}
+		if r.o.Sites {
+			spec.Args = append(spec.Args, "--site="+simHome)
+		}
+	}
+	if r.o.Backend == "wireguard" {
+		env, err := r.lab.WireGuardEnv(h)
+		if err != nil {
+			return err
+		}
+		spec.Env = append(slices.Clone(spec.Env), env...)
 	}
 	t0 := time.Now()
 	d, err := r.lab.Start(ctx, h, spec)
@@ -167,6 +178,11 @@ func (r *scaleRun) measureInto(ctx context.Context, s ScaleSubject, n int, pt *S
 	own, err := r.ready(ctx, v, t0, pt)
 	if err != nil {
 		return err
+	}
+	if r.o.Sites && s.Weft {
+		if err := r.sites(ctx, v, pt); err != nil {
+			return err
+		}
 	}
 	if err := r.measureChurn(ctx, v, own, pt); err != nil {
 		return err
@@ -278,4 +294,73 @@ func (r *scaleRun) restartEtcd(ctx context.Context, v *daemonView, own netip.Pre
 	r.progress("  etcd restart: %v re-lists, CPU %.2f%% over %s, idle again after %.0fs",
 		pt.ResyncsRestart, pt.RestartCPUPct, r.o.Idle, pt.SettleS)
 	return nil
+}
+
+// waysLeftWithin is how long after ready the peers' first ways may take to be left
+// in a run with sites: their time (TryNew, 13.1 s at 5,000 peers) counts from when
+// each came, and the data path took on thousands of them over seconds.
+const waysLeftWithin = 3 * time.Minute
+
+// waysSettled is when, after ready, a run with sites measures the CPU again: every
+// first way has been left by then, and the steady state runs (probes, the chooser's
+// ticks, WireGuard's handshake attempts), the same moment for every subject.
+const waysSettled = 40 * time.Second
+
+// sites is a run with sites' part after ready: a weftd that probes (and so chooses
+// ways; WEFT_PROBE=false keeps every peer direct) must leave every first way, and
+// every subject's CPU is measured again waysSettled after ready.
+func (r *scaleRun) sites(ctx context.Context, v *daemonView, pt *ScalePoint) error {
+	ready := time.Now()
+	if pt.ProbePktsPerS > 0 {
+		if err := r.waysLeft(ctx, v, pt); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Until(ready.Add(waysSettled))):
+	}
+	var err error
+	if pt.WaysCPUPct, err = cpuOver(ctx, v.d.Pid(), r.o.Idle); err != nil {
+		return err
+	}
+	r.progress("  CPU %.2f%% over %s, %s after ready", pt.WaysCPUPct, r.o.Idle, waysSettled)
+	return nil
+}
+
+// waysLeft waits, in a run with sites, until every simulated peer has left its
+// first way (none answers), and reads how many of those ways the probes had not
+// judged yet (weft_probe_paths_unprobed_total).
+func (r *scaleRun) waysLeft(ctx context.Context, v *daemonView, pt *ScalePoint) error {
+	want, start := float64(len(r.sim)), time.Now()
+	err := poll(ctx, waysLeftWithin, 200*time.Millisecond, func() (bool, error) {
+		if ok, err := v.d.Exited(); ok {
+			return false, err
+		}
+		return v.counter("weft_path_changes_total") >= want, nil
+	})
+	if err != nil && ctx.Err() != nil {
+		return err
+	}
+	pt.WaysS = time.Since(start).Seconds()
+	pt.WaysLeft = int(max(v.counter("weft_path_changes_total"), 0))
+	if n := v.counter("weft_probe_paths_unprobed_total"); n >= 0 {
+		u := int(n)
+		pt.Unprobed = &u
+	}
+	r.progress("  ways: %d of %d peers left their first way in %.1fs after ready, %v before the probes judged it",
+		pt.WaysLeft, len(r.sim), pt.WaysS, deref(pt.Unprobed))
+	if pt.WaysLeft < len(r.sim) {
+		return fmt.Errorf("scale: %d of %d peers left their first way within %v (none answers)", pt.WaysLeft, len(r.sim), waysLeftWithin)
+	}
+	return nil
+}
+
+// deref is *p, or "unknown".
+func deref(p *int) any {
+	if p == nil {
+		return "unknown"
+	}
+	return *p
 }

@@ -91,11 +91,18 @@ func (r *ScaleReport) head() []string {
 	if r.Mode == "kube" {
 		return kubeHead
 	}
+	h := scaleHead
 	if r.probed() {
-		return slices.Insert(slices.Clone(scaleHead), probeCol, "probe pkts/s")
+		h = slices.Insert(slices.Clone(h), probeCol, "probe pkts/s")
 	}
-	return scaleHead
+	if r.Sites {
+		h = append(slices.Clone(h), sitesHead...)
+	}
+	return h
 }
+
+// sitesHead are the columns a run with sites adds (ScaleSites).
+var sitesHead = []string{"first ways left", "left unprobed", "all left s", "CPU % 40 s after ready"}
 
 // row is p's cells in the report's mode.
 func (r *ScaleReport) row(p ScalePoint) []string {
@@ -105,6 +112,17 @@ func (r *ScaleReport) row(p ScalePoint) []string {
 	c := p.cells(r.Rate)
 	if r.probed() {
 		c = slices.Insert(c, probeCol, fmtF(p.ProbePktsPerS, 1))
+	}
+	if r.Sites {
+		unprobed := "—"
+		if p.Unprobed != nil {
+			unprobed = fmt.Sprint(*p.Unprobed)
+		}
+		left, took := "—", "—"
+		if p.WaysLeft > 0 || p.Unprobed != nil {
+			left, took = fmt.Sprint(p.WaysLeft), fmtF(p.WaysS, 1)
+		}
+		c = append(c, left, unprobed, took, fmtF(p.WaysCPUPct, 2))
 	}
 	return c
 }
@@ -218,6 +236,14 @@ func (r *ScaleReport) etcdIntro(b *strings.Builder) {
 		r.IdleS, r.Rate, r.ChurnS, r.IdleS, r.Rate, r.IdleS)
 	if r.probed() {
 		b.WriteString(" Probe pkts/s: weftd's weft_probe_packets_sent_total over the idle window (0.0: not probing).")
+	}
+	if r.Sites {
+		b.WriteString(" Sites: weftd runs with `--site`, every simulated host is in another site with a WireGuard key of its own, " +
+			"so weftd chooses each one's way on evidence; none answers, so each leaves its first way when its time is up. " +
+			"First ways left: weftd's weft_path_changes_total when it reached the number of simulated hosts, " +
+			"\"all left s\" after ready; left unprobed: weft_probe_paths_unprobed_total then, the ways left before a round of " +
+			"probes on them was judged (the goal is 0). A weftd that does not probe (WEFT_PROBE=false) chooses no way: every peer stays direct. " +
+			"Then every daemon's CPU over the idle window 40 s after ready, the ways settled.")
 	}
 	b.WriteString("\n\n")
 }

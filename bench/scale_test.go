@@ -2,6 +2,8 @@ package bench
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"os"
@@ -9,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/weftnet/weft/lease"
 )
 
 func TestParseVmRSS(t *testing.T) {
@@ -52,12 +56,33 @@ func TestOverlaySubnet(t *testing.T) {
 }
 
 func TestSimValue(t *testing.T) {
-	v := simValue("vxlan", 258)
+	v := simValue("vxlan", false, 258)
 	if !strings.Contains(v, `"PublicIP":"192.0.2.203"`) || !strings.Contains(v, `"VtepMAC":"02:5e:00:00:01:02"`) {
 		t.Errorf("simValue(vxlan, 258) = %s", v)
 	}
-	if v := simValue("host-gw", 155); !strings.Contains(v, `"PublicIP":"192.0.2.100"`) || strings.Contains(v, "BackendData") {
+	if v := simValue("host-gw", false, 155); !strings.Contains(v, `"PublicIP":"192.0.2.100"`) || strings.Contains(v, "BackendData") {
 		t.Errorf("simValue(host-gw, 155) = %s", v)
+	}
+	// wireguard: a key of its own (decoded as weftd decodes a peer's), a site with sites.
+	for _, sites := range []bool{false, true} {
+		v := simValue("wireguard", sites, 7)
+		var a lease.Attrs
+		if err := json.Unmarshal([]byte(v), &a); err != nil {
+			t.Fatalf("simValue(wireguard, %v, 7) = %s: %v", sites, v, err)
+		}
+		var bd struct{ PublicKey string }
+		if err := json.Unmarshal(a.BackendData, &bd); err != nil {
+			t.Fatalf("simValue(wireguard, %v, 7) = %s: %v", sites, v, err)
+		}
+		if k, err := base64.StdEncoding.DecodeString(bd.PublicKey); err != nil || len(k) != 32 {
+			t.Errorf("simValue(wireguard, %v, 7) = %s: key %q (%v)", sites, v, bd.PublicKey, err)
+		}
+		if (a.Site == simSite) != sites || a.Site == simHome {
+			t.Errorf("simValue(wireguard, %v, 7) = %s: site %q", sites, v, a.Site)
+		}
+		if other := simValue("wireguard", sites, 8); other == v {
+			t.Errorf("two simulated hosts share a lease value: %s", v)
+		}
 	}
 }
 

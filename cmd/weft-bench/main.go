@@ -54,7 +54,7 @@ const usage = `usage: weft-bench <command> [flags]
   sites [--reps N] [--duration D] [--out DIR] [--weftd PATH]
         weftd's wireguard ways across two NATs: direct, punched, relayed
   demo [--weftd PATH] [--duration D] [--daemon NAME=PATH]...
-  scale [--hosts N] [--sizes a,b] [--backend vxlan|host-gw|udp|alloc] [--churn D] [--rate R]
+  scale [--hosts N] [--sizes a,b] [--backend vxlan|host-gw|udp|alloc|wireguard [--sites]] [--churn D] [--rate R]
         [--idle D] [--no-restart] [--no-overtake] [--report-from scale.json] [--out DIR] [--daemon NAME=PATH]... [--weftd PATH]
   scale --kube [--sizes a,b] [--idle D] [--churn D] [--rate R] [--repo DIR] [--out DIR] [--daemon NAME=PATH]... [--weftd PATH]
   soak [--duration D] [--backend vxlan|udp|host-gw] [--hosts N] [--every D] [--seed N] [--json FILE] [--weftd PATH]

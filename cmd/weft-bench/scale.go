@@ -50,7 +50,8 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	hosts := fs.Int("hosts", 1000, "simulated hosts (leases in etcd) at the last point of the curve")
 	sizes := fs.String("sizes", "", "comma-separated sizes instead of 100,500,1000,2000 below --hosts and --hosts")
-	backend := fs.String("backend", "vxlan", "backend of the network config: vxlan, host-gw, udp or alloc")
+	backend := fs.String("backend", "vxlan", "backend of the network config: vxlan, host-gw, udp, alloc or wireguard")
+	sites := fs.Bool("sites", false, "wireguard: weftd runs with --site and the simulated hosts are in another site, so it chooses each one's way (and, none answering, leaves each first way)")
 	weftd := fs.String("weftd", defaultWeftd(), "weftd binary")
 	churn := fs.Duration("churn", time.Minute, "how long to change leases")
 	rate := fs.Int("rate", 50, "lease changes per second during the churn")
@@ -91,9 +92,12 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			churn: *churn, rate: *rate, repo: *repo, out: *out, backendSet: set["backend"], verbose: *verbose}, stdout, stderr)
 	}
 	switch *backend {
-	case "vxlan", "host-gw", "udp", "alloc":
+	case "vxlan", "host-gw", "udp", "alloc", "wireguard":
 	default:
-		return fmt.Errorf("%w: --backend %q is none of vxlan, host-gw, udp, alloc", errUsage, *backend)
+		return fmt.Errorf("%w: --backend %q is none of vxlan, host-gw, udp, alloc, wireguard", errUsage, *backend)
+	}
+	if *sites && *backend != "wireguard" {
+		return fmt.Errorf("%w: --sites is for --backend wireguard", errUsage)
 	}
 	if *rate < 1 || *rate > 1000 {
 		return fmt.Errorf("%w: --rate %d is not within 1..1000", errUsage, *rate)
@@ -109,7 +113,7 @@ func scaleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		subjects = append(subjects, bench.ScaleSubject{Name: e[0], Binary: e[1]})
 	}
 	rep, err := bench.RunScale(ctx, bench.ScaleOptions{
-		Sizes: ns, Backend: *backend, Subjects: subjects, Idle: *idle, Churn: *churn, Rate: *rate,
+		Sizes: ns, Backend: *backend, Sites: *sites, Subjects: subjects, Idle: *idle, Churn: *churn, Rate: *rate,
 		NoRestart: *noRestart, NoOvertake: *noOvertake, StateFile: filepath.Join(stateDir(), "run.json"), Progress: stderr,
 	}, newLogger(stderr, *verbose))
 	return writeScale(rep, err, *out, stdout)
