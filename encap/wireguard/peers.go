@@ -54,6 +54,7 @@ func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 		var want [2]*wgPeerConf
 		old := w.leases[key]
 		delete(w.leases, key)
+		w.atPath = nil
 		if ev.Type == lease.Added {
 			if l.Attrs.BackendType != wireguardType {
 				log.Warn("ignoring a lease that is not a wireguard lease", zap.String("backend-type", l.Attrs.BackendType))

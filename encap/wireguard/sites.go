@@ -525,14 +525,18 @@ func (w *backend) handshook(key netip.Prefix, ws *way.State, status map[wgtypes.
 	return ws.Handshook(way.Device{Known: ok, Endpoint: st.endpoint, Handshake: st.handshake}, applied(a))
 }
 
-// relayAt is the lease whose path port is addr.
+// relayAt is the lease whose path port is addr. It is asked for every relayed peer
+// each tick: a scan of the leases each time cost 0.7 of a core with 5,000 peers.
 func (w *backend) relayAt(addr netip.AddrPort) netip.Prefix {
-	for key, l := range w.leases {
-		if directAddr(l).IsValid() && netip.AddrPortFrom(directAddr(l), uint16(w.pathPort)) == addr {
-			return key
+	if w.atPath == nil {
+		w.atPath = make(map[netip.AddrPort]netip.Prefix, len(w.leases))
+		for key, l := range w.leases {
+			if a := directAddr(l); a.IsValid() {
+				w.atPath[netip.AddrPortFrom(a, uint16(w.pathPort))] = key
+			}
 		}
 	}
-	return netip.Prefix{}
+	return w.atPath[addr]
 }
 
 // Outside is our WireGuard socket's outside address and port, as the hosts we say

@@ -343,3 +343,26 @@ func TestPunchHold(t *testing.T) {
 		})
 	}
 }
+
+// TestRelayAt: the lease whose path port an address is, as leases come, change and go.
+func TestRelayAt(t *testing.T) {
+	w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10")})
+	p := sitePeer(t, 8, "203.0.113.10", "", "", false)
+	q := sitePeer(t, 9, "203.0.113.11", "", "", false)
+	at := func(a string) netip.AddrPort { return netip.AddrPortFrom(netip.MustParseAddr(a), relay.DefaultPort) }
+	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: p}, {Type: lease.Added, Lease: q}})
+	if got := w.relayAt(at("203.0.113.10")); got != p.Subnet {
+		t.Fatalf("relayAt(p) = %v, want %v", got, p.Subnet)
+	}
+	if got := w.relayAt(netip.AddrPortFrom(netip.MustParseAddr("203.0.113.10"), 51820)); got.IsValid() {
+		t.Fatalf("relayAt(p's WireGuard port) = %v, want none", got)
+	}
+	moved := q
+	moved.Attrs.PublicIP = netip.MustParseAddr("203.0.113.12")
+	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Removed, Lease: p}, {Type: lease.Added, Lease: moved}})
+	for addr, want := range map[string]netip.Prefix{"203.0.113.10": {}, "203.0.113.11": {}, "203.0.113.12": q.Subnet} {
+		if got := w.relayAt(at(addr)); got != want {
+			t.Errorf("relayAt(%s) = %v, want %v", addr, got, want)
+		}
+	}
+}

@@ -134,6 +134,9 @@ type backend struct {
 	// Sites and ways (sites.go): every peer lease (by peerKey), each one's own
 	// configuration (base), and how we reach the peers outside our site (ways).
 	leases map[netip.Prefix]lease.Lease
+	// atPath indexes leases by their path port (relayAt); nil after a lease
+	// changed, made again when next asked.
+	atPath map[netip.AddrPort]netip.Prefix
 	base   map[netip.Prefix][2]*wgPeerConf
 	ways   map[netip.Prefix]*way.State
 	// ev is the evidence of one peer's decision, filled anew for each (evidence).
