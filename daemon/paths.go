@@ -141,7 +141,6 @@ func newProbeRTT() prometheus.Histogram {
 type pathsCollector struct {
 	d                   *daemon
 	state, sent, unsent *prometheus.Desc
-	unprobed            *prometheus.Desc
 }
 
 func newPathsCollector(d *daemon) *pathsCollector {
@@ -151,8 +150,6 @@ func newPathsCollector(d *daemon) *pathsCollector {
 		sent:  prometheus.NewDesc("weft_probe_packets_sent_total", "Probe packets sent to the peers.", nil, nil),
 		unsent: prometheus.NewDesc("weft_probe_rounds_unsent_total",
 			"Rounds of probes the kernel had no room for (ENOBUFS: probes to peers that do not answer ARP fill the socket): not judged, sent again a period later.", nil, nil),
-		unprobed: prometheus.NewDesc("weft_probe_paths_unprobed_total",
-			"Paths to peers that the backend changed before a round of probes on them was judged: a way left before the probes had a word on it (with a site: a way tried for less than the probes' first round, or relayed first while it is pinged beside the relay).", nil, nil),
 	}
 }
 
@@ -160,7 +157,6 @@ func (c *pathsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.state
 	ch <- c.sent
 	ch <- c.unsent
-	ch <- c.unprobed
 }
 
 func (c *pathsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -173,5 +169,4 @@ func (c *pathsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.sent, prometheus.CounterValue, float64(pr.Sent()))
 	ch <- prometheus.MustNewConstMetric(c.unsent, prometheus.CounterValue, float64(pr.Unsent()))
-	ch <- prometheus.MustNewConstMetric(c.unprobed, prometheus.CounterValue, float64(pr.Unprobed()))
 }

@@ -50,9 +50,6 @@ type Prober struct {
 	perRound float64
 	unsent   uint64
 	sent     uint64
-	// unprobed counts the paths the backend changed (a way left for another)
-	// before a round of probes on them had been judged.
-	unprobed uint64
 	buf      []byte // the send buffer, allocated once
 }
 
@@ -143,9 +140,6 @@ func (pr *Prober) refresh(ctx context.Context, now time.Time, wg *sync.WaitGroup
 			continue
 		}
 		if old != nil {
-			if old.samples == 0 {
-				pr.unprobed++
-			}
 			pr.forget(old)
 			if old.routeMTU > 0 {
 				giveBack = append(giveBack, path.Subnet)
@@ -225,15 +219,6 @@ const maxPeriod = 55 * time.Second
 // round; its lease took longer to come). pr.mu is held.
 func (pr *Prober) refreshEvery() time.Duration {
 	return max(pr.cfg.Interval, min(pr.period()/4, 10*time.Second))
-}
-
-// Unprobed is how many paths changed before a round of probes on them was judged:
-// ways a backend left on no word of the probes (a way tried for less than the
-// probes' first round, or left for a relay first while it is pinged beside it).
-func (pr *Prober) Unprobed() uint64 {
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	return pr.unprobed
 }
 
 // Unsent is how many rounds could not be sent for want of room in the kernel.
