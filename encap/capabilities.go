@@ -102,6 +102,16 @@ type PeerStateFollower interface {
 	PeerState(subnet netip.Prefix, up bool)
 }
 
+// FirstRoundFollower is told when the probes have judged their first round on a
+// peer subnet's path (answered or not; a changed path starts again): the way in use
+// has been probed, which a backend that leaves unanswered ways counts against
+// (a way left before then was left on no word of the probes).
+//
+// Implemented by wireguard.
+type FirstRoundFollower interface {
+	FirstRound(subnet netip.Prefix)
+}
+
 // ProbePaceFollower is told how long a path may wait for its first probe round:
 // the probes read the backend's paths again at this pace, which slows as peers grow
 // (a round to each peer at most every few seconds to a minute, within the probe

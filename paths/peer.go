@@ -50,6 +50,7 @@ type peer struct {
 	lost, fullLost, fullOK int
 	history                uint32 // tunnel probes, newest in bit 0: 1 lost
 	samples                int
+	judged                 bool // a round was judged on this path
 	rtt                    time.Duration
 	// underlay holds the answers to the last probes of the public address, newest in
 	// bit 0: 1 answered.

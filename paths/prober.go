@@ -33,8 +33,9 @@ type Prober struct {
 	lister encap.PathLister
 	setter encap.RouteMTUSetter // nil: the backend cannot set a route's MTU
 	follow encap.PeerStateFollower
-	pace   encap.ProbePaceFollower // nil: the backend does not follow the pace
-	id     uint16                  // our ICMP echo identifier
+	first  encap.FirstRoundFollower // nil: the backend is not told of first rounds
+	pace   encap.ProbePaceFollower  // nil: the backend does not follow the pace
+	id     uint16                   // our ICMP echo identifier
 
 	mu       sync.Mutex
 	socks    [2]*rawSocket
@@ -63,6 +64,7 @@ func New(cfg Config, lister encap.PathLister, log *zap.Logger) *Prober {
 	}
 	pr.setter, _ = lister.(encap.RouteMTUSetter)
 	pr.follow, _ = lister.(encap.PeerStateFollower)
+	pr.first, _ = lister.(encap.FirstRoundFollower)
 	pr.pace, _ = lister.(encap.ProbePaceFollower)
 	return pr
 }
@@ -383,6 +385,7 @@ func (pr *Prober) judgeDue(ctx context.Context, now time.Time) {
 	var sets []routeSet
 	var changes []change
 	var rtts []time.Duration
+	var firsts []netip.Prefix // paths whose first round this is
 	pr.mu.Lock()
 	i := 0
 	for ; i < len(pr.inflight); i++ {
@@ -401,6 +404,10 @@ func (pr *Prober) judgeDue(ctx context.Context, now time.Time) {
 		if mtu, changed := p.judge(now); changed {
 			sets = append(sets, routeSet{p.path.Subnet, mtu})
 		}
+		if !p.judged {
+			p.judged = true
+			firsts = append(firsts, p.path.Subnet)
+		}
 		if after := p.view(); after.State != before.State || after.Reason != before.Reason {
 			changes = append(changes, change{before, after})
 		}
@@ -409,6 +416,11 @@ func (pr *Prober) judgeDue(ctx context.Context, now time.Time) {
 	pr.mu.Unlock()
 	for _, s := range sets {
 		pr.setRouteMTU(ctx, s.sn, s.mtu)
+	}
+	if pr.first != nil {
+		for _, sn := range firsts {
+			pr.first.FirstRound(sn)
+		}
 	}
 	for _, c := range changes {
 		pr.logChange(c)

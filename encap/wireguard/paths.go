@@ -115,6 +115,7 @@ var (
 	_ encap.RouteMTUSetter = (*backend)(nil)
 )
 var (
-	_ encap.PeerStateFollower = (*backend)(nil)
-	_ encap.ProbePaceFollower = (*backend)(nil)
+	_ encap.PeerStateFollower  = (*backend)(nil)
+	_ encap.FirstRoundFollower = (*backend)(nil)
+	_ encap.ProbePaceFollower  = (*backend)(nil)
 )

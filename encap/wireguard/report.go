@@ -30,7 +30,8 @@ func (w *backend) Report() encap.Report {
 			devs[d.Name()] = d.Kind()
 		}
 	}
-	st := &stats{Peers: len(w.applied), Devices: devs, Drops: w.drops.snapshot(), PathChanges: w.pathChanges}
+	st := &stats{Peers: len(w.applied), Devices: devs, Drops: w.drops.snapshot(), PathChanges: w.pathChanges,
+		LeftUnprobed: w.leftUnprobed}
 	st.Punched, st.Relayed = w.countWays()
 	if w.node != nil {
 		st.RelayedPackets, st.RelayedBytes = w.node.Forwarded()
@@ -73,6 +74,9 @@ type stats struct {
 	// through a relay; PathChanges counts the moves from one way or relay to another.
 	Punched, Relayed int
 	PathChanges      uint64
+	// LeftUnprobed counts the ways left for want of an answer before the probes
+	// had judged a round on them (tried for less than the probes' first round).
+	LeftUnprobed uint64
 	// PathDropped counts the frames the path socket dropped (malformed,
 	// unauthenticated, replayed, unroutable, or not taken by the device), of which
 	// PunchDropped were "punch now" messages (forged, replayed, older, straight).
@@ -108,6 +112,8 @@ var (
 		"Peers outside our site by the way we reach them: punched (answering through NAT, both hosts dialing) or relayed.", []string{"way"}, nil)
 	changesDesc = prometheus.NewDesc("weft_path_changes_total",
 		"Moves of a peer from one way (direct, punched, relayed) or relay to another.", nil, nil)
+	unprobedDesc = prometheus.NewDesc("weft_path_left_unprobed_total",
+		"Ways left for want of an answer before the probes had judged a round on them: a way's time (TryFor, or the probes' first round and 3 s) shorter than the probes' first round. 0 is right.", nil, nil)
 	pathDroppedDesc = prometheus.NewDesc("weft_path_dropped_frames_total",
 		"Frames the path socket (UDP 51822) dropped: malformed, unauthenticated, replayed, unroutable, or relayed datagrams the device could not take.", nil, nil)
 	punchDroppedDesc = prometheus.NewDesc("weft_path_punch_dropped_total",
@@ -116,7 +122,7 @@ var (
 
 // DescribeMetrics sends the descriptions of the wireguard backend's metrics.
 func DescribeMetrics(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{infoDesc, dropsDesc, relayedDesc, relayedBytesDesc, waysDesc, changesDesc, pathDroppedDesc, punchDroppedDesc} {
+	for _, d := range []*prometheus.Desc{infoDesc, dropsDesc, relayedDesc, relayedBytesDesc, waysDesc, changesDesc, unprobedDesc, pathDroppedDesc, punchDroppedDesc} {
 		ch <- d
 	}
 }
@@ -132,6 +138,7 @@ func (s *stats) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(waysDesc, prometheus.GaugeValue, float64(s.Punched), "punched")
 	ch <- prometheus.MustNewConstMetric(waysDesc, prometheus.GaugeValue, float64(s.Relayed), "relayed")
 	ch <- prometheus.MustNewConstMetric(changesDesc, prometheus.CounterValue, float64(s.PathChanges))
+	ch <- prometheus.MustNewConstMetric(unprobedDesc, prometheus.CounterValue, float64(s.LeftUnprobed))
 	ch <- prometheus.MustNewConstMetric(pathDroppedDesc, prometheus.CounterValue, float64(s.PathDropped))
 	ch <- prometheus.MustNewConstMetric(punchDroppedDesc, prometheus.CounterValue, float64(s.PunchDropped))
 	for dev, reasons := range s.Drops {

@@ -116,6 +116,9 @@ func (w *backend) moved(key netip.Prefix, a way.Action) {
 	if a.Changed {
 		w.pathChanges++
 	}
+	if a.Unprobed {
+		w.leftUnprobed++
+	}
 	if a.Way == way.Relay {
 		w.helloAt = time.Time{}
 	}
@@ -221,15 +224,28 @@ func (w *backend) tryNew() time.Duration {
 func (w *backend) PeerState(subnet netip.Prefix, up bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for key, l := range w.leases {
-		if l.Subnet != subnet && l.IPv6Subnet != subnet {
-			continue
-		}
-		if ws := w.ways[key]; ws != nil && subnet.Addr().Is4() {
-			ws.Probed(up, time.Now())
-		}
-		return
+	if ws := w.wayOf(subnet); ws != nil {
+		ws.Probed(up, time.Now())
 	}
+}
+
+// FirstRound is told by the probes that they judged their first round on the path
+// to a peer: its way has been probed.
+func (w *backend) FirstRound(subnet netip.Prefix) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ws := w.wayOf(subnet); ws != nil {
+		ws.FirstRound(time.Now())
+	}
+}
+
+// wayOf is the way of the peer whose IPv4 subnet is subnet (a peer's lease key is
+// its IPv4 subnet where it has one), nil if we choose none for it. w.mu is held.
+func (w *backend) wayOf(subnet netip.Prefix) *way.State {
+	if l, ok := w.leases[subnet]; !ok || l.Subnet != subnet || !subnet.Addr().Is4() {
+		return nil
+	}
+	return w.ways[subnet]
 }
 
 // candidates are the hosts we say hello to, which may relay for us and tell us how

@@ -366,3 +366,22 @@ func TestRelayAt(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstRoundProbed: the probes' first round on a peer's path is noted on its
+// way; a peer of our own site (no way) and an unknown subnet are left alone.
+func TestFirstRoundProbed(t *testing.T) {
+	w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10")})
+	b1 := sitePeer(t, 3, "198.51.100.10", "b", "198.51.100.10", false)
+	a2 := sitePeer(t, 4, "192.0.2.11", "a", "192.0.2.11", false)
+	w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: b1}, {Type: lease.Added, Lease: a2}})
+	if w.ways[a2.Subnet] != nil {
+		t.Fatal("a peer of our site has a way")
+	}
+	w.FirstRound(netip.MustParsePrefix("198.18.99.0/24"))
+	w.FirstRound(a2.Subnet)
+	before := time.Now()
+	w.FirstRound(b1.Subnet)
+	if ws := w.ways[b1.Subnet]; ws.JudgedAt.Before(before) {
+		t.Fatalf("b1's way judged at %v, want at or after %v", ws.JudgedAt, before)
+	}
+}

@@ -158,6 +158,7 @@ type backend struct {
 	helloAt            time.Time
 	helloCands         int
 	pathChanges        uint64
+	leftUnprobed       uint64 // ways left on the verdict before the probes judged them
 	// probePace: how long a new way may wait for its first probe round (ProbePace).
 	probePace time.Duration
 	// seen: where the IPv4 device sees its peers, as of the last tick (keepSeen),

@@ -87,12 +87,15 @@ const (
 // Action is one thing Decide asks of the backend, in order.
 type Action struct {
 	Kind    Kind
-	Way     Way            // Take: the way taken
-	Why     string         // Take: why
-	Changed bool           // Take: the way changed
-	Addr    netip.AddrPort // PingVia, PingAt, PunchNow
-	Via     netip.AddrPort // PunchNow
-	RTT     time.Duration  // NewRelay: the round trip through it
+	Way     Way    // Take: the way taken
+	Why     string // Take: why
+	Changed bool   // Take: the way changed
+	// Unprobed (Take): the way left had no answer in its time, and the probes had
+	// not judged a round on it yet: its time was shorter than their first round.
+	Unprobed bool
+	Addr     netip.AddrPort // PingVia, PingAt, PunchNow
+	Via      netip.AddrPort // PunchNow
+	RTT      time.Duration  // NewRelay: the round trip through it
 }
 
 // Decide moves the peer's way on the evidence and returns what the backend must do
@@ -133,6 +136,12 @@ func (d *decision) do(a Action) { d.out = append(d.out, a) }
 // take moves the peer to way v, saying why.
 func (d *decision) take(v Way, why string) {
 	d.do(Action{Kind: Take, Way: v, Why: why, Changed: d.s.Move(v, why, d.ev.Now)})
+}
+
+// leave moves the peer to way v on the verdict that its way failed, saying why and
+// whether the probes had judged that way at all.
+func (d *decision) leave(v Way, why string, unprobed bool) {
+	d.do(Action{Kind: Take, Way: v, Why: why, Changed: d.s.Move(v, why, d.ev.Now), Unprobed: unprobed})
 }
 
 // step moves the peer's way on the evidence.
@@ -226,6 +235,7 @@ func (d *decision) verdict() bool {
 		return false
 	}
 	lost := fmt.Sprintf("no answer for %d s", int(now.Sub(s.Since).Seconds()))
+	unprobed := !s.JudgedAt.After(s.Since)
 	if s.DownAt.After(s.Since) {
 		lost = "the probes found it down"
 	}
@@ -235,10 +245,10 @@ func (d *decision) verdict() bool {
 		// DirectBackoff.
 		s.DirectAfter = later(s.DirectAfter, now)
 		if ev.Outside.IsValid() && ev.Outside != ev.DirectEndpoint {
-			d.take(Punched, fmt.Sprintf("punched: direct (%v) gave %s; both dial each other's NAT", ev.DirectEndpoint, lost))
+			d.leave(Punched, fmt.Sprintf("punched: direct (%v) gave %s; both dial each other's NAT", ev.DirectEndpoint, lost), unprobed)
 			return true
 		}
-		d.take(Relay, fmt.Sprintf("relay: direct (%v) gave %s and the peer publishes no NAT address to punch", ev.DirectEndpoint, lost))
+		d.leave(Relay, fmt.Sprintf("relay: direct (%v) gave %s and the peer publishes no NAT address to punch", ev.DirectEndpoint, lost), unprobed)
 	case Punched:
 		ep := ev.Outside
 		if ev.Applied.Set {
@@ -253,7 +263,7 @@ func (d *decision) verdict() bool {
 		// in a row. One that answered and then died (a NAT lost its mappings, a
 		// link failed) worked: no hold, the schedule starts again.
 		neverAnswered := !s.UpAt.After(s.Since)
-		d.take(Relay, why)
+		d.leave(Relay, why, unprobed)
 		if neverAnswered {
 			s.PunchFails++
 			s.PunchHold = now.Add(min(PunchFirst<<min(s.PunchFails, 16), punchHoldMax))

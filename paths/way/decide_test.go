@@ -630,3 +630,32 @@ func TestRelayFirstFollowsIn(t *testing.T) {
 		t.Fatalf("acts %v; way %v, answered %v, relay %v, relayed first %v", kinds(acts), s.Way, s.Answered, s.RelayAddr, s.RelayFirst)
 	}
 }
+
+// TestUnprobed: a way left on its verdict says whether the probes had judged a round
+// on it (their first round after the way was taken).
+func TestUnprobed(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		judged time.Time
+		want   bool
+	}{
+		{"never probed", time.Time{}, true},
+		{"probed before the way was taken", t0.Add(-time.Second), true},
+		{"probed on the way", t0.Add(3 * time.Second), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(t0)
+			s.First = false
+			if !tc.judged.IsZero() {
+				s.FirstRound(tc.judged)
+			}
+			acts := s.Decide(evidence(t0.Add(TryFor)))
+			if len(acts) == 0 || acts[0].Kind != Take || s.Way != Punched {
+				t.Fatalf("acts %v, way %v: want punched on the verdict", kinds(acts), s.Way)
+			}
+			if acts[0].Unprobed != tc.want {
+				t.Errorf("unprobed %v, want %v", acts[0].Unprobed, tc.want)
+			}
+		})
+	}
+}

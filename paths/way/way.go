@@ -101,7 +101,10 @@ type State struct {
 	Answered bool      // the probes found the peer answering since
 	UpAt     time.Time // when the probes last found it answering
 	DownAt   time.Time // when the probes last found it down
-	Why      string    // why this way, for GET /peers
+	// JudgedAt: when the probes judged their first round on the peer's path
+	// (answered or not; each new path has one).
+	JudgedAt time.Time
+	Why      string // why this way, for GET /peers
 	// The relay of Relay: its lease's key and its path port.
 	Relay     netip.Prefix
 	RelayAddr netip.AddrPort
@@ -174,6 +177,10 @@ func (s *State) Probed(up bool, now time.Time) {
 		s.Answered, s.DownAt = false, now
 	}
 }
+
+// FirstRound notes that the probes judged their first round on the peer's path, at
+// now: the way in use has been probed.
+func (s *State) FirstRound(now time.Time) { s.JudgedAt = now }
 
 // PunchSoon has a relayed peer try punching at the next decision, for the reason
 // why; with our NAT mapping each destination anew (maps says how) it cannot work,
