@@ -36,11 +36,14 @@ type ScaleOptions struct {
 	// Sites (wireguard): the measured weftd runs with --site and every simulated
 	// host is in another site, so each peer's way is chosen on evidence; none
 	// answers, so each leaves its first way on the verdict.
-	Sites    bool
-	Subjects []ScaleSubject
-	Idle     time.Duration // idle CPU window; default 10 s
-	Churn    time.Duration // lease changes for this long; default 60 s
-	Rate     int           // lease changes per second; default 50
+	Sites bool
+	// WaysSettled (sites): when after ready the CPU is measured again; default
+	// 40 s, when every first way has been left at 5,000 peers.
+	WaysSettled time.Duration
+	Subjects    []ScaleSubject
+	Idle        time.Duration // idle CPU window; default 10 s
+	Churn       time.Duration // lease changes for this long; default 60 s
+	Rate        int           // lease changes per second; default 50
 	// NoRestart leaves out the etcd restart after the churn.
 	NoRestart bool
 	// NoOvertake leaves out the compaction that overtakes the daemon's watch.
@@ -97,10 +100,10 @@ type ScaleSites struct {
 	WaysLeft int     `json:"ways_left,omitempty"`
 	WaysS    float64 `json:"ways_s,omitempty"`
 	// Unprobed: the ways left before a round of probes on them was judged
-	// (weft_probe_paths_unprobed_total); nil when not measured.
+	// (weft_path_left_unprobed_total); nil when not measured.
 	Unprobed *int `json:"ways_left_unprobed,omitempty"`
-	// WaysCPUPct: the daemon's CPU over the Idle window 40 s after ready, when every
-	// first way has been left (every subject alike).
+	// WaysCPUPct: the daemon's CPU over the Idle window WaysSettled (40 s) after
+	// ready, when every first way has been left (every subject alike).
 	WaysCPUPct float64 `json:"ways_cpu_pct,omitempty"`
 }
 
@@ -163,10 +166,12 @@ type ScaleKube struct {
 // ScaleReport is a scale run's result.
 type ScaleReport struct {
 	// Mode is "kube" for a run in Kubernetes mode (RunKubeScale), "" for etcd.
-	Mode      string       `json:"mode,omitempty"`
-	Started   time.Time    `json:"started"`
-	Backend   string       `json:"backend"`
-	Sites     bool         `json:"sites,omitempty"`
+	Mode    string    `json:"mode,omitempty"`
+	Started time.Time `json:"started"`
+	Backend string    `json:"backend"`
+	Sites   bool      `json:"sites,omitempty"`
+	// SettledS: with sites, when after ready the CPU was measured again.
+	SettledS  float64      `json:"ways_settled_s,omitempty"`
 	Network   string       `json:"network"`
 	SubnetLen int          `json:"subnet_len"`
 	Kernel    string       `json:"kernel,omitempty"`
@@ -217,6 +222,9 @@ func (o ScaleOptions) withDefaults() (ScaleOptions, error) {
 	if o.Idle <= 0 {
 		o.Idle = 10 * time.Second
 	}
+	if o.WaysSettled <= 0 {
+		o.WaysSettled = 40 * time.Second
+	}
 	if o.Churn <= 0 {
 		o.Churn = time.Minute
 	}
@@ -246,6 +254,9 @@ func RunScale(ctx context.Context, o ScaleOptions, log *zap.Logger) (*ScaleRepor
 	}
 	rep := &ScaleReport{Started: time.Now(), Backend: o.Backend, Sites: o.Sites, Network: lab.Overlay.String(), SubnetLen: bits,
 		Kernel: kernel(), CPUs: runtime.NumCPU(), IdleS: o.Idle.Seconds(), ChurnS: o.Churn.Seconds(), Rate: o.Rate}
+	if o.Sites {
+		rep.SettledS = o.WaysSettled.Seconds()
+	}
 
 	l, err := lab.New(ctx, lab.Spec{Prefix: "wsc", StateFile: o.StateFile}, log)
 	if err != nil {

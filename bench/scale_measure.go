@@ -301,14 +301,11 @@ func (r *scaleRun) restartEtcd(ctx context.Context, v *daemonView, own netip.Pre
 // each came, and the data path took on thousands of them over seconds.
 const waysLeftWithin = 3 * time.Minute
 
-// waysSettled is when, after ready, a run with sites measures the CPU again: every
-// first way has been left by then, and the steady state runs (probes, the chooser's
-// ticks, WireGuard's handshake attempts), the same moment for every subject.
-const waysSettled = 40 * time.Second
-
 // sites is a run with sites' part after ready: a weftd that probes (and so chooses
 // ways; WEFT_PROBE=false keeps every peer direct) must leave every first way, and
-// every subject's CPU is measured again waysSettled after ready.
+// every subject's CPU is measured again WaysSettled after ready: every first way
+// has been left by then, and the steady state runs (probes, the chooser's ticks,
+// WireGuard's handshake attempts), the same moment for every subject.
 func (r *scaleRun) sites(ctx context.Context, v *daemonView, pt *ScalePoint) error {
 	ready := time.Now()
 	if pt.ProbePktsPerS > 0 {
@@ -319,19 +316,19 @@ func (r *scaleRun) sites(ctx context.Context, v *daemonView, pt *ScalePoint) err
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(time.Until(ready.Add(waysSettled))):
+	case <-time.After(time.Until(ready.Add(r.o.WaysSettled))):
 	}
 	var err error
 	if pt.WaysCPUPct, err = cpuOver(ctx, v.d.Pid(), r.o.Idle); err != nil {
 		return err
 	}
-	r.progress("  CPU %.2f%% over %s, %s after ready", pt.WaysCPUPct, r.o.Idle, waysSettled)
+	r.progress("  CPU %.2f%% over %s, %s after ready", pt.WaysCPUPct, r.o.Idle, r.o.WaysSettled)
 	return nil
 }
 
 // waysLeft waits, in a run with sites, until every simulated peer has left its
 // first way (none answers), and reads how many of those ways the probes had not
-// judged yet (weft_probe_paths_unprobed_total).
+// judged yet (weft_path_left_unprobed_total).
 func (r *scaleRun) waysLeft(ctx context.Context, v *daemonView, pt *ScalePoint) error {
 	want, start := float64(len(r.sim)), time.Now()
 	err := poll(ctx, waysLeftWithin, 200*time.Millisecond, func() (bool, error) {
@@ -345,7 +342,7 @@ func (r *scaleRun) waysLeft(ctx context.Context, v *daemonView, pt *ScalePoint) 
 	}
 	pt.WaysS = time.Since(start).Seconds()
 	pt.WaysLeft = int(max(v.counter("weft_path_changes_total"), 0))
-	if n := v.counter("weft_probe_paths_unprobed_total"); n >= 0 {
+	if n := v.counter("weft_path_left_unprobed_total"); n >= 0 {
 		u := int(n)
 		pt.Unprobed = &u
 	}

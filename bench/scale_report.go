@@ -96,13 +96,10 @@ func (r *ScaleReport) head() []string {
 		h = slices.Insert(slices.Clone(h), probeCol, "probe pkts/s")
 	}
 	if r.Sites {
-		h = append(slices.Clone(h), sitesHead...)
+		h = append(slices.Clone(h), "first ways left", "left unprobed", "all left s", fmt.Sprintf("CPU %% %g s after ready", r.SettledS))
 	}
 	return h
 }
-
-// sitesHead are the columns a run with sites adds (ScaleSites).
-var sitesHead = []string{"first ways left", "left unprobed", "all left s", "CPU % 40 s after ready"}
 
 // row is p's cells in the report's mode.
 func (r *ScaleReport) row(p ScalePoint) []string {
@@ -241,9 +238,9 @@ func (r *ScaleReport) etcdIntro(b *strings.Builder) {
 		b.WriteString(" Sites: weftd runs with `--site`, every simulated host is in another site with a WireGuard key of its own, " +
 			"so weftd chooses each one's way on evidence; none answers, so each leaves its first way when its time is up. " +
 			"First ways left: weftd's weft_path_changes_total when it reached the number of simulated hosts, " +
-			"\"all left s\" after ready; left unprobed: weft_probe_paths_unprobed_total then, the ways left before a round of " +
+			"\"all left s\" after ready; left unprobed: weft_path_left_unprobed_total then, the ways left before a round of " +
 			"probes on them was judged (the goal is 0). A weftd that does not probe (WEFT_PROBE=false) chooses no way: every peer stays direct. " +
-			"Then every daemon's CPU over the idle window 40 s after ready, the ways settled.")
+			fmt.Sprintf("Then every daemon's CPU over the idle window %g s after ready, the ways settled.", r.SettledS))
 	}
 	b.WriteString("\n\n")
 }

@@ -87,3 +87,53 @@ func TestScale500(t *testing.T) {
 		t.Errorf("weftd re-listed %v times after a compaction overtook its watch, want exactly 1", w.ResyncsOvertake)
 	}
 }
+
+// TestScaleSites: 200 simulated hosts of another site, each with a WireGuard key;
+// weftd with the wireguard backend and --site chooses each one's way. None answers,
+// so every first way must be left, and none before a round of the probes on it was
+// judged (weft_path_left_unprobed_total): the way is tried for at least the
+// probes' first round. Nothing is timed: `weft-bench scale --backend wireguard
+// --sites` measures, at 5,000.
+func TestScaleSites(t *testing.T) {
+	testenv.NeedRoot(t)
+	testenv.NeedTools(t, "etcd", "ip")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	state := filepath.Join(t.TempDir(), "scale.json")
+	testenv.OnInterrupt(t, "scale lab", func() error { return lab.Down(state) })
+	t.Cleanup(func() { _ = lab.Down(state) })
+	const n = 200
+	rep, err := bench.RunScale(ctx, bench.ScaleOptions{
+		StateFile: state, Sizes: []int{n}, Backend: "wireguard", Sites: true,
+		Subjects:    []bench.ScaleSubject{{Name: "weftd", Binary: weftd(t), Weft: true}},
+		Idle:        time.Second,
+		WaysSettled: time.Second,
+		Churn:       2 * time.Second,
+		Rate:        50,
+		NoRestart:   true,
+		NoOvertake:  true,
+	}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("scale run: %v", err)
+	}
+	if len(rep.Points) != 1 {
+		t.Fatalf("%d points, want 1", len(rep.Points))
+	}
+	p := rep.Points[0]
+	if len(p.Errors) > 0 {
+		t.Fatalf("weftd: %v", p.Errors)
+	}
+	if !p.PeersSeen || p.ProbePktsPerS <= 0 {
+		t.Fatalf("peers observed %v, probe packets %.1f/s: want every peer in the device and probes", p.PeersSeen, p.ProbePktsPerS)
+	}
+	if p.WaysLeft < n {
+		t.Errorf("%d of %d first ways left, want all (no simulated host answers)", p.WaysLeft, n)
+	}
+	if p.Unprobed == nil {
+		t.Fatal("weft_path_left_unprobed_total not read from weftd's /metrics")
+	}
+	if *p.Unprobed != 0 {
+		t.Errorf("%d first ways left before the probes judged them, want 0", *p.Unprobed)
+	}
+	t.Logf("%d first ways left %.1f s after ready, %d unprobed", p.WaysLeft, p.WaysS, *p.Unprobed)
+}
