@@ -68,6 +68,14 @@ func sitePeer(t *testing.T, n int, pub, site, siteIP string, nat bool) lease.Lea
 	return lease.Lease{Subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(n), 0}), 24), Attrs: a}
 }
 
+// probedAt notes the probes' first round on the paths to peers ls at at (the
+// prober's FirstRound stamps the real now; these tests run the chooser's clock).
+func probedAt(w *backend, at time.Time, ls ...lease.Lease) {
+	for _, l := range ls {
+		w.ways[l.Subnet].FirstRound(at)
+	}
+}
+
 // endpointOf is the IPv4 device's endpoint for peer l now (learnt: invalid).
 func endpointOf(w *backend, l lease.Lease) netip.AddrPort {
 	c := w.onWay(l.Subnet, w.base[l.Subnet])[0]
@@ -112,6 +120,7 @@ func TestWaysOnEvidence(t *testing.T) {
 		}
 	}
 	w.PeerState(p.Subnet, true)
+	probedAt(w, start.Add(time.Second), b1, c1) // their first rounds: no answer
 	w.choose(start.Add(way.TryFor - time.Second))
 	if w.ways[b1.Subnet].Way != way.Direct {
 		t.Fatalf("b1 left direct before way.TryFor: %+v", w.ways[b1.Subnet])
@@ -131,6 +140,7 @@ func TestWaysOnEvidence(t *testing.T) {
 		t.Fatalf("c1 relayed: endpoint %v, want our loopback socket", ep)
 	}
 	// The punched way fails too: relayed, and the reason says punched.
+	probedAt(w, w.ways[b1.Subnet].Since.Add(time.Second), b1)
 	w.choose(w.ways[b1.Subnet].Since.Add(way.TryFor + time.Millisecond))
 	if ws := w.ways[b1.Subnet]; ws.Way != way.Relay || !strings.Contains(ws.Why, "punched (203.0.113.3:1024)") {
 		t.Fatalf("b1: %+v, want relayed after punching failed", ws)
@@ -203,6 +213,7 @@ func TestDirectBackoff(t *testing.T) {
 	moved := ws.Since.Add(time.Minute)
 	w.ways[c1.Subnet].Move(way.Direct, "direct: answers again (2 pings on the path port in a row)", moved)
 	ws.DirectAfter, ws.DirectBack = moved.Add(way.DirectBackoff), true
+	probedAt(w, moved.Add(time.Second), c1)
 	w.choose(moved.Add(way.TryFor + time.Millisecond))
 	if ws.Way != way.Relay {
 		t.Fatalf("after a move back without an answer: %+v, want relayed", ws)
@@ -243,6 +254,7 @@ func TestHandshakeIsAnAnswer(t *testing.T) {
 	shook := start.Add(time.Second)
 	dev.peers[w.base[b1.Subnet][0].key] = peerStatus{endpoint: netip.MustParseAddrPort("198.51.100.10:51820"), handshake: shook}
 	dev.peers[w.base[c1.Subnet][0].key] = peerStatus{endpoint: netip.MustParseAddrPort("127.0.0.1:40000"), handshake: shook} // elsewhere
+	probedAt(w, shook, c1)
 	w.choose(start.Add(way.TryFor + time.Millisecond))
 	if ws := w.ways[b1.Subnet]; ws.Way != way.Direct || !ws.Answered {
 		t.Fatalf("b1 handshook on its direct way: %+v, want direct and answered", ws)
@@ -279,6 +291,7 @@ func TestTryNewFollowsPace(t *testing.T) {
 			if ws.Way != way.Direct {
 				t.Fatalf("left direct %v after it was taken, before %v: %+v", c.want-500*time.Millisecond, c.want, ws)
 			}
+			probedAt(w, ws.Since.Add(c.pace+time.Second), b1)
 			w.choose(ws.Since.Add(c.want + time.Millisecond))
 			if ws := w.ways[b1.Subnet]; ws.Way != way.Punched {
 				t.Fatalf("direct after %v without an answer: %+v, want punched", c.want, ws)
@@ -323,6 +336,7 @@ func TestPunchHold(t *testing.T) {
 			b1, ws := natPeer(t, w)
 			t0 := time.Now().Add(-time.Second)
 			w.ways[b1.Subnet].Move(way.Punched, "punched: test", t0)
+			probedAt(w, t0.Add(time.Millisecond), b1)
 			now := t0.Add(way.TryFor + time.Millisecond)
 			if c.answered {
 				w.PeerState(b1.Subnet, true)

@@ -234,6 +234,13 @@ func (d *decision) verdict() bool {
 	if s.Answered || (now.Sub(s.Since) < ev.TryNew && !foundDown) {
 		return false
 	}
+	// Nor before the probes have judged a round on it, up to ProbedWithin: on a
+	// large cluster their first rounds wait their turn at the probe rate (5,000
+	// new peers at start: a minute and more), and a working way would be left
+	// unprobed.
+	if !foundDown && !s.JudgedAt.After(s.Since) && now.Sub(s.Since) < ProbedWithin {
+		return false
+	}
 	lost := fmt.Sprintf("no answer for %d s", int(now.Sub(s.Since).Seconds()))
 	unprobed := !s.JudgedAt.After(s.Since)
 	if s.DownAt.After(s.Since) {

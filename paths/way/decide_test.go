@@ -66,7 +66,7 @@ func took(acts []Action) (Action, bool) {
 func TestDecide(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		state func() *State                      // nil: a direct peer met at t0, past relay first
+		state func() *State                      // nil: a direct peer met at t0, past relay first, probed at t0+1s
 		ev    func(s *State) *Evidence           // the evidence at the decision
 		want  Way                                // the way after it
 		why   string                             // in the way's why after it ("" : not checked)
@@ -148,6 +148,7 @@ func TestDecide(t *testing.T) {
 			state: func() *State {
 				s := New(t0)
 				s.Move(Punched, "punched: test", t0)
+				s.FirstRound(t0.Add(time.Second))
 				return s
 			},
 			ev: func(*State) *Evidence {
@@ -436,6 +437,7 @@ func TestDecide(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := New(t0)
 			s.First = false
+			s.FirstRound(t0.Add(time.Second))
 			if c.state != nil {
 				s = c.state()
 			}
@@ -631,17 +633,21 @@ func TestRelayFirstFollowsIn(t *testing.T) {
 	}
 }
 
-// TestUnprobed: a way left on its verdict says whether the probes had judged a round
-// on it (their first round after the way was taken).
+// TestUnprobed: a way without an answer is left at TryNew once the probes judged a
+// round on it, else only at ProbedWithin, and then says it was left unprobed.
 func TestUnprobed(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		judged time.Time
-		want   bool
+		at     time.Duration
+		want   Way
+		unprob bool
 	}{
-		{"never probed", time.Time{}, true},
-		{"probed before the way was taken", t0.Add(-time.Second), true},
-		{"probed on the way", t0.Add(3 * time.Second), false},
+		{"probed on the way: left at TryNew", t0.Add(3 * time.Second), TryFor, Punched, false},
+		{"never probed: kept at TryNew", time.Time{}, TryFor, Direct, false},
+		{"probed before the way was taken: kept", t0.Add(-time.Second), ProbedWithin - time.Second, Direct, false},
+		{"never probed: left at ProbedWithin, unprobed", time.Time{}, ProbedWithin, Punched, true},
+		{"probed before the way was taken: left at ProbedWithin, unprobed", t0.Add(-time.Second), ProbedWithin, Punched, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(t0)
@@ -649,12 +655,13 @@ func TestUnprobed(t *testing.T) {
 			if !tc.judged.IsZero() {
 				s.FirstRound(tc.judged)
 			}
-			acts := s.Decide(evidence(t0.Add(TryFor)))
-			if len(acts) == 0 || acts[0].Kind != Take || s.Way != Punched {
-				t.Fatalf("acts %v, way %v: want punched on the verdict", kinds(acts), s.Way)
+			acts := s.Decide(evidence(t0.Add(tc.at)))
+			if s.Way != tc.want {
+				t.Fatalf("way %v, want %v (acts %v)", s.Way, tc.want, kinds(acts))
 			}
-			if acts[0].Unprobed != tc.want {
-				t.Errorf("unprobed %v, want %v", acts[0].Unprobed, tc.want)
+			a, ok := took(acts)
+			if ok != (tc.want != Direct) || a.Unprobed != tc.unprob {
+				t.Errorf("took %v (%+v), unprobed %v, want %v", ok, a, a.Unprobed, tc.unprob)
 			}
 		})
 	}

@@ -39,6 +39,10 @@ const (
 	// round plus TryForSlack. Evidence.TryNew carries the one in force.
 	TryFor      = 8 * time.Second
 	TryForSlack = 3 * time.Second
+	// ProbedWithin: nor is a way left before the probes judged a round on it
+	// (State.JudgedAt), unless it has had this long: their first rounds wait their
+	// turn at the probe rate, and without the probes (no raw socket) nothing comes.
+	ProbedWithin = 2 * time.Minute
 	// directEvery: while another way is used, the direct way is pinged on the path
 	// port this often; directAnswers answers in a row move the peer back to it.
 	directEvery   = 5 * time.Second
