@@ -102,8 +102,8 @@ type ScaleSites struct {
 	// Unprobed: the ways left before a round of probes on them was judged
 	// (weft_path_left_unprobed_total); nil when not measured.
 	Unprobed *int `json:"ways_left_unprobed,omitempty"`
-	// WaysCPUPct: the daemon's CPU over the Idle window WaysSettled (40 s) after
-	// ready, when every first way has been left (every subject alike).
+	// WaysCPUPct: the daemon's CPU over the Idle window once every first way has
+	// been left, and at least WaysSettled (40 s) after ready.
 	WaysCPUPct float64 `json:"ways_cpu_pct,omitempty"`
 }
 

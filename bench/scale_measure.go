@@ -322,7 +322,7 @@ func (r *scaleRun) sites(ctx context.Context, v *daemonView, pt *ScalePoint) err
 	if pt.WaysCPUPct, err = cpuOver(ctx, v.d.Pid(), r.o.Idle); err != nil {
 		return err
 	}
-	r.progress("  CPU %.2f%% over %s, %s after ready", pt.WaysCPUPct, r.o.Idle, r.o.WaysSettled)
+	r.progress("  CPU %.2f%% over %s, %.0fs after ready", pt.WaysCPUPct, r.o.Idle, time.Since(ready).Seconds()-r.o.Idle.Seconds())
 	return nil
 }
 

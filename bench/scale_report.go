@@ -96,7 +96,7 @@ func (r *ScaleReport) head() []string {
 		h = slices.Insert(slices.Clone(h), probeCol, "probe pkts/s")
 	}
 	if r.Sites {
-		h = append(slices.Clone(h), "first ways left", "left unprobed", "all left s", fmt.Sprintf("CPU %% %g s after ready", r.SettledS))
+		h = append(slices.Clone(h), "first ways left", "left unprobed", "all left s", fmt.Sprintf("CPU %% after the ways (≥ %g s after ready)", r.SettledS))
 	}
 	return h
 }
@@ -240,7 +240,7 @@ func (r *ScaleReport) etcdIntro(b *strings.Builder) {
 			"First ways left: weftd's weft_path_changes_total when it reached the number of simulated hosts, " +
 			"\"all left s\" after ready; left unprobed: weft_path_left_unprobed_total then, the ways left before a round of " +
 			"probes on them was judged (the goal is 0). A weftd that does not probe (WEFT_PROBE=false) chooses no way: every peer stays direct. " +
-			fmt.Sprintf("Then every daemon's CPU over the idle window %g s after ready, the ways settled.", r.SettledS))
+			fmt.Sprintf("Then every daemon's CPU over the idle window once every first way was left, and at least %g s after ready.", r.SettledS))
 	}
 	b.WriteString("\n\n")
 }
