@@ -522,6 +522,12 @@ func (w *backend) relayFirstDue(now time.Time) {
 	}
 	status := w.status()
 	cands := w.candidates(status)
+	if len(cands) == 0 {
+		// No relay to go to: nothing to do between the ticks (the chooser's
+		// tick pings the path ports). With 5,000 new peers and no relay, each
+		// was decided 4 times a second until its first way was left.
+		return
+	}
 	w.helloNew(cands, now)
 	pathBy, path := w.ourPath()
 	for _, key := range due {
