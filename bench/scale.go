@@ -37,8 +37,8 @@ type ScaleOptions struct {
 	// host is in another site, so each peer's way is chosen on evidence; none
 	// answers, so each leaves its first way on the verdict.
 	Sites bool
-	// WaysSettled (sites): when after ready the CPU is measured again; default
-	// 40 s, when every first way has been left at 5,000 peers.
+	// WaysSettled (sites): the CPU is measured again once every first way was left
+	// and at least this long after ready; default 40 s.
 	WaysSettled time.Duration
 	Subjects    []ScaleSubject
 	Idle        time.Duration // idle CPU window; default 10 s

@@ -297,15 +297,15 @@ func (r *scaleRun) restartEtcd(ctx context.Context, v *daemonView, own netip.Pre
 }
 
 // waysLeftWithin is how long after ready the peers' first ways may take to be left
-// in a run with sites: their time (TryNew, 13.1 s at 5,000 peers) counts from when
-// each came, and the data path took on thousands of them over seconds.
+// in a run with sites: each is kept for TryNew (13.1 s at 5,000 peers) and until the
+// probes judged a round on it, and 5,000 first rounds wait their turn at the probe
+// rate (the last way was left 71 s after ready).
 const waysLeftWithin = 3 * time.Minute
 
 // sites is a run with sites' part after ready: a weftd that probes (and so chooses
-// ways; WEFT_PROBE=false keeps every peer direct) must leave every first way, and
-// every subject's CPU is measured again WaysSettled after ready: every first way
-// has been left by then, and the steady state runs (probes, the chooser's ticks,
-// WireGuard's handshake attempts), the same moment for every subject.
+// ways; WEFT_PROBE=false keeps every peer direct) must leave every first way; then
+// every subject's CPU is measured again, at least WaysSettled after ready, in the
+// steady state (probes, the chooser's ticks, WireGuard's handshake attempts).
 func (r *scaleRun) sites(ctx context.Context, v *daemonView, pt *ScalePoint) error {
 	ready := time.Now()
 	if pt.ProbePktsPerS > 0 {
