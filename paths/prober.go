@@ -13,9 +13,15 @@ import (
 	"github.com/weftnet/weft/encap"
 )
 
-// tick is how often the Prober looks for rounds to judge and rounds due: ten times a
-// second is precise enough for rounds of seconds and keeps an idle prober asleep.
+// tick is how often the Prober looks for rounds to judge and rounds due while rounds
+// are seconds apart: ten times a second is precise enough for rounds of seconds and
+// keeps an idle prober asleep. With thousands of peers rounds are most of a minute
+// apart, and the Prober wakes less often (see step): each wake costs the runtime
+// more than the probes it sends.
 const tick = 100 * time.Millisecond
+
+// maxStep is the longest time between two wakes of the Prober.
+const maxStep = 500 * time.Millisecond
 
 // Once rounds are longer than fullEveryAbove (many peers), the full-size probe goes
 // every fullEvery-th round only, while the path MTU is known and fine: it is most of
@@ -90,7 +96,8 @@ func (pr *Prober) Run(ctx context.Context) error {
 		pr.mu.Unlock()
 		wg.Wait()
 	}()
-	t := time.NewTicker(tick)
+	step := tick
+	t := time.NewTicker(step)
 	defer t.Stop()
 	var refreshed, last time.Time
 	var told time.Duration // the pace the backend was told
@@ -98,24 +105,28 @@ func (pr *Prober) Run(ctx context.Context) error {
 	for {
 		now := time.Now()
 		pr.mu.Lock()
-		every := pr.refreshEvery()
+		every, s := pr.refreshEvery(), pr.step()
 		pr.mu.Unlock()
+		if s != step {
+			step = s
+			t.Reset(step)
+		}
 		if now.Sub(refreshed) >= every {
 			refreshed = now
 			pr.refresh(ctx, now, &wg)
 		}
-		if pr.pace != nil && every != told {
+		if pr.pace != nil && every+step != told {
 			// A path read at the next refresh is probed at once: its first round
-			// comes within every, and a tick.
-			told = every
-			pr.pace.ProbePace(every + tick)
+			// comes within every, and a step.
+			told = every + step
+			pr.pace.ProbePace(told)
 		}
 		if !last.IsZero() {
 			tokens = min(tokens+now.Sub(last).Seconds()*float64(pr.cfg.Rate), float64(pr.cfg.Rate)+8) // a second's burst
 		}
 		last = now
 		pr.judgeDue(ctx, now)
-		tokens = pr.sendDue(now, tokens)
+		tokens = pr.sendDue(now, step, tokens)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -216,6 +227,14 @@ func (pr *Prober) period() time.Duration {
 // behind instead (weft_probe_packets_sent_total then stays at the rate).
 const maxPeriod = 55 * time.Second
 
+// step is the time between two wakes of the Prober: a tick while rounds are seconds
+// apart, up to maxStep when they are most of a minute apart (a fiftieth of the
+// period). A round due within a step is sent at once, and a round is judged up to a
+// step after its Timeout. pr.mu is held.
+func (pr *Prober) step() time.Duration {
+	return max(tick, min(pr.period()/50, maxStep))
+}
+
 // refreshEvery is how often the backend's paths are read again: every Interval for a
 // few peers, less often for thousands (a new peer waits at most 10 s for its first
 // round; its lease took longer to come). pr.mu is held.
@@ -230,15 +249,15 @@ func (pr *Prober) Unsent() uint64 {
 	return pr.unsent
 }
 
-// sendDue sends the rounds that are due, as far as tokens (packets) allow; it
-// returns the tokens left.
-func (pr *Prober) sendDue(now time.Time, tokens float64) float64 {
+// sendDue sends the rounds that are due before the next wake (within step), as far
+// as tokens (packets) allow; it returns the tokens left.
+func (pr *Prober) sendDue(now time.Time, step time.Duration, tokens float64) float64 {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	period := pr.period()
 	for tokens >= 1 {
 		p := pr.due.peek()
-		if p == nil || now.Before(p.next) {
+		if p == nil || now.Add(step).Before(p.next) {
 			break
 		}
 		pr.due.pop()
