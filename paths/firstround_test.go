@@ -33,7 +33,7 @@ func TestFirstRound(t *testing.T) {
 	}
 	r := &rounds{paths: []encap.Path{path("192.0.2.2:51820")}}
 	pr := New(Config{}, r, zap.NewNop())
-	pr.sockErr = [2]error{errors.New("no sockets in this test"), errors.New("no sockets in this test")}
+	pr.socks = [2]*rawSocket{{}, {}} // never used: no round is sent here
 	var wg sync.WaitGroup
 	ctx, now := context.Background(), time.Now()
 	// round puts a round to the peer in flight, its answers' time over at now.
@@ -57,6 +57,24 @@ func TestFirstRound(t *testing.T) {
 	round()
 	if !slices.Equal(r.firsts, []netip.Prefix{sn, sn}) {
 		t.Fatalf("told %v after the changed path's first round, want it again", r.firsts)
+	}
+	wg.Wait()
+}
+
+// TestFirstRoundNoSocket: a path the probes cannot probe (its family's socket could
+// not be opened, as without CAP_NET_RAW) is told judged at once: the backend must
+// not hold its way for a round that never comes.
+func TestFirstRoundNoSocket(t *testing.T) {
+	sn := netip.MustParsePrefix("198.18.2.0/24")
+	r := &rounds{paths: []encap.Path{{Backend: "test", Subnet: sn, PublicIP: netip.MustParseAddr("192.0.2.2"),
+		Overlay: netip.MustParseAddr("198.18.2.0"), Local: netip.MustParseAddr("198.18.1.0"), MTU: 1420}}}
+	pr := New(Config{}, r, zap.NewNop())
+	pr.sockErr = [2]error{errors.New("probe socket ip4:icmp: operation not permitted"), nil}
+	var wg sync.WaitGroup
+	pr.refresh(context.Background(), time.Now(), &wg)
+	pr.refresh(context.Background(), time.Now(), &wg)
+	if !slices.Equal(r.firsts, []netip.Prefix{sn}) {
+		t.Fatalf("told %v, want the path once at its first refresh", r.firsts)
 	}
 	wg.Wait()
 }

@@ -136,10 +136,12 @@ func (pr *Prober) Run(ctx context.Context) error {
 }
 
 // refresh takes the backend's paths: new peers are probed, gone ones forgotten (and
-// their route MTU given back), changed ones probed afresh.
+// their route MTU given back), changed ones probed afresh. A new path of a family
+// whose socket could not be opened is told judged at once (the backend would wait
+// for its first round in vain).
 func (pr *Prober) refresh(ctx context.Context, now time.Time, wg *sync.WaitGroup) {
 	paths := pr.lister.Paths()
-	var giveBack []netip.Prefix
+	var giveBack, firsts []netip.Prefix
 	pr.mu.Lock()
 	seen := make(map[netip.Prefix]bool, len(paths))
 	for _, path := range paths {
@@ -163,6 +165,11 @@ func (pr *Prober) refresh(ctx context.Context, now time.Time, wg *sync.WaitGroup
 		pr.peers[path.Subnet], pr.byID[p.id] = p, p
 		pr.due.push(p)
 		pr.openSocket(p.fam, wg)
+		if pr.sockErr[p.fam] != nil {
+			// No round will come: the backend waits for none.
+			p.judged = true
+			firsts = append(firsts, path.Subnet)
+		}
 	}
 	for sn, p := range pr.peers {
 		if !seen[sn] {
@@ -176,6 +183,11 @@ func (pr *Prober) refresh(ctx context.Context, now time.Time, wg *sync.WaitGroup
 	pr.mu.Unlock()
 	for _, sn := range giveBack {
 		pr.setRouteMTU(ctx, sn, 0)
+	}
+	if pr.first != nil {
+		for _, sn := range firsts {
+			pr.first.FirstRound(sn)
+		}
 	}
 }
 

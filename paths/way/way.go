@@ -41,7 +41,8 @@ const (
 	TryForSlack = 3 * time.Second
 	// ProbedWithin: nor is a way left before the probes judged a round on it
 	// (State.JudgedAt), unless it has had this long: their first rounds wait their
-	// turn at the probe rate, and without the probes (no raw socket) nothing comes.
+	// turn at the probe rate. Where no probes run (Evidence.Probed false) a way
+	// waits for none.
 	ProbedWithin = 2 * time.Minute
 	// directEvery: while another way is used, the direct way is pinged on the path
 	// port this often; directAnswers answers in a row move the peer back to it.
