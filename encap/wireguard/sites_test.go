@@ -23,10 +23,17 @@ import (
 // sitesBackend is a backend without devices (apply configures none) whose own lease
 // is own, with a real path socket on a free port, for the logic of ways alone.
 func sitesBackend(t testing.TB, own lease.Attrs) *backend {
+	return sitesBackendOn(t, own, netip.MustParseAddr("127.0.0.1"))
+}
+
+// sitesBackendOn is sitesBackend with its path socket on addr (zero: every address
+// of the namespace the caller runs in). On 127.0.0.1 nothing it sends to the test
+// peers' addresses leaves the host (the kernel refuses a loopback source for them).
+func sitesBackendOn(t testing.TB, own lease.Attrs, addr netip.Addr) *backend {
 	cfg := &lease.Config{Network: netip.MustParsePrefix("198.18.0.0/16"), SubnetLen: 24, EnableIPv4: true,
 		BackendType: wireguardType}
 	priv, _ := wgtypes.GeneratePrivateKey()
-	n, err := relay.Listen(relay.Config{Private: priv, WGPort: 51820})
+	n, err := relay.Listen(relay.Config{Private: priv, WGPort: 51820, Addr: addr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,8 +41,12 @@ const maxFrame = 65535
 
 // Config is a Node's.
 type Config struct {
-	// Port is the UDP port of the relay socket (on every address).
+	// Port is the UDP port of the relay socket.
 	Port int
+	// Addr is the address the relay socket listens on (zero, as weftd runs it:
+	// every address of both families). Tests listen on 127.0.0.1: the socket then
+	// cannot send beyond the host.
+	Addr netip.Addr
 	// Private is our WireGuard private key: the hellos' MACs are keyed by it.
 	Private [32]byte
 	// WGPort is where our WireGuard device listens: relayed datagrams are handed to
@@ -165,7 +169,7 @@ func Listen(cfg Config) (*Node, error) {
 	for i := range bufs {
 		bufs[i] = make([]byte, maxFrame)
 	}
-	conn, err := transport.Listen(transport.Options{Port: cfg.Port, DualStack: true, Mmsg: true, GSO: true, GRO: true,
+	conn, err := transport.Listen(transport.Options{Addr: cfg.Addr, Port: cfg.Port, DualStack: !cfg.Addr.IsValid(), Mmsg: true, GSO: true, GRO: true,
 		Messages: recvBatch, Iovecs: sendIovecs, SocketBuffer: socketBuffer}, bufs, cfg.Log)
 	if err != nil {
 		return nil, fmt.Errorf("relay: listen on UDP %d: %w", cfg.Port, err)
