@@ -296,7 +296,20 @@ func (w *backend) choose(now time.Time) {
 	for key, ws := range w.ways {
 		w.step(key, ws, cands, status, pathBy, path, now)
 	}
+	w.sendPings()
 	w.saveWays()
+}
+
+// sendPings sends the pings the decisions asked for, together. w.mu is held.
+func (w *backend) sendPings() {
+	if len(w.pings) == 0 {
+		return
+	}
+	if failed, err := w.node.Pings(w.pings); failed > 0 {
+		w.log.Debug("pings not sent", zap.Int("failed", failed), zap.Int("of", len(w.pings)), zap.Error(err))
+	}
+	clear(w.pings) // no keys kept past the tick
+	w.pings = w.pings[:0]
 }
 
 // seenWG reports whether a host we said hello to told us lately where it sees our
@@ -459,7 +472,8 @@ func (w *backend) step(key netip.Prefix, ws *way.State, cands []netip.Prefix, st
 	w.do(key, ws, ws.Decide(w.evidence(key, ws, cands, status, pathBy, path, now)))
 }
 
-// do does what a decision about peer key asks, in order. w.mu is held.
+// do does what a decision about peer key asks, in order; its pings wait in w.pings
+// for sendPings. w.mu is held.
 func (w *backend) do(key netip.Prefix, ws *way.State, acts []way.Action) {
 	pk := relay.Key(w.base[key][0].key)
 	for _, a := range acts {
@@ -474,11 +488,11 @@ func (w *backend) do(key netip.Prefix, ws *way.State, acts []way.Action) {
 			w.node.SetRoute(pk, ws.RelayAddr)
 			w.log.Info("peer relay", zap.Stringer("subnet", key), zap.Stringer("relay", ws.Relay), zap.Duration("rtt", a.RTT))
 		case way.PingVia:
-			_ = w.node.Ping(pk, a.Addr, netip.AddrPort{})
+			w.pings = append(w.pings, relay.PingTo{Peer: pk, Via: a.Addr})
 		case way.PingDirect:
-			_ = w.node.Ping(pk, netip.AddrPort{}, w.pathAddr(key))
+			w.pings = append(w.pings, relay.PingTo{Peer: pk, Addr: w.pathAddr(key)})
 		case way.PingAt:
-			_ = w.node.PingAt(pk, a.Addr)
+			w.pings = append(w.pings, relay.PingTo{Peer: pk, Addr: a.Addr, At: true})
 		case way.PunchNow:
 			err = w.node.PunchNow(pk, a.Via, a.Addr)
 		}
@@ -534,6 +548,7 @@ func (w *backend) relayFirstDue(now time.Time) {
 		ws := w.ways[key]
 		w.do(key, ws, ws.DecideRelayFirst(w.evidence(key, ws, cands, status, pathBy, path, now)))
 	}
+	w.sendPings()
 }
 
 // handshook reports whether the IPv4 device handshook with peer key on its way

@@ -139,8 +139,10 @@ type backend struct {
 	atPath map[netip.AddrPort]netip.Prefix
 	base   map[netip.Prefix][2]*wgPeerConf
 	ways   map[netip.Prefix]*way.State
-	// ev is the evidence of one peer's decision, filled anew for each (evidence).
-	ev way.Evidence
+	// ev is the evidence of one peer's decision, filled anew for each (evidence);
+	// pings are the pings a tick's decisions asked for, sent together (sendPings).
+	ev    way.Evidence
+	pings []relay.PingTo
 	// keptWays are the ways an earlier weftd kept (keptways.go), by public key, each
 	// resumed once; waysSaved and waysSavedAt are what saveWays last wrote, and when.
 	keptWays    map[wgtypes.Key]keptWay

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/binary"
@@ -9,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,6 +107,8 @@ type Node struct {
 	punches map[Key]Punch
 	punchTS map[Key]uint64
 	closed  bool
+
+	pingBuf []byte // Pings' frames and payloads (n.sendMu)
 
 	device atomic.Pointer[deviceRef] // SetDevice's
 
@@ -648,21 +652,34 @@ func (n *Node) MeasuredAt(k Key, addr netip.AddrPort) Measure {
 
 // sendRelay sends payload p to peer to through the relay at via.
 func (n *Node) sendRelay(to Key, via netip.AddrPort, p []byte) error {
-	b := make([]byte, relayHdr+len(p))
-	putHeader(b, tRelay)
-	copy(b[5:], to[:])
-	copy(b[37:], n.pub[:])
-	copy(b[relayHdr:], p)
-	return n.send(b, via)
+	return n.send(n.putRelay(make([]byte, relayHdr+len(p)), to, p), via)
 }
 
 // sendDirect sends payload p straight to the relay socket at addr.
 func (n *Node) sendDirect(addr netip.AddrPort, p []byte) error {
-	b := make([]byte, deliverHd+len(p))
+	return n.send(n.putDirect(make([]byte, deliverHd+len(p)), p), addr)
+}
+
+// putRelay writes the frame carrying payload p to peer to through a relay into b,
+// which has room for it, and returns it.
+func (n *Node) putRelay(b []byte, to Key, p []byte) []byte {
+	b = b[:relayHdr+len(p)]
+	putHeader(b, tRelay)
+	copy(b[5:], to[:])
+	copy(b[37:], n.pub[:])
+	copy(b[relayHdr:], p)
+	return b
+}
+
+// putDirect writes the frame carrying payload p straight to a peer's relay socket
+// into b, which has room for it, and returns it.
+func (n *Node) putDirect(b []byte, p []byte) []byte {
+	b = b[:deliverHd+len(p)]
 	putHeader(b, tDeliver)
 	copy(b[5:], n.pub[:])
+	b[deliverHd-1] = 0
 	copy(b[deliverHd:], p)
-	return n.send(b, addr)
+	return b
 }
 
 // pingSweepEvery is how often the pings without an answer past their due are
@@ -677,13 +694,95 @@ func (n *Node) Ping(k Key, via, addr netip.AddrPort) error {
 
 // ping sends a ping for way id, through the relay at via or straight to addr.
 func (n *Node) ping(pid pathID, via, addr netip.AddrPort) error {
-	k := pid.peer
-	id := rand.Uint64()
 	var p [pingLen]byte
-	p[0] = pPing
-	binary.BigEndian.PutUint64(p[1:], id)
+	n.newPings(p[:], time.Now(), []pathID{pid})
+	if via.IsValid() {
+		return n.sendRelay(pid.peer, via, p[:])
+	}
+	return n.sendDirect(addr, p[:])
+}
+
+// A PingTo is one ping of a batch (Pings): to peer Peer through the relay at Via,
+// or, Via invalid, straight to its relay socket at Addr. At marks a straight ping to
+// an address of the peer's NAT (a Punch's: MeasuredAt reads its answers) rather than
+// its direct way (Measured).
+type PingTo struct {
+	Peer      Key
+	Via, Addr netip.AddrPort
+	At        bool
+}
+
+// to is where ping p's frame goes.
+func (p PingTo) to() netip.AddrPort {
+	if p.Via.IsValid() {
+		return p.Via
+	}
+	return p.Addr
+}
+
+// id is the way ping p measures.
+func (p PingTo) id() pathID {
+	if p.At {
+		return pathID{peer: p.Peer, at: p.Addr}
+	}
+	return pathID{peer: p.Peer, via: p.Via}
+}
+
+// pingBatch is how many pings Pings stages before it sends them: as many as one
+// sendmmsg's pieces (a GSO message holds one per ping).
+const pingBatch = sendIovecs
+
+// Pings sends the pings ps where Ping takes a system call each: a tick of the
+// chooser pings every relayed peer through every relay. It sorts ps by where each
+// goes, so that the pings through one relay go as GSO messages (64 datagrams each),
+// up to pingBatch to one sendmmsg. It returns how many failed and the first error.
+func (n *Node) Pings(ps []PingTo) (failed int, err error) {
+	const frame = relayHdr + pingLen // the larger of the two frames
+	slices.SortFunc(ps, func(a, b PingTo) int { return a.to().Compare(b.to()) })
+	n.sendMu.Lock()
+	defer n.sendMu.Unlock()
+	if n.pingBuf == nil {
+		n.pingBuf = make([]byte, pingBatch*(frame+pingLen))
+	}
 	now := time.Now()
+	for len(ps) > 0 {
+		batch := ps[:min(len(ps), pingBatch)]
+		ps = ps[len(batch):]
+		// The payloads first (their ids registered under one lock), then each
+		// frame around its payload.
+		pays := n.pingBuf[pingBatch*frame:]
+		var ids [pingBatch]pathID
+		for i, p := range batch {
+			ids[i] = p.id()
+		}
+		n.newPings(pays, now, ids[:len(batch)])
+		for i, p := range batch {
+			pay, b := pays[i*pingLen:(i+1)*pingLen], n.pingBuf[i*frame:(i+1)*frame]
+			if p.Via.IsValid() {
+				b = n.putRelay(b, p.Peer, pay)
+			} else {
+				b = n.putDirect(b, pay)
+			}
+			if !n.conn.Room(1) {
+				f, e := n.conn.Send()
+				failed, err = failed+f, cmp.Or(err, e)
+			}
+			if e := n.conn.StageRun(b, p.to()); e != nil {
+				failed, err = failed+1, cmp.Or(err, e)
+			}
+		}
+		// Sent before the next batch writes over this one's frames.
+		f, e := n.conn.Send()
+		failed, err = failed+f, cmp.Or(err, e)
+	}
+	return failed, err
+}
+
+// newPings writes a ping payload with a fresh id for each of ids into pays, one
+// pingLen after the other, and registers them as sent at now.
+func (n *Node) newPings(pays []byte, now time.Time, ids []pathID) {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	if now.Sub(n.pingsSwept) >= pingSweepEvery {
 		// Unanswered pings expire in one sweep a second, not one per ping: that
 		// scanned every outstanding ping, about 20,000 with 1,000 relayed peers
@@ -695,12 +794,13 @@ func (n *Node) ping(pid pathID, via, addr netip.AddrPort) error {
 			}
 		}
 	}
-	n.pings[id] = pingSent{id: pid, at: now, due: now.Add(5 * time.Second)}
-	n.mu.Unlock()
-	if via.IsValid() {
-		return n.sendRelay(k, via, p[:])
+	for i, pid := range ids {
+		id := rand.Uint64()
+		p := pays[i*pingLen : (i+1)*pingLen]
+		p[0] = pPing
+		binary.BigEndian.PutUint64(p[1:], id)
+		n.pings[id] = pingSent{id: pid, at: now, due: now.Add(5 * time.Second)}
 	}
-	return n.sendDirect(addr, p[:])
 }
 
 // Measured is what the pings to peer k found, through the relay at via (invalid:

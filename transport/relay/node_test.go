@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -428,5 +429,47 @@ func TestPingsExpire(t *testing.T) {
 	defer n.mu.Unlock()
 	if len(n.pings) != 2 {
 		t.Fatalf("%d pings outstanding after the sweep, want the 2 not past due", len(n.pings))
+	}
+}
+
+// TestPings: a batch of pings over three times pingBatch, to peers through a relay,
+// straight to their relay sockets and straight to an address named as a NAT's (At),
+// is answered ping by ping (none is left waiting) and measured on each way, as
+// Ping's are.
+func TestPings(t *testing.T) {
+	r, a := newHost(t, nil), newHost(t, nil)
+	peers := make([]*host, 4)
+	for i := range peers {
+		peers[i] = newHost(t, nil)
+	}
+	for _, h := range append([]*host{a}, peers...) {
+		if err := h.n.Hello(r.pub, r.addr()); err != nil {
+			t.Fatal(err)
+		}
+		await(t, "hello answered", func() bool { return h.n.Seen()[r.pub].At.After(time.Time{}) })
+	}
+	var ps []PingTo
+	for len(ps) < 3*pingBatch+10 {
+		for _, b := range peers {
+			ps = append(ps, PingTo{Peer: b.pub, Via: r.addr()}, PingTo{Peer: b.pub, Addr: b.addr()},
+				PingTo{Peer: b.pub, Addr: b.addr(), At: true})
+		}
+	}
+	if failed, err := a.n.Pings(ps); failed > 0 || err != nil {
+		t.Fatalf("%d of %d pings failed: %v", failed, len(ps), err)
+	}
+	await(t, fmt.Sprintf("all %d pings answered", len(ps)), func() bool {
+		a.n.mu.Lock()
+		defer a.n.mu.Unlock()
+		return len(a.n.pings) == 0
+	})
+	for i, b := range peers {
+		if a.n.Measured(b.pub, r.addr()).At.IsZero() || a.n.Measured(b.pub, netip.AddrPort{}).At.IsZero() ||
+			a.n.MeasuredAt(b.pub, b.addr()).At.IsZero() {
+			t.Errorf("peer %d: a way not measured", i)
+		}
+	}
+	if m := a.n.MeasuredAt(peers[0].pub, r.addr()); !m.At.IsZero() {
+		t.Fatalf("measured at an address never pinged: %+v", m)
 	}
 }
