@@ -67,7 +67,7 @@ func TestResendInitiation(t *testing.T) {
 }
 
 // TestInitiationsAge: an initiation older than the device's retry is not sent
-// again; the table stays bounded when full of old ones.
+// again; the table stays bounded, and due forgets the old ones.
 func TestInitiationsAge(t *testing.T) {
 	var in initiations
 	p := make([]byte, initiationLen)
@@ -85,6 +85,13 @@ func TestInitiationsAge(t *testing.T) {
 	}
 	if len(in.last) > maxInitiations {
 		t.Fatalf("%d initiations kept, at most %d", len(in.last), maxInitiations)
+	}
+	if out := in.due(time.Now().Add(initiationAge + time.Second)); len(out) != 0 || len(in.last) != 0 {
+		t.Fatalf("after initiationAge: %d due, %d kept; want none", len(out), len(in.last))
+	}
+	in.keep([][]byte{p}, ep)
+	if len(in.last) != 1 {
+		t.Fatalf("%d kept once swept, want the new one", len(in.last))
 	}
 }
 
