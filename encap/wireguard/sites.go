@@ -422,7 +422,7 @@ func (w *backend) evidence(key netip.Prefix, ws *way.State, cands []netip.Prefix
 	l, c := w.leases[key], w.base[key][0]
 	pk := relay.Key(c.key)
 	ev := &w.ev
-	*ev = way.Evidence{Now: now, TryNew: w.tryNew(), Probed: w.probePace > 0, Maps: w.mapsPerDestination,
+	*ev = way.Evidence{Now: now, TryNew: w.tryNew(), Maps: w.mapsPerDestination,
 		DirectEndpoint: c.endpoint, Dialable: directAddr(l).Is4(), Outside: l.Attrs.Outside,
 		OurPathBy: pathBy, OurPath: path, Candidates: ev.Candidates[:0]}
 	if st, ok := status[c.key]; ok {

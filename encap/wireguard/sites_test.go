@@ -280,22 +280,15 @@ func TestHandshakeIsAnAnswer(t *testing.T) {
 // TestTryNewFollowsPace: where the probes read the paths slowly (thousands of peers),
 // a new way the probes have not judged is given their first round and
 // way.TryForSlack, not way.TryFor: a working way is not left before it was probed.
-// Without probes (never told a pace) a way waits for no round: way.TryFor.
 func TestTryNewFollowsPace(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		pace time.Duration // 0: no probes
+		pace time.Duration
 		want time.Duration
-	}{
-		{"few peers", 2*time.Second + 100*time.Millisecond, way.TryFor},
-		{"thousands", 10*time.Second + 100*time.Millisecond, 13*time.Second + 100*time.Millisecond},
-		{"no probes", 0, way.TryFor},
-	} {
+	}{{"few peers", 2*time.Second + 100*time.Millisecond, way.TryFor}, {"thousands", 10*time.Second + 100*time.Millisecond, 13*time.Second + 100*time.Millisecond}} {
 		t.Run(c.name, func(t *testing.T) {
 			w := sitesBackend(t, lease.Attrs{Site: "a", SiteIP: netip.MustParseAddr("192.0.2.10")})
-			if c.pace > 0 {
-				w.ProbePace(c.pace)
-			}
+			w.ProbePace(c.pace)
 			b1 := sitePeer(t, 3, "198.51.100.10", "b", "198.51.100.10", false)
 			b1.Attrs.Outside = netip.MustParseAddrPort("203.0.113.3:1024")
 			w.HandleEvents(t.Context(), []lease.Event{{Type: lease.Added, Lease: b1}})
@@ -305,9 +298,7 @@ func TestTryNewFollowsPace(t *testing.T) {
 			if ws.Way != way.Direct {
 				t.Fatalf("left direct %v after it was taken, before %v: %+v", c.want-500*time.Millisecond, c.want, ws)
 			}
-			if c.pace > 0 {
-				probedAt(w, ws.Since.Add(c.pace+time.Second), b1)
-			}
+			probedAt(w, ws.Since.Add(c.pace+time.Second), b1)
 			w.choose(ws.Since.Add(c.want + time.Millisecond))
 			if ws := w.ways[b1.Subnet]; ws.Way != way.Punched {
 				t.Fatalf("direct after %v without an answer: %+v, want punched", c.want, ws)

@@ -25,9 +25,6 @@ type Evidence struct {
 	// TryNew is how long a new way is given to answer (TryFor, or longer where the
 	// probes' first round is).
 	TryNew time.Duration
-	// Probed: the probes run and will judge a round on a new way (they told the
-	// backend their pace). Without them (probing off) a way waits for no round.
-	Probed bool
 	// Maps is why our NAT cannot be punched through (it gives each destination a
 	// port of its own), empty when it can.
 	Maps string
@@ -241,11 +238,11 @@ func (d *decision) verdict() bool {
 	// large cluster their first rounds wait their turn at the probe rate (5,000
 	// new peers at start: a minute and more), and a working way would be left
 	// unprobed.
-	unprobed := ev.Probed && !s.JudgedAt.After(s.Since)
-	if unprobed && !foundDown && now.Sub(s.Since) < ProbedWithin {
+	if !foundDown && !s.JudgedAt.After(s.Since) && now.Sub(s.Since) < ProbedWithin {
 		return false
 	}
 	lost := fmt.Sprintf("no answer for %d s", int(now.Sub(s.Since).Seconds()))
+	unprobed := !s.JudgedAt.After(s.Since)
 	if s.DownAt.After(s.Since) {
 		lost = "the probes found it down"
 	}

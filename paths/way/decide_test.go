@@ -634,24 +634,20 @@ func TestRelayFirstFollowsIn(t *testing.T) {
 }
 
 // TestUnprobed: a way without an answer is left at TryNew once the probes judged a
-// round on it, else only at ProbedWithin, and then says it was left unprobed. With no
-// probes running it waits for no round.
+// round on it, else only at ProbedWithin, and then says it was left unprobed.
 func TestUnprobed(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		noProbes bool
-		judged   time.Time
-		at       time.Duration
-		want     Way
-		unprob   bool
+		name   string
+		judged time.Time
+		at     time.Duration
+		want   Way
+		unprob bool
 	}{
-		{"probed on the way: left at TryNew", false, t0.Add(3 * time.Second), TryFor, Punched, false},
-		{"never probed: kept at TryNew", false, time.Time{}, TryFor, Direct, false},
-		{"probed before the way was taken: kept", false, t0.Add(-time.Second), ProbedWithin - time.Second, Direct, false},
-		{"never probed: left at ProbedWithin, unprobed", false, time.Time{}, ProbedWithin, Punched, true},
-		{"probed before the way was taken: left at ProbedWithin, unprobed", false, t0.Add(-time.Second), ProbedWithin, Punched, true},
-		{"no probes: left at TryNew", true, time.Time{}, TryFor, Punched, false},
-		{"no probes: kept before TryNew", true, time.Time{}, TryFor - time.Second, Direct, false},
+		{"probed on the way: left at TryNew", t0.Add(3 * time.Second), TryFor, Punched, false},
+		{"never probed: kept at TryNew", time.Time{}, TryFor, Direct, false},
+		{"probed before the way was taken: kept", t0.Add(-time.Second), ProbedWithin - time.Second, Direct, false},
+		{"never probed: left at ProbedWithin, unprobed", time.Time{}, ProbedWithin, Punched, true},
+		{"probed before the way was taken: left at ProbedWithin, unprobed", t0.Add(-time.Second), ProbedWithin, Punched, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(t0)
@@ -659,9 +655,7 @@ func TestUnprobed(t *testing.T) {
 			if !tc.judged.IsZero() {
 				s.FirstRound(tc.judged)
 			}
-			ev := evidence(t0.Add(tc.at))
-			ev.Probed = !tc.noProbes
-			acts := s.Decide(ev)
+			acts := s.Decide(evidence(t0.Add(tc.at)))
 			if s.Way != tc.want {
 				t.Fatalf("way %v, want %v (acts %v)", s.Way, tc.want, kinds(acts))
 			}

@@ -41,8 +41,8 @@ const (
 	TryForSlack = 3 * time.Second
 	// ProbedWithin: nor is a way left before the probes judged a round on it
 	// (State.JudgedAt), unless it has had this long: their first rounds wait their
-	// turn at the probe rate. Where no probes run (Evidence.Probed false) a way
-	// waits for none.
+	// turn at the probe rate. (A path the prober cannot probe, with no raw socket
+	// for its family, is told judged at once.)
 	ProbedWithin = 2 * time.Minute
 	// directEvery: while another way is used, the direct way is pinged on the path
 	// port this often; directAnswers answers in a row move the peer back to it.
