@@ -13,7 +13,7 @@ import (
 // by hand), as weft-bench scale --report-from renders them. A change of ScalePoint's JSON shape (a field renamed,
 // moved or dropped) or of the report writers fails here.
 func TestScaleReportCommitted(t *testing.T) {
-	for _, dir := range []string{"../docs/scale", "../docs/scale/kube", "../docs/scale/probing", "../docs/scale/sites"} {
+	for _, dir := range []string{"../docs/scale", "../docs/scale/kube", "../docs/scale/probing", "../docs/scale/probing-step", "../docs/scale/sites"} {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join(dir, "scale.json"))
 			if err != nil {
