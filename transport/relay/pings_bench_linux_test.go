@@ -1,13 +1,11 @@
 package relay
 
 import (
-	"context"
 	"crypto/rand"
 	"fmt"
 	"net/netip"
 	"testing"
 
-	"github.com/weftnet/weft/bench/netns"
 	"github.com/weftnet/weft/bench/netnstest"
 )
 
@@ -18,20 +16,7 @@ import (
 // neighbour nobody is (a GSO message crosses the veth whole; a NIC, or the kernel
 // before it, splits it into datagrams). ns/ping is the time per ping.
 func BenchmarkPings(b *testing.B) {
-	a, r := netnstest.New(b, "wpb"), netnstest.New(b, "wpr")
-	if err := netns.Veth(a, "veth0", r, "veth0"); err != nil {
-		b.Fatal(err)
-	}
-	for _, args := range [][]string{
-		{"addr", "add", "192.0.2.10/24", "dev", "veth0"},
-		{"link", "set", "lo", "up"},
-		{"neigh", "add", "192.0.2.3", "lladdr", "02:00:00:00:00:03", "dev", "veth0", "nud", "permanent"},
-		{"route", "add", "198.51.100.0/22", "via", "192.0.2.3"},
-	} {
-		if out, err := a.Run(context.Background(), "ip", args...); err != nil {
-			b.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
+	a := netnstest.Sink(b, "wpb", "198.51.100.0/22")
 	var n *Node
 	if err := a.Do(func() error {
 		var priv [32]byte
