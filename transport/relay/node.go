@@ -108,7 +108,8 @@ type Node struct {
 	punchTS map[Key]uint64
 	closed  bool
 
-	pingBuf []byte // Pings' frames and payloads (n.sendMu)
+	pingMu  sync.Mutex
+	pingBuf []byte // Pings' frames and payloads (n.pingMu)
 
 	device atomic.Pointer[deviceRef] // SetDevice's
 
@@ -739,8 +740,8 @@ const pingBatch = sendIovecs
 func (n *Node) Pings(ps []PingTo) (failed int, err error) {
 	const frame = relayHdr + pingLen // the larger of the two frames
 	slices.SortFunc(ps, func(a, b PingTo) int { return a.to().Compare(b.to()) })
-	n.sendMu.Lock()
-	defer n.sendMu.Unlock()
+	n.pingMu.Lock()
+	defer n.pingMu.Unlock()
 	if n.pingBuf == nil {
 		n.pingBuf = make([]byte, pingBatch*(frame+pingLen))
 	}
@@ -756,23 +757,30 @@ func (n *Node) Pings(ps []PingTo) (failed int, err error) {
 			ids[i] = p.id()
 		}
 		n.newPings(pays, now, ids[:len(batch)])
+		var frames [pingBatch][]byte
 		for i, p := range batch {
 			pay, b := pays[i*pingLen:(i+1)*pingLen], n.pingBuf[i*frame:(i+1)*frame]
 			if p.Via.IsValid() {
-				b = n.putRelay(b, p.Peer, pay)
+				frames[i] = n.putRelay(b, p.Peer, pay)
 			} else {
-				b = n.putDirect(b, pay)
+				frames[i] = n.putDirect(b, pay)
 			}
+		}
+		// The socket is taken for one batch at a time: Run's relaying waits for
+		// a batch, not for a whole tick's pings.
+		n.sendMu.Lock()
+		for i, p := range batch {
 			if !n.conn.Room(1) {
 				f, e := n.conn.Send()
 				failed, err = failed+f, cmp.Or(err, e)
 			}
-			if e := n.conn.StageRun(b, p.to()); e != nil {
+			if e := n.conn.StageRun(frames[i], p.to()); e != nil {
 				failed, err = failed+1, cmp.Or(err, e)
 			}
 		}
 		// Sent before the next batch writes over this one's frames.
 		f, e := n.conn.Send()
+		n.sendMu.Unlock()
 		failed, err = failed+f, cmp.Or(err, e)
 	}
 	return failed, err
