@@ -1,6 +1,7 @@
 package wireguard
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -156,6 +157,8 @@ type userWG struct {
 	path    string // the UAPI socket
 	wg      sync.WaitGroup
 	kick    *kicker
+	dumpMu  sync.Mutex
+	dump    bytes.Buffer // Peers' UAPI answer, guarded by dumpMu
 }
 
 func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log *zap.Logger) (*userWG, error) {
@@ -291,13 +294,16 @@ func (u *userWG) Configure(c wgtypes.Config) error {
 	return nil
 }
 
-// Peers reads the device's state through its UAPI "get".
+// Peers reads the device's state through its UAPI "get", into a buffer kept from
+// one call to the next (IpcGet grew a new one, and copied it, every time).
 func (u *userWG) Peers() (map[wgtypes.Key]peerStatus, error) {
-	text, err := u.dev.IpcGet()
-	if err != nil {
+	u.dumpMu.Lock()
+	defer u.dumpMu.Unlock()
+	u.dump.Reset()
+	if err := u.dev.IpcGetOperation(&u.dump); err != nil {
 		return nil, err
 	}
-	return parseUAPIPeers(text), nil
+	return parseUAPIPeers(u.dump.Bytes()), nil
 }
 
 // Close stops the device and removes the UAPI socket. The TUN stays (persistent),

@@ -195,7 +195,7 @@ func TestParseUAPIPeers(t *testing.T) {
 	text := "private_key=00\nlisten_port=51820\npublic_key=" + hexKey(k1.PublicKey()) +
 		"\nendpoint=203.0.113.2:40001\nlast_handshake_time_sec=1800000000\nlast_handshake_time_nsec=5\n" +
 		"public_key=" + hexKey(k2.PublicKey()) + "\nendpoint=bad\npublic_key=zz\nerrno=0\n"
-	got := parseUAPIPeers(text)
+	got := parseUAPIPeers([]byte(text))
 	if s := got[k1.PublicKey()]; s.endpoint.String() != "203.0.113.2:40001" || s.handshake.Unix() != 1800000000 {
 		t.Errorf("peer 1: %+v", s)
 	}
