@@ -56,6 +56,9 @@ type inProcessRelay interface {
 // within a round trip rather than at the device's own retry, up to 5 s later.
 type initiationResender interface {
 	ResendInitiation(from, to netip.AddrPort) (bool, error)
+	// Initiations counts the initiations sent again since the device was made, and
+	// those it could not keep to send again.
+	Initiations() wgbind.InitiationCounts
 }
 
 // peerStatus is what a device knows of one peer now.

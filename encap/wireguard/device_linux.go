@@ -252,6 +252,7 @@ func (u *userWG) SetRelay(r wgbind.Relay)                    { u.relayed.SetRela
 func (u *userWG) ResendInitiation(from, to netip.AddrPort) (bool, error) {
 	return u.relayed.ResendInitiation(from, to)
 }
+func (u *userWG) Initiations() wgbind.InitiationCounts { return u.relayed.Initiations() }
 
 func (u *userWG) Name() string                { return u.name }
 func (u *userWG) Kind() string                { return Userspace }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/weftnet/weft/encap"
 	"github.com/weftnet/weft/lease"
+	"github.com/weftnet/weft/transport/wgbind"
 )
 
 // Devices are the devices the wireguard backend makes: flannel-wg and flannel-wg-v6,
@@ -25,13 +26,21 @@ func (w *backend) Report() encap.Report {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	devs := map[string]string{}
+	var inits map[string]wgbind.InitiationCounts
 	for _, d := range w.devs {
-		if d != nil {
-			devs[d.Name()] = d.Kind()
+		if d == nil {
+			continue
+		}
+		devs[d.Name()] = d.Kind()
+		if r, ok := d.(initiationResender); ok {
+			if inits == nil {
+				inits = map[string]wgbind.InitiationCounts{}
+			}
+			inits[d.Name()] = r.Initiations()
 		}
 	}
-	st := &stats{Peers: len(w.applied), Devices: devs, Drops: w.drops.snapshot(), PathChanges: w.pathChanges,
-		LeftUnprobed: w.leftUnprobed}
+	st := &stats{Peers: len(w.applied), Devices: devs, Drops: w.drops.snapshot(), Initiations: inits,
+		PathChanges: w.pathChanges, LeftUnprobed: w.leftUnprobed}
 	st.Punched, st.Relayed = w.countWays()
 	if w.node != nil {
 		st.RelayedPackets, st.RelayedBytes = w.node.Forwarded()
@@ -67,6 +76,9 @@ type stats struct {
 	// Drops counts what each userspace device dropped, by device and reason (a kernel
 	// device has none).
 	Drops map[string]map[string]uint64
+	// Initiations counts, for each userspace device, the handshake initiations its
+	// Bind sent again and those it could not keep to (since the device was made).
+	Initiations map[string]wgbind.InitiationCounts
 	// RelayedPackets and RelayedBytes count the WireGuard datagrams this host relayed
 	// from one peer to another, as they were (docs/sites.md).
 	RelayedPackets, RelayedBytes uint64
@@ -83,10 +95,14 @@ type stats struct {
 	PathDropped, PunchDropped uint64
 }
 
-// MarshalJSON writes {"devices":{…},"drops":{…},"peers":N}, and on a relay
-// "relayed":{"packets":N,"bytes":N}.
+// MarshalJSON writes {"devices":{…},"drops":{…},"peers":N}, with a userspace device
+// "initiations":{"flannel-wg":{"retransmitted":N,"resent":N,"not_kept":N}}, and on a
+// relay "relayed":{"packets":N,"bytes":N}.
 func (s *stats) MarshalJSON() ([]byte, error) {
 	out := map[string]any{"peers": s.Peers, "devices": s.Devices, "drops": s.Drops}
+	if len(s.Initiations) > 0 {
+		out["initiations"] = s.Initiations
+	}
 	if s.RelayedPackets > 0 { // the key only on a relay: /stats as before elsewhere
 		out["relayed"] = map[string]uint64{"packets": s.RelayedPackets, "bytes": s.RelayedBytes}
 	}
@@ -116,13 +132,16 @@ var (
 		"Ways left for want of an answer before the probes had judged a round on them: a way's time (TryFor, or the probes' first round and 3 s) shorter than the probes' first round. 0 is right.", nil, nil)
 	pathDroppedDesc = prometheus.NewDesc("weft_path_dropped_frames_total",
 		"Frames the path socket (UDP 51822) dropped: malformed, unauthenticated, replayed, unroutable, or relayed datagrams the device could not take.", nil, nil)
+	initiationsDesc = prometheus.NewDesc("weft_wireguard_initiations_total",
+		"Handshake initiations of each userspace device, by what became of them: retransmitted (sent again for want of a response), resent (sent to a peer's new endpoint at once), not_kept (the table of unanswered initiations was full, so neither).",
+		[]string{"device", "event"}, nil)
 	punchDroppedDesc = prometheus.NewDesc("weft_path_punch_dropped_total",
 		"\"Punch now\" messages dropped (counted in weft_path_dropped_frames_total too): a MAC that is not the peer's, replayed or older than the last, naming no address, or not sent through a relay.", nil, nil)
 )
 
 // DescribeMetrics sends the descriptions of the wireguard backend's metrics.
 func DescribeMetrics(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{infoDesc, dropsDesc, relayedDesc, relayedBytesDesc, waysDesc, changesDesc, unprobedDesc, pathDroppedDesc, punchDroppedDesc} {
+	for _, d := range []*prometheus.Desc{infoDesc, dropsDesc, relayedDesc, relayedBytesDesc, waysDesc, changesDesc, unprobedDesc, pathDroppedDesc, punchDroppedDesc, initiationsDesc} {
 		ch <- d
 	}
 }
@@ -141,6 +160,11 @@ func (s *stats) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(unprobedDesc, prometheus.CounterValue, float64(s.LeftUnprobed))
 	ch <- prometheus.MustNewConstMetric(pathDroppedDesc, prometheus.CounterValue, float64(s.PathDropped))
 	ch <- prometheus.MustNewConstMetric(punchDroppedDesc, prometheus.CounterValue, float64(s.PunchDropped))
+	for dev, c := range s.Initiations {
+		ch <- prometheus.MustNewConstMetric(initiationsDesc, prometheus.CounterValue, float64(c.Retransmitted), dev, "retransmitted")
+		ch <- prometheus.MustNewConstMetric(initiationsDesc, prometheus.CounterValue, float64(c.Resent), dev, "resent")
+		ch <- prometheus.MustNewConstMetric(initiationsDesc, prometheus.CounterValue, float64(c.NotKept), dev, "not_kept")
+	}
 	for dev, reasons := range s.Drops {
 		for reason, n := range reasons {
 			ch <- prometheus.MustNewConstMetric(dropsDesc, prometheus.CounterValue, float64(n), dev, reason)

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/weftnet/weft/encap"
+	"github.com/weftnet/weft/transport/wgbind"
 )
 
 // TestReportStatsJSON pins the JSON weftd's /stats serves for the wireguard backend:
@@ -23,6 +24,10 @@ func TestReportStatsJSON(t *testing.T) {
 			Devices: map[string]string{"flannel-wg": "userspace", "flannel-wg-v6": "kernel"},
 			Drops:   map[string]map[string]uint64{"flannel-wg": {"invalid_mac1": 3, "unknown_type": 0}}}},
 			`{"devices":{"flannel-wg":"userspace","flannel-wg-v6":"kernel"},"drops":{"flannel-wg":{"invalid_mac1":3,"unknown_type":0}},"peers":1}`},
+		{"initiations", encap.Report{Stats: &stats{Devices: map[string]string{"flannel-wg": "userspace"},
+			Drops:       map[string]map[string]uint64{},
+			Initiations: map[string]wgbind.InitiationCounts{"flannel-wg": {Retransmitted: 4, Resent: 1, NotKept: 2}}}},
+			`{"devices":{"flannel-wg":"userspace"},"drops":{},"initiations":{"flannel-wg":{"retransmitted":4,"resent":1,"not_kept":2}},"peers":0}`},
 		{"no device yet", encap.Report{Stats: &stats{Devices: map[string]string{},
 			Drops: map[string]map[string]uint64{}}},
 			`{"devices":{},"drops":{},"peers":0}`},
@@ -47,7 +52,8 @@ func TestReportStatsJSON(t *testing.T) {
 // report says.
 func TestReportMetrics(t *testing.T) {
 	s := &stats{Devices: map[string]string{Device: Userspace}, Drops: map[string]map[string]uint64{Device: {"invalid_mac1": 2}},
-		Punched: 1, Relayed: 2, PathChanges: 3}
+		Punched: 1, Relayed: 2, PathChanges: 3,
+		Initiations: map[string]wgbind.InitiationCounts{Device: {Retransmitted: 5, NotKept: 7}}}
 	problems, err := testutil.CollectAndLint(s)
 	if err != nil {
 		t.Fatal(err)
@@ -63,8 +69,14 @@ weft_peer_ways{way="relayed"} 2
 # HELP weft_wireguard_device_info Always 1 for each device of the wireguard backend; implementation says what runs it: kernel (the kernel's WireGuard) or userspace (wireguard-go in weftd).
 # TYPE weft_wireguard_device_info gauge
 weft_wireguard_device_info{device="flannel-wg",implementation="userspace"} 1
+# HELP weft_wireguard_initiations_total Handshake initiations of each userspace device, by what became of them: retransmitted (sent again for want of a response), resent (sent to a peer's new endpoint at once), not_kept (the table of unanswered initiations was full, so neither).
+# TYPE weft_wireguard_initiations_total counter
+weft_wireguard_initiations_total{device="flannel-wg",event="not_kept"} 7
+weft_wireguard_initiations_total{device="flannel-wg",event="resent"} 0
+weft_wireguard_initiations_total{device="flannel-wg",event="retransmitted"} 5
 `
-	if err := testutil.CollectAndCompare(s, strings.NewReader(want), "weft_peer_ways", "weft_wireguard_device_info"); err != nil {
+	if err := testutil.CollectAndCompare(s, strings.NewReader(want), "weft_peer_ways", "weft_wireguard_device_info",
+		"weft_wireguard_initiations_total"); err != nil {
 		t.Error(err)
 	}
 }

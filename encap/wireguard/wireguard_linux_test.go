@@ -189,8 +189,14 @@ func TestWireGuardUserspacePair(t *testing.T) {
 			t.Fatalf("ping %s through the device made again: %v: %s", p.dst, err, out)
 		}
 	}
-	if got := a.be.(*backend).Report().Repairs; got["device"] != 1 || got["route"] != 0 {
+	r := a.be.(*backend).Report()
+	if got := r.Repairs; got["device"] != 1 || got["route"] != 0 {
 		t.Fatalf("repairs %v, want one device", got)
+	}
+	// The userspace device's initiations are reported (the pair answers: none left
+	// out of the table).
+	if c, ok := r.Stats.(*stats).Initiations[Device]; !ok || c.NotKept != 0 {
+		t.Fatalf("initiations of %s: %+v (reported: %v), want reported, none not kept", Device, c, ok)
 	}
 	if err := a.ns.Do(func() error {
 		a.be.HandleEvents(ctx, []lease.Event{{Type: lease.Removed, Lease: other}})

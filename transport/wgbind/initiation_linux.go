@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -47,6 +48,15 @@ const (
 type initiations struct {
 	mu   sync.Mutex
 	last map[netip.AddrPort]*initiation
+	// What became of the initiations (Bind.Initiations).
+	retransmitted, resent, notKept atomic.Uint64
+}
+
+// Initiations counts the initiations the Bind sent again, and those it could not
+// keep to send again.
+func (b *Bind) Initiations() InitiationCounts {
+	return InitiationCounts{Retransmitted: b.inits.retransmitted.Load(), Resent: b.inits.resent.Load(),
+		NotKept: b.inits.notKept.Load()}
 }
 
 type initiation struct {
@@ -94,6 +104,8 @@ func (in *initiations) keep(bufs [][]byte, to netip.AddrPort) {
 			i := &initiation{at: now}
 			copy(i.p[:], p)
 			in.last[to] = i
+		} else {
+			in.notKept.Add(1)
 		}
 		in.mu.Unlock()
 	}
@@ -170,6 +182,7 @@ func (b *Bind) ResendInitiation(from, to netip.AddrPort) (bool, error) {
 	if err := b.Send([][]byte{p}, &Endpoint{ap: to}); err != nil {
 		return false, err
 	}
+	b.inits.resent.Add(1)
 	return true, nil
 }
 
@@ -186,6 +199,8 @@ func (b *Bind) retransmits(done <-chan struct{}) {
 			for _, r := range b.inits.due(now) {
 				if err := b.send([][]byte{r.p}, &Endpoint{ap: r.to}); err != nil {
 					b.log.Debug("handshake initiation sent again", zap.Stringer("to", r.to), zap.Error(err))
+				} else {
+					b.inits.retransmitted.Add(1)
 				}
 			}
 		}

@@ -61,6 +61,9 @@ func TestResendInitiation(t *testing.T) {
 	if !bytes.Equal(buf[:n], second) {
 		t.Fatalf("new endpoint got %d bytes starting % x, want the last initiation (a2...)", n, buf[:min(n, 8)])
 	}
+	if c := b.Initiations(); c.Resent != 1 {
+		t.Errorf("counted %+v, want 1 resent", c)
+	}
 	if sent, _ := b.ResendInitiation(oldEP, newEP); sent {
 		t.Fatal("the same initiation sent again twice")
 	}
@@ -85,6 +88,10 @@ func TestInitiationsAge(t *testing.T) {
 	}
 	if len(in.last) > maxInitiations {
 		t.Fatalf("%d initiations kept, at most %d", len(in.last), maxInitiations)
+	}
+	// The aged one still holds its place until due: 11 of the new ones find no room.
+	if n := in.notKept.Load(); n != 11 {
+		t.Fatalf("%d initiations counted not kept, want the 11 past the table's %d", n, maxInitiations)
 	}
 	if out := in.due(time.Now().Add(initiationAge + time.Second)); len(out) != 0 || len(in.last) != 0 {
 		t.Fatalf("after initiationAge: %d due, %d kept; want none", len(out), len(in.last))
@@ -122,6 +129,9 @@ func TestRetransmitInitiation(t *testing.T) {
 	}
 	if len(at) != 1+maxRetransmits {
 		t.Fatalf("the initiation arrived %d times (at %v), want once and %d retransmits", len(at), at, maxRetransmits)
+	}
+	if c := b.Initiations(); c.Retransmitted != maxRetransmits || c.Resent != 0 || c.NotKept != 0 {
+		t.Errorf("counted %+v, want %d retransmitted", c, maxRetransmits)
 	}
 	for i, d := range at[1:] {
 		if d < time.Duration(i+1)*retransmitAfter {

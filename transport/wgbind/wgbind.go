@@ -95,3 +95,15 @@ func (c *endpoints) get(ap netip.AddrPort, src transport.Local) *Endpoint {
 	c.last = e
 	return e
 }
+
+// InitiationCounts counts what a Bind did with its device's handshake initiations
+// (Linux: elsewhere the device runs on wireguard-go's own Bind).
+type InitiationCounts struct {
+	// Retransmitted: sent again, as they were, for want of a response.
+	Retransmitted uint64 `json:"retransmitted"`
+	// Resent: sent to a peer's new endpoint at once (ResendInitiation).
+	Resent uint64 `json:"resent"`
+	// NotKept: not kept, the table being full (16,384 endpoints handshaking within
+	// 5 s), so neither retransmitted nor resent.
+	NotKept uint64 `json:"not_kept"`
+}
