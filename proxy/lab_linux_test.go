@@ -64,6 +64,8 @@ type labOpts struct {
 	v6      bool // IPv6 inside too
 	under6  bool // and over an IPv6 underlay (implies v6)
 	cfg     Config
+	// notRun: host b's Proxy is made but not run (the test runs it).
+	notRun bool
 }
 
 func newLab(t testing.TB, o labOpts) *lab {
@@ -153,6 +155,10 @@ func newLab(t testing.TB, o labOpts) *lab {
 		})
 		if err != nil {
 			t.Fatalf("host %d: %v", i, err)
+		}
+		if o.notRun && i == 1 {
+			t.Cleanup(func() { h.px.Close() })
+			continue
 		}
 		wg.Add(1)
 		go func() {

@@ -261,11 +261,13 @@ func (p *Proxy) Run(ctx context.Context) error {
 	var first error
 	select {
 	case <-ctx.Done():
+		running -= p.drain(errc, running)
 	case first = <-errc:
 		first = fmt.Errorf("udp data path stopped: %w", first)
+		running--
 	}
 	p.Close()
-	for range running - btoi(first != nil) {
+	for range running {
 		<-errc
 	}
 	for _, w := range p.workers {
@@ -279,11 +281,45 @@ func (p *Proxy) Run(ctx context.Context) error {
 	return first
 }
 
-func btoi(b bool) int {
-	if b {
-		return 1
+// drainFor is how long the workers go on when Run's context ends, before the sockets
+// and queues close: what is queued, or in a worker's hands, is forwarded rather than
+// dropped. On a hand-over the kernel steers part of the traffic to the old weftd's
+// queues until they close; the new weftd's data path starts once the old one stopped.
+const drainFor = 20 * time.Millisecond
+
+// readDeadliner is a TUN queue whose Read can be made to return at a time
+// (tun.Queue): the workers of a Proxy whose queues all are drain them on stop.
+type readDeadliner interface {
+	SetReadDeadline(t time.Time) error
+}
+
+// drain lets the workers read what is queued for drainFor, then waits for them to
+// return as their reads run out of time (at most a second more), and reports how
+// many did: the sockets and queues close after. Busy-polling workers, and queues
+// without deadlines, are not drained (0).
+func (p *Proxy) drain(errc <-chan error, running int) int {
+	at := time.Now().Add(drainFor)
+	for _, w := range p.workers {
+		d, ok := w.tun.(readDeadliner)
+		if !ok || w.busy != nil || d.SetReadDeadline(at) != nil || w.conn.SetReadDeadline(at) != nil {
+			return 0
+		}
 	}
-	return 0
+	for _, w := range p.recv6 {
+		if w.conn.SetReadDeadline(at) != nil {
+			return 0
+		}
+	}
+	t := time.NewTimer(drainFor + time.Second)
+	defer t.Stop()
+	for n := range running {
+		select {
+		case <-errc: // the read's deadline, or whatever else ended it: we stop anyway
+		case <-t.C:
+			return n
+		}
+	}
+	return running
 }
 
 // Close closes the sockets and the TUN queues (those that have a Close method); the

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"go.uber.org/zap"
@@ -255,6 +256,10 @@ func (u *Conn) GRO() bool { return u.rx.gro }
 
 // Staged is the number of messages staged and not yet sent.
 func (u *Conn) Staged() int { return u.tx.n }
+
+// SetReadDeadline makes a Recv waiting at t, or called after it, return an error
+// that wraps os.ErrDeadlineExceeded; what is queued before then is received.
+func (u *Conn) SetReadDeadline(t time.Time) error { return u.c.SetReadDeadline(t) }
 
 // Close closes the socket; a Recv or Send waiting on it returns an error.
 func (u *Conn) Close() error {

@@ -5,6 +5,7 @@ package transport
 import (
 	"errors"
 	"net/netip"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -45,3 +46,5 @@ func (*Conn) Size(int) int                { return 0 }
 func (*Conn) SegSize(int) int             { return 0 }
 func (*Conn) From(int) netip.AddrPort     { return netip.AddrPort{} }
 func (*Conn) Close() error                { return nil }
+
+func (*Conn) SetReadDeadline(time.Time) error { return errors.ErrUnsupported }

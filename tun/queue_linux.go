@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -175,6 +176,10 @@ func (q *Queue) doWrite(fd uintptr) bool {
 }
 
 // Close closes the queue; a blocked Read returns ErrClosed.
+// SetReadDeadline makes a Read waiting at t, or called after it, return an error
+// that wraps os.ErrDeadlineExceeded; what is queued before then is read.
+func (q *Queue) SetReadDeadline(t time.Time) error { return q.f.SetReadDeadline(t) }
+
 func (q *Queue) Close() error {
 	if err := q.f.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
 		return fmt.Errorf("tun %s: close queue: %w", q.name, err)

@@ -5,6 +5,7 @@ package tun
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -29,6 +30,7 @@ func (q *Queue) Read([][]byte, []int, int) (int, error)    { return 0, errors.Er
 func (q *Queue) TryRead([][]byte, []int, int) (int, error) { return 0, errors.ErrUnsupported }
 func (q *Queue) Write([][]byte, int) (int, error)          { return 0, errors.ErrUnsupported }
 func (q *Queue) Close() error                              { return nil }
+func (q *Queue) SetReadDeadline(time.Time) error           { return errors.ErrUnsupported }
 
 func (q *Queue) VnetHdr() bool { return false }
 func (q *Queue) USO() bool     { return false }
