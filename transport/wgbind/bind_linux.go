@@ -47,6 +47,11 @@ type Bind struct {
 	inits initiations // ResendInitiation's and the retransmits'
 	// stopRetransmits ends the retransmits of an open Bind (b.mu).
 	stopRetransmits func()
+
+	// own are our device's session indices, ho a hand-over to or from another
+	// device on our port (handoff_linux.go).
+	own ownIndices
+	ho  handOver
 }
 
 type relayRef struct{ Relay }
@@ -56,7 +61,9 @@ var _ conn.Bind = (*Bind)(nil)
 // New makes a Bind; Open opens its sockets. It counts in replayed the transport
 // messages the device will drop as replays (nil: not counted).
 func New(log *zap.Logger, replayed *atomic.Uint64) *Bind {
-	return &Bind{log: log, replayed: replayed, relayDrops: new(atomic.Uint64)}
+	b := &Bind{log: log, replayed: replayed, relayDrops: new(atomic.Uint64)}
+	b.ho.closed = make(chan struct{})
+	return b
 }
 
 // sender is one socket's send side: wireguard-go sends from many goroutines (one per
@@ -77,6 +84,8 @@ type receiver struct {
 	replays  *replays // nil: not counted
 	inits    *initiations
 	log      *zap.Logger
+	b        *Bind
+	hdr      [frameHeader]byte // a frame to a hand-over's partner
 }
 
 // TakeRelayed makes Open return one more receive function, last: the datagrams a
@@ -189,7 +198,7 @@ func (b *Bind) openSockets(port uint16) ([]conn.ReceiveFunc, uint16, error) {
 }
 
 func (b *Bind) listen(port uint16, v6 bool) (*receiver, error) {
-	r := &receiver{bufs: make([][]byte, recvMsgs), log: b.log, inits: &b.inits}
+	r := &receiver{bufs: make([][]byte, recvMsgs), log: b.log, inits: &b.inits, b: b}
 	if b.replayed != nil {
 		r.replays = &replays{count: b.replayed}
 	}
@@ -197,7 +206,8 @@ func (b *Bind) listen(port uint16, v6 bool) (*receiver, error) {
 		r.bufs[i] = make([]byte, bufLen)
 	}
 	var err error
-	r.c, err = transport.Listen(transport.Options{Port: int(port), IPv6: v6, SocketBuffer: SocketBuffer,
+	// SO_REUSEPORT: a new device takes over beside this one (HandOver, TakeOver).
+	r.c, err = transport.Listen(transport.Options{Port: int(port), IPv6: v6, SocketBuffer: SocketBuffer, ReusePort: true,
 		Mmsg: true, GSO: true, GRO: true, LocalAddrs: true, Messages: batch, Iovecs: batch}, r.bufs, b.log)
 	if err != nil {
 		return nil, err
@@ -226,6 +236,12 @@ func (r *receiver) receive(packets [][]byte, sizes []int, eps []conn.Endpoint) (
 			step = size
 		}
 		end := min(r.off+step, size)
+		if r.b.passes(r.bufs[r.msg][r.off:end], r.c.From(r.msg), &r.hdr) { // the other device's, in a hand-over
+			if r.off = end; r.off >= size {
+				r.msg, r.off = r.msg+1, 0
+			}
+			continue
+		}
 		sizes[k] = copy(packets[k], r.bufs[r.msg][r.off:end])
 		if r.replays != nil {
 			r.replays.check(packets[k][:sizes[k]])
@@ -248,6 +264,12 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 	e, ok := ep.(*Endpoint)
 	if !ok {
 		return fmt.Errorf("wgbind: endpoint %T is not the Bind's", ep)
+	}
+	if b.handshakeHeld(bufs) {
+		return nil
+	}
+	for _, p := range bufs {
+		b.own.learn(p)
 	}
 	b.inits.keep(bufs, e.ap)
 	return b.send(bufs, e)
