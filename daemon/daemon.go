@@ -37,7 +37,13 @@ import (
 // informer) is closed; the lease itself is kept for the next start.
 func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	d := &daemon{cfg: &cfg, log: log, probeRTT: newProbeRTT()}
-	return d.run(ctx)
+	err := d.run(ctx)
+	if d.lingering != nil {
+		d.log.Info("the data path goes on until the new weftd carries the traffic")
+		<-d.lingering
+		d.log.Info("the data path has stopped")
+	}
+	return err
 }
 
 // daemon wires one run of weftd: lease -> backend -> data path.
@@ -70,6 +76,9 @@ type daemon struct {
 
 	// wg counts the goroutines run started (spawn); run returns only when all ended.
 	wg sync.WaitGroup
+	// lingering closes when the data path left running for a new weftd has stopped
+	// (encap.Lingerer); nil when none was.
+	lingering <-chan struct{}
 }
 
 // spawn runs f in a goroutine that run waits for before it returns.
@@ -146,6 +155,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	}
 	d.be.Store(&be)
 	defer func() {
+		if l, ok := be.(encap.Lingerer); ok && s.by.Load() != 0 {
+			d.lingering = l.Linger() // a new weftd takes over (handover.go)
+		}
 		if err := be.Close(); err != nil {
 			d.log.Warn("closing the backend", zap.Error(err))
 		}

@@ -141,8 +141,21 @@ type OutsideLearner interface {
 // Register as always; what the new queues and sockets receive meanwhile waits there
 // for Run.
 //
-// Implemented by udp (two userspace WireGuard engines on one key would fight over
-// its sessions).
+// Implemented by udp (a userspace WireGuard engine hands over the other way round:
+// see Lingerer).
 type BesideStarter interface {
 	StartBeside(ctx context.Context, own lease.Lease) error
+}
+
+// Lingerer leaves its data path running after Close when a new weftd takes over, until
+// the new one's carries the traffic: two userspace WireGuard engines cannot share
+// their sessions, so the old one goes on serving its own sessions while the peers
+// handshake with the new one, and stops once none of its sessions is used. The
+// daemon calls Linger before Close when it stops for a new weftd; the channel closes
+// when what lingered has stopped (at once when nothing does), and weftd exits only
+// then.
+//
+// Implemented by wireguard (its userspace devices).
+type Lingerer interface {
+	Linger() <-chan struct{}
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/weftnet/weft/transport/wgbind"
@@ -159,10 +161,27 @@ type userWG struct {
 	kick    *kicker
 	dumpMu  sync.Mutex
 	dump    bytes.Buffer // Peers' UAPI answer, guarded by dumpMu
+
+	// Hand-over (handOverName): multiQueue says a new weftd's device can attach to
+	// our TUN beside us; gate holds the reads of a device that took over from one
+	// still running until its peers are configured (attach); linger makes Close
+	// leave the device running for a new weftd; stopped closes when it has stopped.
+	multiQueue bool
+	gate       *gatedTUN
+	linger     atomic.Bool
+	stopped    chan struct{}
 }
 
+// handOverName is the local socket on which a userspace device handing over to a
+// new weftd's waits for it (wgbind.Bind.HandOver, TakeOver).
+func handOverName(device string) string { return "weftd-wg-handover-" + device }
+
+// handOverAttachMax bounds how long a device that took over waits for its peers
+// before it reads its TUN.
+const handOverAttachMax = 30 * time.Second
+
 func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log *zap.Logger) (*userWG, error) {
-	t, err := tun.CreateTUN(name, mtu)
+	t, multiQueue, err := createTUN(name, mtu)
 	if err != nil {
 		return nil, fmt.Errorf("create the TUN device: %w", err)
 	}
@@ -184,6 +203,21 @@ func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log
 		_ = t.Close()
 		return nil, err
 	}
+	// A weftd handing over to us still runs its device on this TUN: ours reads only
+	// once its peers are configured (attach); until then the old one carries the
+	// traffic, and our Bind passes it what belongs to its sessions.
+	var gate *gatedTUN
+	joined, err := wb.TakeOver(handOverName(name))
+	switch {
+	case err != nil:
+		log.Warn("cannot join the WireGuard device handing over: it goes on alone until it stops", zap.String("device", name), zap.Error(err))
+	case joined:
+		log.Info("taking over from the WireGuard device of the weftd that ran", zap.String("device", name))
+		gate = newGatedTUN(t)
+		t = gate
+		// Its reads wait for the first leases (attach), but not for ever.
+		time.AfterFunc(handOverAttachMax, gate.open)
+	}
 	dev := device.NewDevice(t, bind, &device.Logger{
 		Verbosef: func(format string, args ...any) {
 			drops.count(format)
@@ -193,9 +227,11 @@ func newUserWG(name string, mtu int, socketDir string, drops *wgDeviceDrops, log
 		},
 		Errorf: func(format string, args ...any) { dlog.Warn(fmt.Sprintf(format, args...)) },
 	})
-	u := &userWG{name: name, dev: dev, bind: bind, relayed: wb, path: filepath.Join(socketDir, name+".sock"), kick: &kicker{dev: dev}}
+	u := &userWG{name: name, dev: dev, bind: bind, relayed: wb, path: filepath.Join(socketDir, name+".sock"), kick: &kicker{dev: dev},
+		multiQueue: multiQueue, gate: gate, stopped: make(chan struct{})}
 	if u.uapi, err = listenUAPI(name, socketDir); err != nil {
 		dev.Close()
+		wb.EndHandOver()
 		bind.release()
 		return nil, fmt.Errorf("UAPI socket: %w", err)
 	}
@@ -310,16 +346,53 @@ func (u *userWG) Peers() (map[wgtypes.Key]peerStatus, error) {
 // Close stops the device and removes the UAPI socket. The TUN stays (persistent),
 // with its address and routes, for the next weftd: until then the kernel drops what
 // is routed to it. The sessions go with the process; the next one handshakes again.
+// After handOverOnClose the device goes on, without its UAPI socket, until the new
+// weftd's carries its peers' traffic.
 func (u *userWG) Close() error {
 	u.kick.close()
 	err := u.uapi.Close()
 	u.wg.Wait()
-	u.dev.Close()
-	u.bind.release()
 	if rerr := os.Remove(u.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 		err = errors.Join(err, rerr)
 	}
+	u.attach()
+	if u.linger.Load() {
+		done, herr := u.relayed.HandOver(handOverName(u.name))
+		if herr == nil {
+			go func() {
+				<-done
+				u.stop()
+			}()
+			return err
+		}
+		err = errors.Join(err, herr)
+	}
+	u.stop()
 	return err
+}
+
+// stop closes the device, its Bind and its hand-over.
+func (u *userWG) stop() {
+	u.dev.Close()
+	u.relayed.EndHandOver()
+	u.bind.release()
+	close(u.stopped)
+}
+
+// handOverOnClose makes Close leave the device running for a new weftd's that takes
+// over beside it, where it can (its TUN is multi-queue); the channel closes when it
+// has stopped.
+func (u *userWG) handOverOnClose() <-chan struct{} {
+	u.linger.Store(u.multiQueue)
+	return u.stopped
+}
+
+// attach lets a device that took over from a running one read its TUN: its peers
+// are configured.
+func (u *userWG) attach() {
+	if u.gate != nil {
+		u.gate.open()
+	}
 }
 
 // Remove stops the device and deletes its TUN.

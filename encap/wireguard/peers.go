@@ -99,6 +99,13 @@ func (w *backend) HandleEvents(_ context.Context, events []lease.Event) {
 		}
 	}
 	w.dropLeftPeers()
+	// A device that took over from a running weftd's reads its TUN now that it has
+	// its peers.
+	for _, d := range w.devs {
+		if h, ok := d.(handsOver); ok {
+			h.attach()
+		}
+	}
 }
 
 // dropLeftPeers removes, once, the peers a device taken over with its peers (kept)

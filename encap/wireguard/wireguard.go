@@ -281,6 +281,36 @@ func (w *backend) setUp(f encap.Family) error {
 	return wgRoute(link, f.Network)
 }
 
+// handsOver is a device that can go on after Close, beside the device of a new weftd
+// that takes over, until the new one carries its peers' traffic (wireguard-go's in
+// weftd); attach lets such a new device read its TUN once its peers are configured.
+type handsOver interface {
+	handOverOnClose() <-chan struct{}
+	attach()
+}
+
+// Linger makes Close leave the userspace devices running for the new weftd that
+// takes over, until its devices carry their peers' traffic (encap.Lingerer); the
+// kernel's stay as always. The channel closes when they have stopped.
+func (w *backend) Linger() <-chan struct{} {
+	w.mu.Lock()
+	var waits []<-chan struct{}
+	for _, d := range w.devs {
+		if h, ok := d.(handsOver); ok {
+			waits = append(waits, h.handOverOnClose())
+		}
+	}
+	w.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, c := range waits {
+			<-c
+		}
+	}()
+	return done
+}
+
 // Close leaves the devices, with their addresses and routes (the kernel's with its
 // peers and sessions), for the next weftd, and removes the userspace devices' UAPI
 // sockets and the route MTUs this process chose; flanneld removes its devices when it

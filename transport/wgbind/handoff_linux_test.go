@@ -224,5 +224,3 @@ func TestSessionIndex(t *testing.T) {
 		})
 	}
 }
-
-
