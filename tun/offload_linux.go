@@ -26,23 +26,9 @@ const (
 // gets the queue without it. water cannot set IFF_VNET_HDR, so this path opens
 // /dev/net/tun itself.
 func openOffloadQueue(name string, mq, uso bool) (*Queue, error) {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	fd, err := OpenVnetFD(name, mq)
 	if err != nil {
-		return nil, fmt.Errorf("tun %s: open /dev/net/tun: %w", name, err)
-	}
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("tun %s: ifreq: %w", name, err)
-	}
-	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
-	if mq {
-		flags |= unix.IFF_MULTI_QUEUE
-	}
-	ifr.SetUint16(flags)
-	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("tun %s: TUNSETIFF (vnet header): %w", name, err)
+		return nil, err
 	}
 	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, VnetHdrLen); err != nil {
 		unix.Close(fd)
@@ -62,6 +48,32 @@ func openOffloadQueue(name string, mq, uso bool) (*Queue, error) {
 	}
 	q.vnet, q.uso = true, uso
 	return q, nil
+}
+
+// OpenVnetFD opens a queue of the TUN device name, making the device when there is
+// none, with the virtio-net header (IFF_VNET_HDR), multi-queue when mq, and
+// non-blocking; the caller owns the descriptor. A device that exists with other
+// flags (single-queue where mq asks for more) is an error wrapping unix.EINVAL.
+func OpenVnetFD(name string, mq bool) (int, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("tun %s: open /dev/net/tun: %w", name, err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("tun %s: ifreq: %w", name, err)
+	}
+	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if mq {
+		flags |= unix.IFF_MULTI_QUEUE
+	}
+	ifr.SetUint16(flags)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("tun %s: TUNSETIFF (vnet header): %w", name, err)
+	}
+	return fd, nil
 }
 
 // VnetHdr reports whether the queue's packets carry a virtio-net header: Read puts it

@@ -2,12 +2,13 @@ package wireguard
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"sync"
 
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/tun"
+
+	weftun "github.com/weftnet/weft/tun"
 )
 
 // createTUN opens the TUN device name for wireguard-go, making it if it does not
@@ -15,39 +16,22 @@ import (
 // that a new weftd's device attaches a queue of its own beside ours in a hand-over.
 // A TUN an older weftd made single-queue is opened as it is (multiQueue false).
 func createTUN(name string, mtu int) (t tun.Device, multiQueue bool, err error) {
-	for _, mq := range []bool{true, false} {
-		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, false, fmt.Errorf("open /dev/net/tun: %w", err)
-		}
-		ifr, err := unix.NewIfreq(name)
-		if err != nil {
-			unix.Close(fd)
-			return nil, false, err
-		}
-		flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
-		if mq {
-			flags |= unix.IFF_MULTI_QUEUE
-		}
-		ifr.SetUint16(flags)
-		if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-			unix.Close(fd)
-			if mq && errors.Is(err, unix.EINVAL) { // single-queue: made so by an older weftd
-				continue
-			}
-			return nil, false, fmt.Errorf("TUNSETIFF %s: %w", name, err)
-		}
-		if err := unix.SetNonblock(fd, true); err != nil {
-			unix.Close(fd)
-			return nil, false, err
-		}
-		t, err := tun.CreateTUNFromFile(os.NewFile(uintptr(fd), "/dev/net/tun"), mtu)
-		if err != nil {
-			return nil, false, err
-		}
-		return t, mq, nil
+	multiQueue = true
+	fd, err := weftun.OpenVnetFD(name, true)
+	if errors.Is(err, unix.EINVAL) { // single-queue: made so by an older weftd
+		multiQueue = false
+		fd, err = weftun.OpenVnetFD(name, false)
 	}
-	return nil, false, fmt.Errorf("TUNSETIFF %s: %w", name, unix.EINVAL)
+	if err != nil {
+		return nil, false, err
+	}
+	f := os.NewFile(uintptr(fd), "/dev/net/tun")
+	t, err = tun.CreateTUNFromFile(f, mtu)
+	if err != nil {
+		f.Close()
+		return nil, false, err
+	}
+	return t, multiQueue, nil
 }
 
 // gatedTUN holds its reads until open: a device that took over from one still
