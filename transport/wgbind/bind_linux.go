@@ -236,7 +236,8 @@ func (r *receiver) receive(packets [][]byte, sizes []int, eps []conn.Endpoint) (
 			step = size
 		}
 		end := min(r.off+step, size)
-		if r.b.passes(r.bufs[r.msg][r.off:end], r.c.From(r.msg), &r.hdr) { // the other device's, in a hand-over
+		from := r.c.From(r.msg)
+		if r.b.passes(r.bufs[r.msg][r.off:end], from, &r.hdr) { // the other device's, in a hand-over
 			if r.off = end; r.off >= size {
 				r.msg, r.off = r.msg+1, 0
 			}
@@ -247,7 +248,7 @@ func (r *receiver) receive(packets [][]byte, sizes []int, eps []conn.Endpoint) (
 			r.replays.check(packets[k][:sizes[k]])
 		}
 		r.inits.responded(packets[k][:sizes[k]])
-		eps[k] = r.eps.get(r.c.From(r.msg), r.c.Local(r.msg))
+		eps[k] = r.eps.get(from, r.c.Local(r.msg))
 		k++
 		if r.off = end; r.off >= size {
 			r.msg, r.off = r.msg+1, 0
