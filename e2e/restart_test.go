@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weftnet/weft/bench/lab"
 )
 
 const (
@@ -96,14 +98,7 @@ func testReplaceLoss(t *testing.T, backend string, handOver bool) {
 		how = "hand-over"
 		old := a.daemon
 		start(a)
-		eventually(t, 30*time.Second, func() error {
-			if code, done := old.ExitCode(); !done {
-				return fmt.Errorf("the old weftd still runs")
-			} else if code != 0 {
-				return fmt.Errorf("the old weftd exited with status %d; want 0", code)
-			}
-			return nil
-		})
+		awaitHandedOver(t, old)
 		stopped = time.Now()
 	} else {
 		c.stop(a) // SIGTERM, and wait until it is gone
@@ -147,6 +142,19 @@ func testReplaceLoss(t *testing.T, backend string, handOver bool) {
 		!strings.Contains(logs, "taking over the WireGuard device") {
 		t.Errorf("weftd's log does not say it took %s over", dev)
 	}
+}
+
+// awaitHandedOver waits until old, the weftd a new one took over from, has exited 0.
+func awaitHandedOver(t *testing.T, old *lab.Daemon) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() error {
+		if code, done := old.ExitCode(); !done {
+			return fmt.Errorf("the old weftd still runs")
+		} else if code != 0 {
+			return fmt.Errorf("the old weftd exited with status %d; want 0", code)
+		}
+		return nil
+	})
 }
 
 // TestRestartOtherBackend: a weftd started with another backend type removes the

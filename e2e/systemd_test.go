@@ -114,7 +114,7 @@ func TestSystemdUnitWireGuard(t *testing.T) {
 		t.Errorf("weftd.service still known to systemd after the uninstall steps:\n%s", out)
 	}
 	for _, gone := range []string{"/usr/local/bin/weftd", "/etc/default/weftd", "/etc/systemd/system/weftd.service",
-		"/run/flannel/subnet.env", "/run/flannel/wgkey", "/run/flannel/weft-ways.json", "/var/lib/weft/lease.json"} {
+		"/run/flannel/subnet.env", "/run/flannel/wgkey", "/run/flannel/weft-ways.json", "/run/flannel/weft-relayed.json", "/var/lib/weft/lease.json"} {
 		if _, err := os.Lstat(sd.root(gone)); !os.IsNotExist(err) {
 			t.Errorf("%s left after the uninstall steps (%v)", gone, err)
 		}

@@ -1,6 +1,7 @@
 package wireguard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -124,7 +125,7 @@ func (w *backend) open() error {
 	}
 	if w.node == nil && w.pathPort > 0 && w.devs[0] != nil {
 		n, err := relay.Listen(relay.Config{Port: w.pathPort, Private: w.priv, WGPort: w.opts.ListenPort,
-			SeenAt: w.seenAt, Log: w.log.Named("path")})
+			SeenAt: w.seenAt, Registrations: w.loadRelayed(), Log: w.log.Named("path")})
 		if err != nil {
 			// Without it every peer is direct, as in flanneld: worth a loud line, not a stop.
 			w.log.Error("no path socket: peers outside our site are reached directly only, and this host relays for none", zap.Error(err))
@@ -132,6 +133,10 @@ func (w *backend) open() error {
 		} else {
 			w.node = n
 			w.relayInProcess()
+			// Read at once, not from Run: in a hand-over the relays send here as soon
+			// as the old weftd's socket is gone, and the old device's relayed peers
+			// reach it through this one (Run came 0.2 s later in the sites lab).
+			w.nodeRun.Go(func() { _ = n.Run(context.Background()) })
 		}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/weftnet/weft/paths/way"
+	"github.com/weftnet/weft/transport/relay"
 )
 
 // WaysFile is the name of the file, beside the private key, where a host with a site
@@ -139,5 +140,77 @@ func (w *backend) saveWays() {
 	w.waysSaved, w.waysSavedAt = string(sig), now
 	if err != nil {
 		w.log.Warn("keeping the ways for the next start", zap.String("file", w.waysPath()), zap.Error(err))
+	}
+}
+
+// RelayedFile is the name of the file, beside the private key, where weftd keeps the
+// hosts its path socket relays for when it stops, so that the next weftd relays for
+// them at once: without it their frames were dropped until each said hello again,
+// up to relay.HelloEvery later (7.5 s of a relayed pair's pings in the sites lab).
+const RelayedFile = "weft-relayed.json"
+
+// keptRelayed is one host the path socket relayed for, as the file keeps it.
+type keptRelayed struct {
+	Key  string         `json:"key"`
+	Addr netip.AddrPort `json:"addr"`
+	At   time.Time      `json:"at"`
+	TS   uint64         `json:"ts"`
+}
+
+func (w *backend) relayedPath() string { return filepath.Join(filepath.Dir(w.keyFile), RelayedFile) }
+
+// loadRelayed reads the hosts an earlier weftd's path socket relayed for; a missing
+// or unreadable file (logged) gives none.
+func (w *backend) loadRelayed() []relay.Registration {
+	data, err := os.ReadFile(w.relayedPath())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	var kept []keptRelayed
+	if err == nil {
+		err = json.Unmarshal(data, &kept)
+	}
+	if err != nil {
+		w.log.Warn("the hosts relayed before the restart are unreadable; each is relayed again after its next hello", zap.String("file", w.relayedPath()), zap.Error(err))
+		return nil
+	}
+	var rs []relay.Registration
+	for _, k := range kept {
+		key, err := wgtypes.ParseKey(k.Key)
+		if err != nil {
+			continue
+		}
+		rs = append(rs, relay.Registration{Key: relay.Key(key), Addr: k.Addr, At: k.At, TS: k.TS})
+	}
+	if len(rs) > 0 {
+		w.log.Info("relaying at once for the hosts relayed before the restart",
+			zap.String("file", w.relayedPath()), zap.Int("hosts", len(rs)))
+	}
+	return rs
+}
+
+// saveRelayed writes the hosts the path socket relays for now to the relayed file,
+// for the next weftd (at Close); with none, it removes the file.
+func (w *backend) saveRelayed(n *relay.Node) {
+	rs := n.Registrations()
+	if len(rs) == 0 {
+		if err := os.Remove(w.relayedPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			w.log.Warn("removing the relayed hosts an earlier weftd kept", zap.String("file", w.relayedPath()), zap.Error(err))
+		}
+		return
+	}
+	kept := make([]keptRelayed, 0, len(rs))
+	for _, r := range rs {
+		kept = append(kept, keptRelayed{Key: wgtypes.Key(r.Key).String(), Addr: r.Addr, At: r.At.UTC(), TS: r.TS})
+	}
+	data, err := json.MarshalIndent(kept, "", "  ")
+	if err == nil {
+		tmp := w.relayedPath() + ".tmp"
+		if err = os.WriteFile(tmp, append(data, '\n'), 0o600); err == nil {
+			err = os.Rename(tmp, w.relayedPath())
+		}
+	}
+	if err != nil {
+		w.log.Warn("keeping the relayed hosts for the next start", zap.String("file", w.relayedPath()), zap.Error(err))
 	}
 }

@@ -40,17 +40,6 @@ func (w *backend) Run(ctx context.Context) error {
 	defer choose.Stop()
 	firstDue := time.NewTicker(relayFirstTick)
 	defer firstDue.Stop()
-	w.mu.Lock()
-	node := w.node
-	w.mu.Unlock()
-	if node != nil {
-		done := make(chan struct{})
-		defer func() { <-done }()
-		go func() {
-			defer close(done)
-			_ = node.Run(ctx)
-		}()
-	}
 	for {
 		select {
 		case <-ctx.Done():

@@ -148,8 +148,10 @@ type backend struct {
 	keptWays    map[wgtypes.Key]keptWay
 	waysSaved   string
 	waysSavedAt time.Time
-	// The path socket (nil: none) on pathPort; noChoice keeps every peer direct.
+	// The path socket (nil: none) on pathPort, read from the moment it is open
+	// until Close (nodeRun); noChoice keeps every peer direct.
 	node     *relay.Node
+	nodeRun  sync.WaitGroup
 	pathPort int
 	noChoice bool
 	// Our NAT's outside address for our WireGuard socket, as the hosts we say hello
@@ -330,7 +332,9 @@ func (w *backend) Close() error {
 	}
 	if w.node != nil {
 		errs = append(errs, w.node.Close())
+		w.saveRelayed(w.node)
 		w.node = nil
 	}
+	w.nodeRun.Wait()
 	return errors.Join(errs...)
 }

@@ -68,6 +68,35 @@ func (n *Node) IsEndpoint(ep netip.AddrPort) (Key, bool) {
 	return k, ok
 }
 
+// PeerOf is the peer whose loopback address ep is (transport/wgbind.RelayPeers). It
+// answers after Close too, for the addresses the node had: a userspace device
+// handing over goes on after the node, and names its relayed peers by key to the
+// new weftd's.
+func (n *Node) PeerOf(ep netip.AddrPort) ([32]byte, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k, ok := n.standIns[ep]
+	return k, ok
+}
+
+// StandIn is peer k's loopback address, when it has one (transport/wgbind.RelayPeers).
+// It answers after Close too, as PeerOf does.
+func (n *Node) StandIn(k [32]byte) (netip.AddrPort, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if l, ok := n.locals[Key(k)]; ok {
+		return l.addr, true
+	}
+	if n.closed { // the locals are gone, their addresses kept
+		for ap, pk := range n.standIns {
+			if pk == Key(k) {
+				return ap, true
+			}
+		}
+	}
+	return netip.AddrPort{}, false
+}
+
 // SendRelayed sends bufs, datagrams of our device for the peer whose loopback
 // socket is at to, through that peer's relay, without the loopback leg: each goes
 // as the peer's frame header and the datagram, gathered (neither copied), in runs

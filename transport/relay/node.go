@@ -57,7 +57,21 @@ type Config struct {
 	// SeenAt is where our WireGuard device sees peer k's device (the endpoint in
 	// use), told to k in the answer to its hello; nil or an invalid address: unknown.
 	SeenAt func(k Key) netip.AddrPort
-	Log    *zap.Logger
+	// Registrations are the hosts an earlier node on this host relayed for
+	// (Registrations), relayed at once: without them a restarted relay drops their
+	// frames until each says hello again, up to HelloEvery later. Those older than
+	// the registrations' lifetime are left out.
+	Registrations []Registration
+	Log           *zap.Logger
+}
+
+// Registration is a host that said hello to us: its key, where its hello came from
+// and when, and the hello's time (a hello no newer is a replay).
+type Registration struct {
+	Key  Key
+	Addr netip.AddrPort
+	At   time.Time
+	TS   uint64
 }
 
 // Device is a WireGuard device in this process that takes relayed datagrams
@@ -186,7 +200,30 @@ func Listen(cfg Config) (*Node, error) {
 		pings: map[uint64]pingSent{}, rtts: map[pathID]Measure{}, macs: map[Key][32]byte{},
 		punches: map[Key]Punch{}, punchTS: map[Key]uint64{},
 	}
+	now := time.Now()
+	for _, r := range cfg.Registrations {
+		if !r.Addr.IsValid() || r.At.After(now) || now.Sub(r.At) > regTTL {
+			continue
+		}
+		n.regs[r.Key] = registration{addr: r.Addr, at: r.At}
+		n.lastTS[r.Key] = max(n.lastTS[r.Key], r.TS)
+	}
 	return n, nil
+}
+
+// Registrations are the hosts we relay for now (registered by a hello within the
+// registrations' lifetime), for the next node on this host (Config.Registrations).
+func (n *Node) Registrations() []Registration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	out := make([]Registration, 0, len(n.regs))
+	for k, r := range n.regs {
+		if now.Sub(r.at) <= regTTL {
+			out = append(out, Registration{Key: k, Addr: r.addr, At: r.at, TS: n.lastTS[k]})
+		}
+	}
+	return out
 }
 
 type deviceRef struct{ Device }
@@ -289,7 +326,8 @@ func (n *Node) sendLocked() {
 	}
 }
 
-// Close closes the relay socket and every loopback socket.
+// Close closes the relay socket and every loopback socket. PeerOf still knows the
+// loopback addresses after it.
 func (n *Node) Close() error {
 	n.mu.Lock()
 	if n.closed {
@@ -299,7 +337,6 @@ func (n *Node) Close() error {
 	n.closed = true
 	locals := n.locals
 	n.locals = map[Key]*local{}
-	n.standIns = map[netip.AddrPort]Key{}
 	n.mu.Unlock()
 	errs := []error{n.conn.Close()}
 	for _, l := range locals {

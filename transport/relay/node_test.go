@@ -17,9 +17,10 @@ import (
 
 // host is a Node and a UDP socket on loopback that plays its WireGuard device.
 type host struct {
-	n   *Node
-	dev *net.UDPConn
-	pub Key
+	n    *Node
+	dev  *net.UDPConn
+	pub  Key
+	priv [32]byte
 }
 
 func newHost(t *testing.T, seen func(Key) netip.AddrPort) *host {
@@ -41,7 +42,7 @@ func newHost(t *testing.T, seen func(Key) netip.AddrPort) *host {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = n.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; _ = dev.Close() })
-	return &host{n: n, dev: dev, pub: Key(pub)}
+	return &host{n: n, dev: dev, pub: Key(pub), priv: priv}
 }
 
 func (h *host) addr() netip.AddrPort {
@@ -472,4 +473,83 @@ func TestPings(t *testing.T) {
 	if m := a.n.MeasuredAt(peers[0].pub, r.addr()); !m.At.IsZero() {
 		t.Fatalf("measured at an address never pinged: %+v", m)
 	}
+}
+
+// TestRegistrationsKept: a relay's registrations, given to the next node on its key
+// (a restart), have it relay at once for the hosts that said hello to the first,
+// without a new hello; one older than a registration lives is left out.
+func TestRegistrationsKept(t *testing.T) {
+	r, a, b := newHost(t, nil), newHost(t, nil), newHost(t, nil)
+	for _, h := range []*host{a, b} {
+		if err := h.n.Hello(r.pub, r.addr()); err != nil {
+			t.Fatal(err)
+		}
+		await(t, "hello answered", func() bool { return h.n.Seen()[r.pub].At.After(time.Time{}) })
+	}
+	regs := r.n.Registrations()
+	want := map[Key]netip.AddrPort{a.pub: a.addr(), b.pub: b.addr()}
+	if len(regs) != 2 {
+		t.Fatalf("r's registrations: %+v, want a's and b's", regs)
+	}
+	for _, g := range regs {
+		if want[g.Key] != g.Addr || g.TS == 0 || time.Since(g.At) > time.Minute {
+			t.Fatalf("r's registration %+v, want %v, a hello's time and when", g, want[g.Key])
+		}
+	}
+	if err := r.n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	stale := Registration{Key: Key{1}, Addr: netip.MustParseAddrPort("127.0.0.1:9"), At: time.Now().Add(-regTTL - time.Second), TS: 1}
+	r2, err := Listen(Config{Private: r.priv, Registrations: append(regs, stale)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r2.Run(context.Background()) }()
+	t.Cleanup(func() { _ = r2.Close(); <-done })
+	if got := r2.Registrations(); len(got) != 2 {
+		t.Fatalf("the next node's registrations: %+v, want a's and b's, not the stale one", got)
+	}
+	epB, err := a.n.Endpoint(b.pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.n.SetRoute(b.pub, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(r2.Port())))
+	msg := append([]byte{4, 0, 0, 0}, bytes.Repeat([]byte{0xcd}, 200)...)
+	if _, err := a.dev.WriteToUDPAddrPort(msg, epB); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readDev(t, b); !bytes.Equal(got, msg) {
+		t.Fatalf("b's device got %x, want a's datagram through the next node", got)
+	}
+	if p, _ := r2.Forwarded(); p != 1 {
+		t.Fatalf("the next node forwarded %d, want 1", p)
+	}
+}
+
+// TestStandInsAfterClose: a node names the peers of its loopback addresses, and
+// their addresses, after Close too (a device handing over goes on after it).
+func TestStandInsAfterClose(t *testing.T) {
+	a, b := newHost(t, nil), newHost(t, nil)
+	ep, err := a.n.Endpoint(b.pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		if k, ok := a.n.PeerOf(ep); !ok || k != b.pub {
+			t.Fatalf("%s: PeerOf(%v) = %x, %v; want b's key", when, ep, k[:4], ok)
+		}
+		if got, ok := a.n.StandIn(b.pub); !ok || got != ep {
+			t.Fatalf("%s: StandIn(b) = %v, %v; want %v", when, got, ok, ep)
+		}
+		if _, ok := a.n.StandIn(Key{7}); ok {
+			t.Fatalf("%s: a stand-in for a key never relayed", when)
+		}
+	}
+	check("open")
+	if err := a.n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check("closed")
 }

@@ -115,6 +115,14 @@ func (b *Bind) SetRelay(r Relay) {
 // is from; p is copied. It reports false, and counts a drop, when the device cannot
 // take it now (its queue full, the Bind closed, or no TakeRelayed).
 func (b *Bind) Deliver(p []byte, from netip.AddrPort) bool {
+	if b.passesRelayed(p, from) { // the other device's, in a hand-over
+		return true
+	}
+	return b.deliver(p, from)
+}
+
+// deliver is Deliver without the hand-over's check.
+func (b *Bind) deliver(p []byte, from netip.AddrPort) bool {
 	if q := b.queue.Load(); q != nil && q.put(p, from) {
 		return true
 	}
@@ -280,6 +288,9 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 func (b *Bind) send(bufs [][]byte, e *Endpoint) error {
 	to := e.ap
 	if r := b.relay.Load(); r != nil && to.Addr().IsLoopback() {
+		if b.passesRelayOut(bufs, to) { // handing over: our relay node is gone
+			return nil
+		}
 		if ok, err := r.SendRelayed(bufs, to); ok {
 			return err
 		}

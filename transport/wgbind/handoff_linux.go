@@ -30,6 +30,13 @@ import (
 // are the new device's. The old device sends no handshake any more: its sessions
 // end with it. It stops once no datagram of its sessions came for handOverQuiet, or
 // handOverMax after the new one joined, or handOverJoin after HandOver when none did.
+//
+// Relayed peers come and go through each weftd's relay node, and the old weftd's
+// node closes with it: the new Bind passes the old one the relayed datagrams of the
+// old device's sessions, and the old one passes the new one what its device sends
+// a relayed peer, for the new node to send. Each device has its own stand-in
+// address for a relayed peer, so those frames name the peer by its key
+// (RelayPeers).
 
 // Hand-over times.
 const (
@@ -43,8 +50,9 @@ const (
 // response at offset 8.
 const msgCookieReply = 3
 
-// handOverHello is the new Bind's first datagram to the old one.
-const handOverHello = "weft wgbind take over v1"
+// handOverHello is the new Bind's first datagram to the old one. v2 frames have a
+// kind (v1, never released, had only the socket's).
+const handOverHello = "weft wgbind take over v2"
 
 // ownAge is how long an index our device gave stays ours: a WireGuard session is
 // refused after 180 s (REJECT_AFTER_TIME), so a handshake's index is long dead by
@@ -103,8 +111,13 @@ func sessionIndex(p []byte) (idx uint32, ok bool) {
 }
 
 // partner is the other Bind of a hand-over, joined by a connected datagram socket.
-// A frame is the peer's address (16 bytes, IPv4 as mapped), its port (2, big-
-// endian), then the datagram.
+// A frame is its kind (1 byte), a header of that kind, then the datagram:
+//   - frameSocket: the peer's address (16 bytes, IPv4 as mapped) and port (2,
+//     big-endian), as our socket got it;
+//   - frameRelayed: the key of the relayed peer it came from (32), as our relay
+//     node got it;
+//   - frameRelayOut: the key of the relayed peer to send it to (32), through the
+//     receiver's relay node.
 type partner struct {
 	c   *net.UnixConn
 	old bool // this Bind's device is the one handing over
@@ -114,7 +127,23 @@ type partner struct {
 	lost    atomic.Uint64 // frames the other could not take now, or not at all
 }
 
-const frameHeader = 18
+// Frame kinds, and the longest header (kind included).
+const (
+	frameSocket   = 0
+	frameRelayed  = 1
+	frameRelayOut = 2
+	frameHeader   = 1 + 32
+)
+
+// RelayPeers is a Relay that names the peer behind each of its stand-in addresses
+// and the stand-in of each peer. In a hand-over the two devices' stand-ins for a
+// relayed peer differ, and the Binds pass its datagrams by the peer's key; a Bind
+// whose Relay is no RelayPeers passes none. PeerOf answers after the relay is
+// closed too: the old device goes on after its weftd's relay node.
+type RelayPeers interface {
+	PeerOf(standIn netip.AddrPort) (key [32]byte, ok bool)
+	StandIn(key [32]byte) (standIn netip.AddrPort, ok bool)
+}
 
 // handOver is what the Bind keeps of a hand-over. It outlives the Bind's Close
 // (wireguard-go closes its Bind before each Open): EndHandOver ends it.
@@ -132,9 +161,20 @@ type handOver struct {
 // a hand-over, and sends it there if so.
 func (b *Bind) passes(p []byte, from netip.AddrPort, hdr *[frameHeader]byte) bool {
 	pt := b.ho.p.Load()
-	if pt == nil {
+	if pt == nil || !b.othersOf(pt, p) {
 		return false
 	}
+	hdr[0] = frameSocket
+	a16 := from.Addr().As16()
+	copy(hdr[1:17], a16[:])
+	binary.BigEndian.PutUint16(hdr[17:], from.Port())
+	return b.pass(pt, hdr[:19], p)
+}
+
+// othersOf reports whether p, a datagram from a peer, is the partner's: it names a
+// session not ours, or (the old device's partner makes the new sessions) it is an
+// initiation. It notes when the old device last got one of its own.
+func (b *Bind) othersOf(pt *partner, p []byte) bool {
 	idx, ok := sessionIndex(p)
 	switch {
 	case ok && b.own.has(idx):
@@ -145,15 +185,72 @@ func (b *Bind) passes(p []byte, from netip.AddrPort, hdr *[frameHeader]byte) boo
 	case !ok && !(pt.old && isInitiation(p)):
 		return false
 	}
-	return b.pass(pt, p, from, hdr)
+	return true
 }
 
-// pass sends p, from from, to the partner. A partner gone (its socket closed) is
-// forgotten, and p is not passed: it is our device's now.
-func (b *Bind) pass(pt *partner, p []byte, from netip.AddrPort, hdr *[frameHeader]byte) bool {
-	a16 := from.Addr().As16()
-	copy(hdr[:16], a16[:])
-	binary.BigEndian.PutUint16(hdr[16:], from.Port())
+// passesRelayed is passes for p, relayed from the peer whose stand-in is from.
+func (b *Bind) passesRelayed(p []byte, from netip.AddrPort) bool {
+	pt := b.ho.p.Load()
+	if pt == nil || !b.othersOf(pt, p) {
+		return false
+	}
+	k, ok := b.peerOf(from)
+	if !ok {
+		return false
+	}
+	var hdr [frameHeader]byte
+	hdr[0] = frameRelayed
+	copy(hdr[1:], k[:])
+	return b.pass(pt, hdr[:], p)
+}
+
+// passesRelayOut reports whether bufs, our device's datagrams for the relayed peer
+// whose stand-in is to, go to the new device's relay: our device hands over, and
+// our relay node has closed with our weftd. It sends them there if so.
+func (b *Bind) passesRelayOut(bufs [][]byte, to netip.AddrPort) bool {
+	pt := b.ho.p.Load()
+	if pt == nil || !pt.old {
+		return false
+	}
+	k, ok := b.peerOf(to)
+	if !ok {
+		return false
+	}
+	var hdr [frameHeader]byte
+	hdr[0] = frameRelayOut
+	copy(hdr[1:], k[:])
+	for _, p := range bufs {
+		if !b.pass(pt, hdr[:], p) {
+			return false // the new device has stopped: nobody can send it
+		}
+	}
+	return true
+}
+
+// peerOf is the key of the relayed peer whose stand-in is ap.
+func (b *Bind) peerOf(ap netip.AddrPort) ([32]byte, bool) {
+	if r := b.relay.Load(); r != nil {
+		if rp, ok := r.Relay.(RelayPeers); ok {
+			return rp.PeerOf(ap)
+		}
+	}
+	return [32]byte{}, false
+}
+
+// standIn is our relay's stand-in for the relayed peer k.
+func (b *Bind) standIn(k [32]byte) (netip.AddrPort, bool) {
+	if r := b.relay.Load(); r != nil {
+		if rp, ok := r.Relay.(RelayPeers); ok {
+			return rp.StandIn(k)
+		}
+	}
+	return netip.AddrPort{}, false
+}
+
+// pass sends the frame of header hdr and datagram p to the partner. A partner
+// gone (its socket closed) is forgotten, and p is not passed: it is our device's
+// now.
+func (b *Bind) pass(pt *partner, hdr, p []byte) bool {
 	raw, err := pt.c.SyscallConn()
 	if err != nil {
 		b.ho.p.CompareAndSwap(pt, nil)
@@ -161,7 +258,7 @@ func (b *Bind) pass(pt *partner, p []byte, from netip.AddrPort, hdr *[frameHeade
 	}
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
-		_, serr = unix.SendmsgBuffers(int(fd), [][]byte{hdr[:], p}, nil, nil, unix.MSG_DONTWAIT)
+		_, serr = unix.SendmsgBuffers(int(fd), [][]byte{hdr, p}, nil, nil, unix.MSG_DONTWAIT)
 	}); err != nil {
 		serr = err
 	}
@@ -191,18 +288,45 @@ func (b *Bind) readPartner(pt *partner) {
 		if err != nil {
 			return
 		}
-		if n <= frameHeader || !sameUser(oob[:oobn]) {
+		if n == 0 || !sameUser(oob[:oobn]) {
 			continue
 		}
-		from := netip.AddrPortFrom(netip.AddrFrom16([16]byte(buf[:16])).Unmap(), binary.BigEndian.Uint16(buf[16:]))
-		msg := buf[frameHeader:n]
-		if pt.old {
-			if idx, ok := sessionIndex(msg); ok && b.own.has(idx) {
-				pt.lastOwn.Store(time.Now().UnixNano())
-			}
-		}
-		b.Deliver(msg, from)
+		b.takeFrame(pt, buf[:n])
 	}
+}
+
+// takeFrame hands the device, or our relay, a frame the partner passed.
+func (b *Bind) takeFrame(pt *partner, f []byte) {
+	var from netip.AddrPort
+	var msg []byte
+	switch {
+	case f[0] == frameSocket && len(f) > 19:
+		from = netip.AddrPortFrom(netip.AddrFrom16([16]byte(f[1:17])).Unmap(), binary.BigEndian.Uint16(f[17:]))
+		msg = f[19:]
+	case (f[0] == frameRelayed || f[0] == frameRelayOut) && len(f) > frameHeader:
+		msg = f[frameHeader:]
+		var ok bool
+		if from, ok = b.standIn([32]byte(f[1:frameHeader])); !ok {
+			b.relayDrops.Add(1) // a peer our relay does not relay (yet)
+			return
+		}
+		if f[0] == frameRelayOut {
+			if r := b.relay.Load(); r == nil {
+				b.relayDrops.Add(1)
+			} else if ok, _ := r.SendRelayed([][]byte{msg}, from); !ok {
+				b.relayDrops.Add(1)
+			}
+			return
+		}
+	default:
+		return
+	}
+	if pt.old {
+		if idx, ok := sessionIndex(msg); ok && b.own.has(idx) {
+			pt.lastOwn.Store(time.Now().UnixNano())
+		}
+	}
+	b.deliver(msg, from)
 }
 
 // HandOver leaves the Bind's device running for a new device on the same key and

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -222,5 +224,174 @@ func TestSessionIndex(t *testing.T) {
 				t.Fatalf("sessionIndex = %#x, %v; want %#x, %v", idx, ok, c.idx, c.ok)
 			}
 		})
+	}
+}
+
+// tableRelay is a relay node's stand-ins as a table, recording what the device sends
+// through it (the real node is tested in transport/relay and the sites e2e).
+type tableRelay struct {
+	mu       sync.Mutex
+	standIns map[netip.AddrPort][32]byte
+	sent     []relayedSend
+}
+
+type relayedSend struct {
+	to netip.AddrPort
+	p  []byte
+}
+
+func (r *tableRelay) SendRelayed(bufs [][]byte, to netip.AddrPort) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.standIns[to]; !ok {
+		return false, nil
+	}
+	for _, p := range bufs {
+		r.sent = append(r.sent, relayedSend{to, append([]byte(nil), p...)})
+	}
+	return true, nil
+}
+
+func (r *tableRelay) PeerOf(ap netip.AddrPort) ([32]byte, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k, ok := r.standIns[ap]
+	return k, ok
+}
+
+func (r *tableRelay) StandIn(k [32]byte) (netip.AddrPort, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for ap, pk := range r.standIns {
+		if pk == k {
+			return ap, true
+		}
+	}
+	return netip.AddrPort{}, false
+}
+
+func (r *tableRelay) await(t *testing.T, n int) []relayedSend {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		r.mu.Lock()
+		got := slices.Clone(r.sent)
+		r.mu.Unlock()
+		if len(got) >= n {
+			return got
+		}
+	}
+	t.Fatalf("the relay sent fewer than %d datagrams", n)
+	return nil
+}
+
+// TestHandOverRelayed: a relayed peer has a stand-in address of its own on each
+// side of a hand-over. What the new device's relay brings for the old device's
+// session reaches the old device from the old stand-in; what the old device sends
+// the peer goes out through the new device's relay, to the new stand-in; the new
+// device's own stay with it.
+func TestHandOverRelayed(t *testing.T) {
+	name := fmt.Sprintf("weft-test-handover-relayed-%d", os.Getpid())
+	log := zap.NewNop()
+	peerKey := [32]byte{42}
+	oldIn, newIn := netip.MustParseAddrPort("127.0.0.1:1001"), netip.MustParseAddrPort("127.0.0.1:2002")
+	oldR := &tableRelay{standIns: map[netip.AddrPort][32]byte{oldIn: peerKey}}
+	newR := &tableRelay{standIns: map[netip.AddrPort][32]byte{newIn: peerKey}}
+	var wg sync.WaitGroup // the receiving goroutines, ended by the Binds' Close
+	t.Cleanup(wg.Wait)
+
+	old := New(log, nil)
+	old.TakeRelayed(nil)
+	old.SetRelay(oldR)
+	oldFns, port, err := old.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { old.Close(); old.EndHandOver() })
+	oldEP, _ := old.ParseEndpoint(oldIn.String())
+	const oldIdx, newIdx = 0x5555, 0x6666
+	if err := old.Send([][]byte{handshake(msgInitiation, oldIdx)}, oldEP); err != nil {
+		t.Fatal(err)
+	}
+	oldR.await(t, 1)
+	if _, err := old.HandOver(name); err != nil {
+		t.Fatal(err)
+	}
+	nb := New(log, nil)
+	nb.TakeRelayed(nil)
+	nb.SetRelay(newR)
+	if joined, err := nb.TakeOver(name); err != nil || !joined {
+		t.Fatalf("TakeOver: %v, %v", joined, err)
+	}
+	newFns, _, err := nb.Open(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nb.Close(); nb.EndHandOver() })
+	newEP, _ := nb.ParseEndpoint(newIn.String())
+	if err := nb.Send([][]byte{handshake(msgResponse, newIdx)}, newEP); err != nil {
+		t.Fatal(err)
+	}
+	newR.await(t, 1)
+
+	type got struct {
+		p    []byte
+		from string
+	}
+	receive := func(fn conn.ReceiveFunc, out chan<- got, wg *sync.WaitGroup) {
+		wg.Go(func() {
+			packets, sizes, eps := [][]byte{make([]byte, 2048)}, make([]int, 1), make([]conn.Endpoint, 1)
+			for {
+				n, err := fn(packets, sizes, eps)
+				if err != nil {
+					return
+				}
+				for i := range n {
+					out <- got{append([]byte(nil), packets[i][:sizes[i]]...), eps[i].DstToString()}
+				}
+			}
+		})
+	}
+	oldGot, newGot := make(chan got, 16), make(chan got, 16)
+	receive(oldFns[len(oldFns)-1], oldGot, &wg) // the relayed datagrams' receive function
+	receive(newFns[len(newFns)-1], newGot, &wg)
+	next := func(ch <-chan got, who string) got {
+		t.Helper()
+		select {
+		case g := <-ch:
+			return g
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the %s device got nothing", who)
+			return got{}
+		}
+	}
+
+	// The new relay brings one of each session's.
+	if !nb.Deliver(transportMsg(oldIdx, 1), newIn) || !nb.Deliver(transportMsg(newIdx, 1), newIn) {
+		t.Fatal("Deliver refused")
+	}
+	if g := next(oldGot, "old"); binary.LittleEndian.Uint32(g.p[4:]) != oldIdx || g.from != oldIn.String() {
+		t.Fatalf("the old device got index %#x from %s, want %#x from its stand-in %v", binary.LittleEndian.Uint32(g.p[4:]), g.from, oldIdx, oldIn)
+	}
+	if g := next(newGot, "new"); binary.LittleEndian.Uint32(g.p[4:]) != newIdx || g.from != newIn.String() {
+		t.Fatalf("the new device got index %#x from %s, want %#x from %v", binary.LittleEndian.Uint32(g.p[4:]), g.from, newIdx, newIn)
+	}
+	// The old device answers the peer: through the new relay, to the new stand-in.
+	reply := transportMsg(7, 2)
+	if err := old.Send([][]byte{reply}, oldEP); err != nil {
+		t.Fatal(err)
+	}
+	sent := newR.await(t, 2)
+	if s := sent[1]; s.to != newIn || string(s.p) != string(reply) {
+		t.Fatalf("the new relay sent %x to %v, want the old device's %x to %v", s.p, s.to, reply, newIn)
+	}
+	if n := len(oldR.await(t, 1)); n != 1 {
+		t.Fatalf("the old relay (closed with its weftd) sent %d datagrams, want only the one before the hand-over", n)
+	}
+	// A stand-in the relay does not know stays with the device it came to.
+	if !nb.Deliver(transportMsg(oldIdx, 3), netip.MustParseAddrPort("127.0.0.1:3003")) {
+		t.Fatal("Deliver refused")
+	}
+	if g := next(newGot, "new"); g.from != "127.0.0.1:3003" {
+		t.Fatalf("the new device got %x from %s", g.p, g.from)
 	}
 }
