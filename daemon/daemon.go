@@ -138,7 +138,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		// touches the host only once it has, but for a data path that can run beside
 		// that one's.
 		d.startBeside(ctx, be)
-		if err := s.takeOver(ctx); err != nil || ctx.Err() != nil {
+		if err := s.takeOver(ctx, be); err != nil || ctx.Err() != nil {
 			return err
 		}
 		s.watch(ctx, cancel)
@@ -161,6 +161,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		if err := be.Close(); err != nil {
 			d.log.Warn("closing the backend", zap.Error(err))
 		}
+		s.pass(be)
 	}()
 
 	attrs, err := leaseAttrs(ctx, be, ext)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -54,15 +56,22 @@ func (s *succession) hold() (running bool) {
 }
 
 // takeOver asks the weftd that runs to stop, waits until it has, and holds the name.
-func (s *succession) takeOver(ctx context.Context) error {
+// The sockets the old one passed on go to be (encap.SocketPasser).
+func (s *succession) takeOver(ctx context.Context, be encap.Backend) error {
 	for {
 		actx, cancel := context.WithTimeout(ctx, handOverTimeout)
 		s.log.Info("a weftd runs on this host: asking it to hand over")
-		pid, err := handover.Ask(actx, s.name)
+		tk, err := handover.Ask(actx, s.name)
 		cancel()
 		switch {
 		case err == nil:
-			s.log.Info("the weftd that ran has stopped: taking over", zap.Int("pid", pid))
+			s.log.Info("the weftd that ran has stopped: taking over", zap.Int("pid", tk.PID),
+				zap.Strings("sockets", slices.Sorted(maps.Keys(tk.Files))))
+			if sp, ok := be.(encap.SocketPasser); ok && len(tk.Files) > 0 {
+				sp.TakeSockets(tk.Files)
+			} else {
+				tk.Close()
+			}
 		case errors.Is(err, syscall.ECONNREFUSED): // it stopped before we asked
 		case errors.Is(err, handover.ErrRefused): // another new weftd asked first
 			s.log.Warn("the weftd that runs is handing over to another", zap.Error(err))
@@ -99,6 +108,23 @@ func (s *succession) watch(ctx context.Context, stop context.CancelFunc) {
 			stop()
 		}
 	}()
+}
+
+// pass gives the new weftd that asked the sockets be hands on (encap.SocketPasser),
+// with the word that this one has stopped (release). Call it after be's Close.
+func (s *succession) pass(be encap.Backend) {
+	sp, ok := be.(encap.SocketPasser)
+	if !ok || s.by.Load() == 0 {
+		return
+	}
+	files := sp.PassSockets()
+	if s.ln == nil {
+		for _, f := range files {
+			_ = f.Close()
+		}
+		return
+	}
+	s.ln.Pass(files)
 }
 
 // release ends the succession when run returns err: it gives the name up and tells

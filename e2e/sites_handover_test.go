@@ -9,8 +9,8 @@ import (
 )
 
 // sitesRelayedHandOver: a new weftd started on a1 beside the old one while a1's and
-// b1's pods, relayed, ping each other every 10 ms. The old device's relayed peers go
-// on through the new weftd's relay node (its own closed with it).
+// b1's pods, relayed, ping each other every 10 ms. The old weftd hands its path
+// socket on to the new one, and its device's relayed peers go on through it.
 func sitesRelayedHandOver(t *testing.T, s *siteLab) { s.replaceUnderPings(t, "a1", true) }
 
 // sitesRelayHandOver: the same with a new weftd on the host that relays them; it
@@ -78,6 +78,9 @@ func (s *siteLab) replaceUnderPings(t *testing.T, name string, handOver bool) {
 	}
 	if handOver && !strings.Contains(logs, "the new device joined") {
 		t.Errorf("the old weftd's WireGuard device on %s did not serve beside the new one", name)
+	}
+	if handOver && !strings.Contains(logs, "going on with the path socket the weftd before us passed on") {
+		t.Errorf("the new weftd on %s opened a path socket of its own instead of going on with the old one's", name)
 	}
 	if name != "a1" && !strings.Contains(logs, "relaying at once for the hosts relayed before the restart") {
 		t.Errorf("the new weftd on %s does not say it relays at once for the hosts its predecessor relayed", name)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/weftnet/weft/lease"
@@ -158,4 +159,17 @@ type BesideStarter interface {
 // Implemented by wireguard (its userspace devices).
 type Lingerer interface {
 	Linger() <-chan struct{}
+}
+
+// SocketPasser hands its sockets on in a hand-over, so that what reaches them while
+// neither weftd reads waits there for the new one instead of being refused by a port
+// nobody holds. On the weftd that stops for a new one, the daemon calls PassSockets
+// after Linger and Close: copies of the sockets by name, the caller's to close. On
+// the new one it calls TakeSockets with them before Register; a socket the backend
+// does not use, or one unlike what it would open, it closes and opens its own.
+//
+// Implemented by wireguard (its path socket).
+type SocketPasser interface {
+	PassSockets() map[string]*os.File
+	TakeSockets(map[string]*os.File)
 }

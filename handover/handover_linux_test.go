@@ -34,8 +34,8 @@ func TestHandOver(t *testing.T) {
 	}
 	first := make(chan answer, 1)
 	go func() {
-		pid, err := Ask(ctx, name)
-		first <- answer{pid, err}
+		tk, err := Ask(ctx, name)
+		first <- answer{tk.PID, err}
 	}()
 	var req Request
 	select {
@@ -115,5 +115,80 @@ func TestHandOverAskTimeout(t *testing.T) {
 	defer cancel()
 	if _, err := Ask(ctx, name); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Ask: %v, want the context's deadline", err)
+	}
+}
+
+// The old weftd's sockets pass to the new one with "stopped", and what waits in
+// them is the new one's to read; a file of a name outside the protocol's stays.
+func TestHandOverPassesSockets(t *testing.T) {
+	name := testName(t)
+	old, err := Listen(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	sock, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := sock.LocalAddr().(*net.UDPAddr).AddrPort()
+	f, err := sock.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f2, err := sock.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock.Close() // the copies keep it
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type answer struct {
+		tk  Taken
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		tk, err := Ask(ctx, name)
+		got <- answer{tk, err}
+	}()
+	select {
+	case <-old.Requests():
+	case <-ctx.Done():
+		t.Fatal("no request")
+	}
+	old.Pass(map[string]*os.File{"path": f, "bad name\n": f2})
+	c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("waits")); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a := <-got
+	if a.err != nil {
+		t.Fatalf("Ask: %v", a.err)
+	}
+	defer a.tk.Close()
+	if len(a.tk.Files) != 1 || a.tk.Files["path"] == nil {
+		t.Fatalf("files passed: %v, want path only", a.tk.Files)
+	}
+	pc, err := net.FilePacketConn(a.tk.Files["path"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	if pc.LocalAddr().(*net.UDPAddr).AddrPort() != addr {
+		t.Fatalf("passed socket on %v, want %v", pc.LocalAddr(), addr)
+	}
+	buf := make([]byte, 16)
+	_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, _, err := pc.ReadFrom(buf)
+	if err != nil || string(buf[:n]) != "waits" {
+		t.Fatalf("read the passed socket: %q, %v; want what waited in it", buf[:n], err)
 	}
 }

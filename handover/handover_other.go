@@ -2,7 +2,10 @@
 
 package handover
 
-import "context"
+import (
+	"context"
+	"os"
+)
 
 // Listener is Linux's; elsewhere Listen fails with ErrUnsupported.
 type Listener struct{}
@@ -16,8 +19,28 @@ func Listen(string) (*Listener, error) { return nil, ErrUnsupported }
 // Requests gives nothing.
 func (*Listener) Requests() <-chan Request { return nil }
 
+// Pass closes the files.
+func (*Listener) Pass(files map[string]*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
 // Close does nothing.
 func (*Listener) Close() error { return nil }
 
+// Taken is what Ask got from the weftd that stopped.
+type Taken struct {
+	PID   int
+	Files map[string]*os.File
+}
+
+// Close closes the files not taken out of t.Files.
+func (t Taken) Close() {
+	for _, f := range t.Files {
+		f.Close()
+	}
+}
+
 // Ask fails with ErrUnsupported.
-func Ask(context.Context, string) (int, error) { return 0, ErrUnsupported }
+func Ask(context.Context, string) (Taken, error) { return Taken{}, ErrUnsupported }

@@ -136,12 +136,20 @@ func Listen(o Options, rbufs [][]byte, log *zap.Logger) (*Conn, error) {
 	if o.Addr.IsValid() {
 		laddr = netip.AddrPortFrom(o.Addr, uint16(o.Port)).String()
 	}
-	pc, err := lc.ListenPacket(context.Background(), network, laddr)
-	if err != nil {
-		return nil, fmt.Errorf("udp %s: listen: %w", laddr, err)
+	var c *net.UDPConn
+	if o.From != nil {
+		var err error
+		if c, err = goOn(o, log); err != nil {
+			return nil, fmt.Errorf("udp %s: %w", laddr, err)
+		}
+	} else {
+		pc, err := lc.ListenPacket(context.Background(), network, laddr)
+		if err != nil {
+			return nil, fmt.Errorf("udp %s: listen: %w", laddr, err)
+		}
+		c = pc.(*net.UDPConn)
 	}
 	msgs, iovs := max(o.Messages, 1), max(o.Iovecs, 1)
-	c := pc.(*net.UDPConn)
 	rc, err := c.SyscallConn()
 	if err != nil {
 		c.Close()
@@ -225,6 +233,61 @@ func Listen(o Options, rbufs [][]byte, log *zap.Logger) (*Conn, error) {
 	}
 	return u, nil
 }
+
+// goOn takes a copy of o.From, a socket opened before (by an earlier weftd), when it
+// is the one o describes, and sets o's buffer sizes on it.
+func goOn(o Options, log *zap.Logger) (*net.UDPConn, error) {
+	fc, err := net.FilePacketConn(o.From)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSocket, err)
+	}
+	c, ok := fc.(*net.UDPConn)
+	if !ok {
+		fc.Close()
+		return nil, fmt.Errorf("%w: a %s socket", ErrSocket, fc.LocalAddr().Network())
+	}
+	la := c.LocalAddr().(*net.UDPAddr).AddrPort()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%w: %w", ErrSocket, err)
+	}
+	domain, v6only := -1, 0
+	_ = rc.Control(func(fd uintptr) {
+		if d, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil {
+			domain = d
+		}
+		if domain == unix.AF_INET6 {
+			v6only, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_V6ONLY)
+		}
+		if o.SocketBuffer > 0 {
+			setBuf(int(fd), unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, o.SocketBuffer, log)
+			setBuf(int(fd), unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, o.SocketBuffer, log)
+		}
+	})
+	var why string
+	switch {
+	case o.Port != 0 && int(la.Port()) != o.Port:
+		why = fmt.Sprintf("bound to port %d", la.Port())
+	case o.Addr.IsValid() && la.Addr().Unmap() != o.Addr.Unmap():
+		why = fmt.Sprintf("bound to %s", la.Addr())
+	case o.DualStack && domain == unix.AF_INET6 && v6only != 0:
+		why = "IPv6 only"
+	case o.IPv6 && (domain != unix.AF_INET6 || v6only == 0):
+		why = "not IPv6 only"
+	case !o.IPv6 && !o.DualStack && domain != unix.AF_INET:
+		why = "not IPv4"
+	}
+	if why != "" {
+		c.Close()
+		return nil, fmt.Errorf("%w: %s", ErrSocket, why)
+	}
+	return c, nil
+}
+
+// File is a copy of the socket, to pass on (Options.From): closing either leaves the
+// other open, and what reaches the socket waits there for whichever reads it.
+func (u *Conn) File() (*os.File, error) { return u.c.File() }
 
 func setBuf(fd, force, plain, n int, log *zap.Logger) {
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, n) == nil {

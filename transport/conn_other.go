@@ -5,6 +5,7 @@ package transport
 import (
 	"errors"
 	"net/netip"
+	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,6 +17,7 @@ type Conn struct{}
 // Listen is not implemented on this platform.
 func Listen(Options, [][]byte, *zap.Logger) (*Conn, error) { return nil, errors.ErrUnsupported }
 
+func (*Conn) File() (*os.File, error)               { return nil, errors.ErrUnsupported }
 func (*Conn) BufSizes() (int, int)                  { return 0, 0 }
 func (*Conn) LocalAddr() netip.AddrPort             { return netip.AddrPort{} }
 func (*Conn) GSO() bool                             { return false }

@@ -12,6 +12,7 @@ package transport
 import (
 	"errors"
 	"net/netip"
+	"os"
 )
 
 // Options are a socket's features; each can be switched off.
@@ -45,6 +46,11 @@ type Options struct {
 	// and the interface it came in on (Local): IP_PKTINFO, IPV6_RECVPKTINFO. Not with
 	// DualStack. Any socket may name a message's source (BeginFrom, StageRunFrom).
 	LocalAddrs bool
+	// From is a socket to go on with instead of opening one: an earlier weftd's,
+	// passed on in a hand-over (Conn.File), with what waits in it. It must be UDP,
+	// bound to Port (and Addr, when set) in the family the options ask for; Listen
+	// fails with ErrSocket otherwise. Listen takes a copy: the caller closes From.
+	From *os.File
 }
 
 // Local is a local address and the interface it is on: where a datagram came in, or
@@ -56,6 +62,10 @@ type Local struct {
 
 // IsValid reports whether l names an address.
 func (l Local) IsValid() bool { return l.Addr.IsValid() }
+
+// ErrSocket is returned by Listen for an Options.From that is not the socket the
+// options describe.
+var ErrSocket = errors.New("not the socket asked for")
 
 // ErrFamily is returned for a destination of the other address family than the
 // socket's.

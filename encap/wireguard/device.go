@@ -124,8 +124,7 @@ func (w *backend) open() error {
 			zap.Int("listen-port", port), zap.Int("mtu", w.MTU()))
 	}
 	if w.node == nil && w.pathPort > 0 && w.devs[0] != nil {
-		n, err := relay.Listen(relay.Config{Port: w.pathPort, Private: w.priv, WGPort: w.opts.ListenPort,
-			SeenAt: w.seenAt, Registrations: w.loadRelayed(), Log: w.log.Named("path")})
+		n, err := w.listenPath()
 		if err != nil {
 			// Without it every peer is direct, as in flanneld: worth a loud line, not a stop.
 			w.log.Error("no path socket: peers outside our site are reached directly only, and this host relays for none", zap.Error(err))
@@ -139,7 +138,36 @@ func (w *backend) open() error {
 			w.nodeRun.Go(func() { _ = n.Run(context.Background()) })
 		}
 	}
+	if w.devs[0] != nil { // a socket passed on that we do not use: no path socket here
+		closeFiles(w.taken)
+		w.taken = nil
+	}
 	return nil
+}
+
+// listenPath opens the path socket, or goes on with the one the weftd before us
+// passed on in a hand-over (TakeSockets): what reached it since that one stopped
+// reading waits there, and is read now. w.mu is held.
+func (w *backend) listenPath() (*relay.Node, error) {
+	cfg := relay.Config{Port: w.pathPort, Private: w.priv, WGPort: w.opts.ListenPort,
+		SeenAt: w.seenAt, Registrations: w.loadRelayed(), Log: w.log.Named("path")}
+	defer func() {
+		closeFiles(w.taken)
+		w.taken = nil
+	}()
+	if f := w.taken[pathSocket]; f != nil {
+		cfg.From = f
+		n, err := relay.Listen(cfg)
+		if err == nil {
+			w.log.Info("going on with the path socket the weftd before us passed on", zap.Int("port", n.Port()))
+			return n, nil
+		}
+		w.log.Warn("the path socket the weftd before us passed on does not fit: opening one", zap.Error(err))
+		_ = f.Close() // our copy holds the port
+		delete(w.taken, pathSocket)
+		cfg.From = nil
+	}
+	return relay.Listen(cfg)
 }
 
 // relayInProcess joins the IPv4 device and the path socket without loopback legs

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,6 +155,15 @@ type backend struct {
 	nodeRun  sync.WaitGroup
 	pathPort int
 	noChoice bool
+	// A hand-over (Linger): Close hands the path socket on (passing, PassSockets)
+	// and leaves the node sending for the device that lingers (handedNode) until
+	// closed is closed and the device has stopped. taken are the sockets the weftd
+	// before us passed on (TakeSockets), until the devices are made.
+	handing    bool
+	passing    map[string]*os.File
+	handedNode *relay.Node
+	closed     chan struct{}
+	taken      map[string]*os.File
 	// Our NAT's outside address for our WireGuard socket, as the hosts we say hello
 	// to see it, and why punching cannot work from here when a NAT maps each
 	// destination anew.
@@ -294,6 +304,10 @@ type handsOver interface {
 // Linger makes Close leave the userspace devices running for the new weftd that
 // takes over, until its devices carry their peers' traffic (encap.Lingerer); the
 // kernel's stay as always. The channel closes when they have stopped.
+//
+// The path socket is handed on (PassSockets) rather than closed, and the node goes on
+// sending until the devices have stopped: a lingering device's relayed peers are
+// reached through it until the new device joins.
 func (w *backend) Linger() <-chan struct{} {
 	w.mu.Lock()
 	var waits []<-chan struct{}
@@ -302,6 +316,9 @@ func (w *backend) Linger() <-chan struct{} {
 			waits = append(waits, h.handOverOnClose())
 		}
 	}
+	w.handing = true
+	closed := make(chan struct{})
+	w.closed = closed
 	w.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
@@ -309,8 +326,43 @@ func (w *backend) Linger() <-chan struct{} {
 		for _, c := range waits {
 			<-c
 		}
+		<-closed
+		w.mu.Lock()
+		n := w.handedNode
+		w.handedNode = nil
+		w.mu.Unlock()
+		if n != nil {
+			_ = n.Close()
+		}
 	}()
 	return done
+}
+
+// pathSocket names the path socket among the sockets passed on in a hand-over.
+const pathSocket = "wireguard-path"
+
+// PassSockets is the path socket, for the new weftd (encap.SocketPasser), after a
+// Close that followed Linger.
+func (w *backend) PassSockets() map[string]*os.File {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.passing
+	w.passing = nil
+	return p
+}
+
+// TakeSockets keeps the sockets the weftd before us passed on, for open.
+func (w *backend) TakeSockets(files map[string]*os.File) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	closeFiles(w.taken)
+	w.taken = files
+}
+
+func closeFiles(files map[string]*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
 }
 
 // Close leaves the devices, with their addresses and routes (the kernel's with its
@@ -331,10 +383,34 @@ func (w *backend) Close() error {
 		}
 	}
 	if w.node != nil {
-		errs = append(errs, w.node.Close())
+		w.stopNode()
 		w.saveRelayed(w.node)
 		w.node = nil
 	}
 	w.nodeRun.Wait()
+	closeFiles(w.taken)
+	w.taken = nil
+	if w.closed != nil {
+		close(w.closed)
+		w.closed = nil
+	}
 	return errors.Join(errs...)
+}
+
+// stopNode stops the path socket's node: in a hand-over it hands the socket on
+// (PassSockets) and stops reading, but goes on sending (Linger); otherwise it closes.
+// w.mu is held.
+func (w *backend) stopNode() {
+	if w.handing {
+		f, err := w.node.Hand()
+		if err == nil {
+			w.passing = map[string]*os.File{pathSocket: f}
+			w.handedNode = w.node
+			return
+		}
+		w.log.Warn("could not hand the path socket on: closing it, the new weftd opens its own", zap.Error(err))
+	}
+	if err := w.node.Close(); err != nil {
+		w.log.Warn("closing the path socket", zap.Error(err))
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -62,7 +63,11 @@ type Config struct {
 	// frames until each says hello again, up to HelloEvery later. Those older than
 	// the registrations' lifetime are left out.
 	Registrations []Registration
-	Log           *zap.Logger
+	// From is the relay socket an earlier node on this host handed on (Hand), to go
+	// on with instead of opening one: what reached it since waits there. Listen takes
+	// a copy; the caller closes From.
+	From *os.File
+	Log  *zap.Logger
 }
 
 // Registration is a host that said hello to us: its key, where its hello came from
@@ -127,6 +132,11 @@ type Node struct {
 
 	device atomic.Pointer[deviceRef] // SetDevice's
 
+	// reading is held by Run; handed: Hand stopped it, and the socket is the next
+	// node's to read.
+	reading sync.Mutex
+	handed  atomic.Bool
+
 	forwarded, forwardedBytes atomic.Uint64
 	dropped, punchDrops       atomic.Uint64
 	swept                     time.Time // registrations last swept of the expired (n.mu)
@@ -189,7 +199,7 @@ func Listen(cfg Config) (*Node, error) {
 		bufs[i] = make([]byte, maxFrame)
 	}
 	conn, err := transport.Listen(transport.Options{Addr: cfg.Addr, Port: cfg.Port, DualStack: !cfg.Addr.IsValid(), Mmsg: true, GSO: true, GRO: true,
-		Messages: recvBatch, Iovecs: sendIovecs, SocketBuffer: socketBuffer}, bufs, cfg.Log)
+		Messages: recvBatch, Iovecs: sendIovecs, SocketBuffer: socketBuffer, From: cfg.From}, bufs, cfg.Log)
 	if err != nil {
 		return nil, fmt.Errorf("relay: listen on UDP %d: %w", cfg.Port, err)
 	}
@@ -252,12 +262,14 @@ func (n *Node) Port() int { return int(n.conn.LocalAddr().Port()) }
 // Run reads the relay socket until ctx ends or the node is closed. The datagrams of
 // one batch that it relays go out together, after the batch.
 func (n *Node) Run(ctx context.Context) error {
+	n.reading.Lock()
+	defer n.reading.Unlock()
 	stop := context.AfterFunc(ctx, func() { _ = n.Close() })
 	defer stop()
 	for {
 		k, err := n.conn.Recv()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, net.ErrClosed) || n.handed.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
 				return nil
 			}
 			// ICMP errors of an earlier send (ECONNREFUSED) end up here: not ours to end on.
@@ -324,6 +336,27 @@ func (n *Node) sendLocked() {
 	if failed, _ := n.conn.Send(); failed > 0 {
 		n.dropped.Add(uint64(failed))
 	}
+}
+
+// Hand stops reading the relay socket and returns a copy of it for the next node on
+// this host (Config.From): what reaches the socket from now on waits there for that
+// node, where a socket closed and opened again would drop it, and the relays' hosts
+// would say hello to nobody meanwhile. Run returns before Hand does, so that
+// Registrations are final. The node still sends (to relayed peers, for the device
+// that goes on in a hand-over) until Close.
+func (n *Node) Hand() (*os.File, error) {
+	f, err := n.conn.File()
+	if err != nil {
+		return nil, fmt.Errorf("relay: a copy of the socket: %w", err)
+	}
+	n.handed.Store(true)
+	if err := n.conn.SetReadDeadline(time.Unix(1, 0)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("relay: stop reading: %w", err)
+	}
+	n.reading.Lock() // Run has returned
+	defer n.reading.Unlock()
+	return f, nil
 }
 
 // Close closes the relay socket and every loopback socket. PeerOf still knows the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/curve25519"
+
+	"github.com/weftnet/weft/transport"
 )
 
 // host is a Node and a UDP socket on loopback that plays its WireGuard device.
@@ -552,4 +555,66 @@ func TestStandInsAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("closed")
+}
+
+// TestHandKeepsWaiting: a node handed on stops reading, what reaches its socket
+// then waits there, and the next node goes on with the socket and relays it; a
+// socket unlike the one asked for is refused.
+func TestHandKeepsWaiting(t *testing.T) {
+	r, a, b := newHost(t, nil), newHost(t, nil), newHost(t, nil)
+	for _, h := range []*host{a, b} {
+		if err := h.n.Hello(r.pub, r.addr()); err != nil {
+			t.Fatal(err)
+		}
+		await(t, "hello answered", func() bool { return h.n.Seen()[r.pub].At.After(time.Time{}) })
+	}
+	port := r.n.Port()
+	f, err := r.n.Hand() // returns once r's Run has
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	regs := r.n.Registrations()
+	epB, err := a.n.Endpoint(b.pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.n.SetRoute(b.pub, r.addr())
+	msg := append([]byte{4, 0, 0, 0}, bytes.Repeat([]byte{0xab}, 100)...)
+	if _, err := a.dev.WriteToUDPAddrPort(msg, epB); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := r.n.Forwarded(); p != 0 {
+		t.Fatalf("the handed node forwarded %d after Hand, want 0", p)
+	}
+	for _, bad := range []Config{
+		{Port: port + 1, Private: r.priv, From: f},
+		{Port: port, Addr: netip.MustParseAddr("127.0.0.2"), Private: r.priv, From: f},
+	} {
+		if n, err := Listen(bad); !errors.Is(err, transport.ErrSocket) {
+			if n != nil {
+				n.Close()
+			}
+			t.Fatalf("Listen(port %d, addr %v) with the handed socket: %v, want ErrSocket", bad.Port, bad.Addr, err)
+		}
+	}
+	r2, err := Listen(Config{Port: port, Private: r.priv, From: f, Registrations: regs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r2.Run(context.Background()) }()
+	t.Cleanup(func() { _ = r2.Close(); <-done })
+	if r2.Port() != port {
+		t.Fatalf("the next node listens on %d, want %d", r2.Port(), port)
+	}
+	if got, _ := readDev(t, b); !bytes.Equal(got, msg) {
+		t.Fatalf("b's device got %x, want what waited in the handed socket", got)
+	}
+	if p, _ := r2.Forwarded(); p != 1 {
+		t.Fatalf("the next node forwarded %d, want 1", p)
+	}
 }
