@@ -1,25 +1,59 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weftnet/weft/encap/wireguard"
+)
+
+// How replaceUnderPings replaces a weftd.
+const (
+	byHandOver = "a hand-over"
+	byRestart  = "a restart"
+	byKill     = "a kill"
 )
 
 // sitesRelayedHandOver: a new weftd started on a1 beside the old one while a1's and
 // b1's pods, relayed, ping each other every 10 ms. The old weftd hands its path
 // socket on to the new one, and its device's relayed peers go on through it.
-func sitesRelayedHandOver(t *testing.T, s *siteLab) { s.replaceUnderPings(t, "a1", true) }
+func sitesRelayedHandOver(t *testing.T, s *siteLab) { s.replaceUnderPings(t, "a1", byHandOver) }
 
 // sitesRelayHandOver: the same with a new weftd on the host that relays them; it
 // relays for a1 and b1 at once, without waiting for their next hello.
-func sitesRelayHandOver(t *testing.T, s *siteLab) { s.replaceUnderPings(t, s.relayNow(t), true) }
+func sitesRelayHandOver(t *testing.T, s *siteLab) {
+	s.replaceUnderPings(t, s.relayNow(t), byHandOver)
+}
 
 // sitesRelayRestart: the relay's weftd stopped with SIGTERM and started again at
 // once; it relays for a1 and b1 at once too.
-func sitesRelayRestart(t *testing.T, s *siteLab) { s.replaceUnderPings(t, s.relayNow(t), false) }
+func sitesRelayRestart(t *testing.T, s *siteLab) { s.replaceUnderPings(t, s.relayNow(t), byRestart) }
+
+// sitesRelayKilled: the relay's weftd killed with SIGKILL, as a crash, and started
+// again at once. The relayed hosts' file is written while weftd runs (the test
+// removes it and waits for it), so the new weftd relays for a1 and b1 at once here
+// too.
+func sitesRelayKilled(t *testing.T, s *siteLab) {
+	relay := s.relayNow(t)
+	file := filepath.Join(wgDir(s.at(t), s.h[relay]), wireguard.RelayedFile)
+	if err := os.Remove(file); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	removed := time.Now()
+	eventually(t, 20*time.Second, func() error {
+		if _, err := os.Stat(file); err != nil {
+			return fmt.Errorf("the weftd on %s has not written its relayed hosts again since %v: %w", relay, removed, err)
+		}
+		return nil
+	})
+	t.Logf("the weftd on %s wrote %s again %v after it was removed", relay, wireguard.RelayedFile, time.Since(removed).Round(time.Millisecond))
+	s.replaceUnderPings(t, relay, byKill)
+}
 
 // relayNow is the host that relays a1's datagrams to b1 once a1 and b1 are relayed.
 func (s *siteLab) relayNow(t *testing.T) string {
@@ -31,10 +65,10 @@ func (s *siteLab) relayNow(t *testing.T) string {
 	return relay
 }
 
-// replaceUnderPings replaces host name's weftd (a hand-over, or SIGTERM and a start)
-// while the pods of a1 and b1, relayed, ping each other every 10 ms, and bounds the
-// pings lost each way as TestHandOverLoss does.
-func (s *siteLab) replaceUnderPings(t *testing.T, name string, handOver bool) {
+// replaceUnderPings replaces host name's weftd (how: a hand-over, SIGTERM or SIGKILL
+// and a start) while the pods of a1 and b1, relayed, ping each other every 10 ms, and
+// bounds the pings lost each way as TestHandOverLoss does.
+func (s *siteLab) replaceUnderPings(t *testing.T, name string, how string) {
 	c := s.at(t)
 	s.awaitPath(t, "a1", "b1", isRelayed, 30*time.Second)
 	a1, h := s.h["a1"], s.h[name]
@@ -46,16 +80,21 @@ func (s *siteLab) replaceUnderPings(t *testing.T, name string, handOver bool) {
 		}
 		return nil
 	})
-	how := "a hand-over"
-	if handOver {
+	switch how {
+	case byHandOver:
 		old := h.daemon
 		s.start(c, name)
 		awaitHandedOver(t, old)
-	} else {
-		how = "a restart"
+	case byRestart:
 		c.stop(h)
 		s.start(c, name)
+	case byKill:
+		if err := h.daemon.Kill(); err != nil { // waits until it is gone
+			t.Fatal(err)
+		}
+		s.start(c, name)
 	}
+	handOver := how == byHandOver
 	replaced := time.Now()
 	eventually(t, 30*time.Second, func() error {
 		at := time.Now().Add(-500 * time.Millisecond)

@@ -35,8 +35,8 @@ func isDirect(p string) bool  { return p == "direct" }
 // TestSitesSymmetric: a1 and b1 behind NATs that map each destination anew are
 // relayed within 30 s of the start, GET /peers says why, the relay forwards their
 // WireGuard datagrams without seeing a packet of their pods, their pods' pings
-// pass a hand-over on a1 and a hand-over and a restart of the relay, and a relay
-// killed is replaced within 30 s.
+// pass a hand-over on a1 and a hand-over, a restart and a kill of the relay, and a
+// relay killed for good is replaced within 30 s.
 func TestSitesSymmetric(t *testing.T) {
 	s := newSiteLab(t, true, symmetricSpec)
 	s.explain(t)
@@ -49,6 +49,7 @@ func TestSitesSymmetric(t *testing.T) {
 		{"hand-over of a relayed host", sitesRelayedHandOver},
 		{"hand-over of the relay", sitesRelayHandOver},
 		{"restart of the relay", sitesRelayRestart},
+		{"relay killed and started again", sitesRelayKilled},
 		{"relay gone", sitesRelayGone},
 	})
 }

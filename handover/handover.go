@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"os"
 	"time"
 )
 
@@ -48,3 +49,17 @@ const (
 
 // requestTimeout bounds reading a new weftd's request line.
 const requestTimeout = 5 * time.Second
+
+// Taken is what Ask got from the weftd that stopped: its process ID, and the files
+// it passed (Listener.Pass) by name, the caller's to close.
+type Taken struct {
+	PID   int
+	Files map[string]*os.File
+}
+
+// Close closes the files not taken out of t.Files.
+func (t Taken) Close() {
+	for _, f := range t.Files {
+		f.Close()
+	}
+}

@@ -168,20 +168,6 @@ func fileName(s string) bool {
 	return s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") == ""
 }
 
-// Taken is what Ask got from the weftd that stopped: its process ID, and the files
-// it passed (Listener.Pass) by name, the caller's to close.
-type Taken struct {
-	PID   int
-	Files map[string]*os.File
-}
-
-// Close closes the files not taken out of t.Files.
-func (t Taken) Close() {
-	for _, f := range t.Files {
-		f.Close()
-	}
-}
-
 // Ask asks the weftd holding name to stop, and waits until it has; it returns the old
 // weftd's process ID and the files it passed. ErrRefused: another new weftd asked
 // first. An error wrapping syscall.ECONNREFUSED: no weftd holds name any more (Listen

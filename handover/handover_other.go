@@ -29,18 +29,5 @@ func (*Listener) Pass(files map[string]*os.File) {
 // Close does nothing.
 func (*Listener) Close() error { return nil }
 
-// Taken is what Ask got from the weftd that stopped.
-type Taken struct {
-	PID   int
-	Files map[string]*os.File
-}
-
-// Close closes the files not taken out of t.Files.
-func (t Taken) Close() {
-	for _, f := range t.Files {
-		f.Close()
-	}
-}
-
 // Ask fails with ErrUnsupported.
 func Ask(context.Context, string) (Taken, error) { return Taken{}, ErrUnsupported }

@@ -129,13 +129,7 @@ func (w *backend) saveWays() {
 		kw.At = now
 		k.Ways[s] = kw
 	}
-	data, err := json.MarshalIndent(k, "", "  ")
-	if err == nil {
-		tmp := w.waysPath() + ".tmp"
-		if err = os.WriteFile(tmp, append(data, '\n'), 0o600); err == nil {
-			err = os.Rename(tmp, w.waysPath())
-		}
-	}
+	err := writeKept(w.waysPath(), k)
 	// Tried again when the ways change, or after a minute: not every tick.
 	w.waysSaved, w.waysSavedAt = string(sig), now
 	if err != nil {
@@ -175,12 +169,18 @@ func (w *backend) loadRelayed() []relay.Registration {
 		return nil
 	}
 	var rs []relay.Registration
+	bad := 0
 	for _, k := range kept {
 		key, err := wgtypes.ParseKey(k.Key)
-		if err != nil {
+		if err != nil || !k.Addr.IsValid() {
+			bad++
 			continue
 		}
 		rs = append(rs, relay.Registration{Key: relay.Key(key), Addr: k.Addr, At: k.At, TS: k.TS})
+	}
+	if bad > 0 {
+		w.log.Warn("hosts relayed before the restart left out: a key or address unreadable; each is relayed again after its next hello",
+			zap.String("file", w.relayedPath()), zap.Int("left-out", bad))
 	}
 	if len(rs) > 0 {
 		w.log.Info("relaying at once for the hosts relayed before the restart",
@@ -189,8 +189,23 @@ func (w *backend) loadRelayed() []relay.Registration {
 	return rs
 }
 
+// relayedSaveEvery is how often the hosts relayed for are written while weftd runs,
+// beside Close: a weftd killed or crashed leaves them too, none older than this, well
+// within the 45 s a registration lasts. It also keeps the newest hello times, so
+// fewer old hellos can be replayed to the next weftd than with no file at all.
+const relayedSaveEvery = 10 * time.Second
+
+// keepRelayed saves the relayed hosts every relayedSaveEvery. w.mu is held.
+func (w *backend) keepRelayed(now time.Time) {
+	if w.node == nil || now.Sub(w.relayedSavedAt) < relayedSaveEvery {
+		return
+	}
+	w.relayedSavedAt = now
+	w.saveRelayed(w.node)
+}
+
 // saveRelayed writes the hosts the path socket relays for now to the relayed file,
-// for the next weftd (at Close); with none, it removes the file.
+// for the next weftd; with none, it removes the file.
 func (w *backend) saveRelayed(n *relay.Node) {
 	rs := n.Registrations()
 	if len(rs) == 0 {
@@ -203,14 +218,25 @@ func (w *backend) saveRelayed(n *relay.Node) {
 	for _, r := range rs {
 		kept = append(kept, keptRelayed{Key: wgtypes.Key(r.Key).String(), Addr: r.Addr, At: r.At.UTC(), TS: r.TS})
 	}
-	data, err := json.MarshalIndent(kept, "", "  ")
-	if err == nil {
-		tmp := w.relayedPath() + ".tmp"
-		if err = os.WriteFile(tmp, append(data, '\n'), 0o600); err == nil {
-			err = os.Rename(tmp, w.relayedPath())
-		}
-	}
-	if err != nil {
+	if err := writeKept(w.relayedPath(), kept); err != nil {
 		w.log.Warn("keeping the relayed hosts for the next start", zap.String("file", w.relayedPath()), zap.Error(err))
 	}
+}
+
+// writeKept writes v as JSON to path (mode 0600), replacing the file in one step: a
+// weftd killed while it writes leaves the old file or the new, never half of one.
+func writeKept(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("replace %s: %w", path, err)
+	}
+	return nil
 }

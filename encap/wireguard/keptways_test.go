@@ -2,18 +2,23 @@ package wireguard
 
 import (
 	"encoding/json"
+	"errors"
 	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/weftnet/weft/lease"
 	"github.com/weftnet/weft/paths/way"
+	"github.com/weftnet/weft/transport/relay"
 )
 
 // TestKeptWays: the ways that work (punched and answering, relayed) are saved beside
@@ -99,5 +104,88 @@ func TestKeptWays(t *testing.T) {
 	w.loadKeptWays()
 	if len(w.keptWays) != 0 {
 		t.Errorf("resumes ways kept %v ago: %v", keptMaxAge+time.Minute, w.keptWays)
+	}
+}
+
+// TestKeptRelayed: the hosts the path socket relays for are written beside the key
+// every relayedSaveEvery while weftd runs (a killed weftd leaves them too), read back
+// by the next weftd, with an unreadable entry left out and counted; with none
+// relayed, the file goes.
+func TestKeptRelayed(t *testing.T) {
+	dir := t.TempDir()
+	core, logs := observer.New(zap.InfoLevel)
+	newBackend := func() *backend {
+		return &backend{keyFile: filepath.Join(dir, "wgkey"), log: zap.New(core)}
+	}
+	key := func() relay.Key { k, _ := wgtypes.GeneratePrivateKey(); return relay.Key(k.PublicKey()) }
+	now := time.Now()
+	regs := []relay.Registration{
+		{Key: key(), Addr: netip.MustParseAddrPort("192.0.2.1:51822"), At: now.Add(-time.Second), TS: 7},
+		{Key: key(), Addr: netip.MustParseAddrPort("198.51.100.2:40000"), At: now.Add(-2 * time.Second), TS: 9},
+	}
+	var priv [32]byte
+	n, err := relay.Listen(relay.Config{Addr: netip.MustParseAddr("127.0.0.1"), Private: priv, Registrations: regs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	w := newBackend()
+	w.node = n
+	w.keepRelayed(now)
+	if _, err := os.Stat(w.relayedPath()); err != nil {
+		t.Fatalf("the relayed hosts were not written at the first tick: %v", err)
+	}
+	if err := os.Remove(w.relayedPath()); err != nil {
+		t.Fatal(err)
+	}
+	w.keepRelayed(now.Add(relayedSaveEvery / 2))
+	if _, err := os.Stat(w.relayedPath()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("written again before relayedSaveEvery: %v", err)
+	}
+	w.keepRelayed(now.Add(relayedSaveEvery))
+	got := newBackend().loadRelayed()
+	if len(got) != len(regs) {
+		t.Fatalf("read back %+v, want %+v", got, regs)
+	}
+	for _, r := range regs {
+		i := slices.IndexFunc(got, func(g relay.Registration) bool { return g.Key == r.Key })
+		if i < 0 || got[i].Addr != r.Addr || got[i].TS != r.TS || !got[i].At.Equal(r.At) {
+			t.Fatalf("read back %+v, want %+v among them", got, r)
+		}
+	}
+
+	// Unreadable entries are left out and counted; the rest are read.
+	var kept []keptRelayed
+	data, err := os.ReadFile(w.relayedPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &kept); err != nil {
+		t.Fatal(err)
+	}
+	kept = append(kept, keptRelayed{Key: "not a key", Addr: regs[0].Addr, At: now}, keptRelayed{Key: kept[0].Key, At: now})
+	if err := writeKept(w.relayedPath(), kept); err != nil {
+		t.Fatal(err)
+	}
+	logs.TakeAll()
+	if got := newBackend().loadRelayed(); len(got) != len(regs) {
+		t.Fatalf("read %d with two bad entries, want %d", len(got), len(regs))
+	}
+	left := logs.FilterField(zap.Int("left-out", 2)).Len()
+	if left != 1 {
+		t.Fatalf("%d warnings counting the 2 entries left out, want 1: %v", left, logs.All())
+	}
+
+	// None relayed: the file goes.
+	empty, err := relay.Listen(relay.Config{Addr: netip.MustParseAddr("127.0.0.1"), Private: priv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	w = newBackend()
+	w.node = empty
+	w.keepRelayed(now)
+	if _, err := os.Stat(w.relayedPath()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the file stays with none relayed: %v", err)
 	}
 }

@@ -51,6 +51,7 @@ func (w *backend) Run(ctx context.Context) error {
 			} else if w.node != nil {
 				w.keepSeen(w.status(), now) // a relay without a site: for the hellos it answers
 			}
+			w.keepRelayed(now)
 			w.mu.Unlock()
 		case now := <-firstDue.C:
 			w.mu.Lock()

@@ -149,6 +149,8 @@ type backend struct {
 	keptWays    map[wgtypes.Key]keptWay
 	waysSaved   string
 	waysSavedAt time.Time
+	// relayedSavedAt: when the relayed hosts were last written (keepRelayed).
+	relayedSavedAt time.Time
 	// The path socket (nil: none) on pathPort, read from the moment it is open
 	// until Close (nodeRun); noChoice keeps every peer direct.
 	node     *relay.Node
