@@ -288,11 +288,11 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 func (b *Bind) send(bufs [][]byte, e *Endpoint) error {
 	to := e.ap
 	if r := b.relay.Load(); r != nil && to.Addr().IsLoopback() {
-		if b.passesRelayOut(bufs, to) { // handing over: our relay node is gone
-			return nil
-		}
 		if ok, err := r.SendRelayed(bufs, to); ok {
 			return err
+		}
+		if b.passesRelayOut(bufs, to) { // handing over, and our relay node is closed
+			return nil
 		}
 	}
 	b.mu.Lock()

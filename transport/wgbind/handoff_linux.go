@@ -32,11 +32,12 @@ import (
 // handOverMax after the new one joined, or handOverJoin after HandOver when none did.
 //
 // Relayed peers come and go through each weftd's relay node, and the old weftd's
-// node closes with it: the new Bind passes the old one the relayed datagrams of the
-// old device's sessions, and the old one passes the new one what its device sends
-// a relayed peer, for the new node to send. Each device has its own stand-in
-// address for a relayed peer, so those frames name the peer by its key
-// (RelayPeers).
+// node stops reading with it (its socket passes to the new node): the new Bind
+// passes the old one the relayed datagrams of the old device's sessions. The old
+// device sends to relayed peers through its own node while that is open (it sends
+// on the same socket), and passes the new one what it sends once its node is
+// closed, for the new node to send. Each device has its own stand-in address for a
+// relayed peer, so those frames name the peer by its key (RelayPeers).
 
 // Hand-over times.
 const (
@@ -205,8 +206,9 @@ func (b *Bind) passesRelayed(p []byte, from netip.AddrPort) bool {
 }
 
 // passesRelayOut reports whether bufs, our device's datagrams for the relayed peer
-// whose stand-in is to, go to the new device's relay: our device hands over, and
-// our relay node has closed with our weftd. It sends them there if so.
+// whose stand-in is to, go to the new device's relay: our device hands over, the
+// new one has joined, and our relay node did not take them (it is closed). It sends
+// them there if so.
 func (b *Bind) passesRelayOut(bufs [][]byte, to netip.AddrPort) bool {
 	pt := b.ho.p.Load()
 	if pt == nil || !pt.old {

@@ -233,6 +233,7 @@ type tableRelay struct {
 	mu       sync.Mutex
 	standIns map[netip.AddrPort][32]byte
 	sent     []relayedSend
+	closed   bool // sends nothing, as a closed relay node
 }
 
 type relayedSend struct {
@@ -243,7 +244,7 @@ type relayedSend struct {
 func (r *tableRelay) SendRelayed(bufs [][]byte, to netip.AddrPort) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.standIns[to]; !ok {
+	if _, ok := r.standIns[to]; !ok || r.closed {
 		return false, nil
 	}
 	for _, p := range bufs {
@@ -287,8 +288,8 @@ func (r *tableRelay) await(t *testing.T, n int) []relayedSend {
 // TestHandOverRelayed: a relayed peer has a stand-in address of its own on each
 // side of a hand-over. What the new device's relay brings for the old device's
 // session reaches the old device from the old stand-in; what the old device sends
-// the peer goes out through the new device's relay, to the new stand-in; the new
-// device's own stay with it.
+// the peer goes out through its own relay while that is open, and then through the
+// new device's relay, to the new stand-in; the new device's own stay with it.
 func TestHandOverRelayed(t *testing.T) {
 	name := fmt.Sprintf("weft-test-handover-relayed-%d", os.Getpid())
 	log := zap.NewNop()
@@ -375,8 +376,20 @@ func TestHandOverRelayed(t *testing.T) {
 	if g := next(newGot, "new"); binary.LittleEndian.Uint32(g.p[4:]) != newIdx || g.from != newIn.String() {
 		t.Fatalf("the new device got index %#x from %s, want %#x from %v", binary.LittleEndian.Uint32(g.p[4:]), g.from, newIdx, newIn)
 	}
-	// The old device answers the peer: through the new relay, to the new stand-in.
+	// The old device answers the peer through its own relay while that is open (the
+	// new one may not have its relay yet), and through the new relay, to the new
+	// stand-in, once its own is closed.
 	reply := transportMsg(7, 2)
+	if err := old.Send([][]byte{reply}, oldEP); err != nil {
+		t.Fatal(err)
+	}
+	if s := oldR.await(t, 2)[1]; s.to != oldIn || string(s.p) != string(reply) {
+		t.Fatalf("the old relay sent %x to %v, want the old device's %x to %v", s.p, s.to, reply, oldIn)
+	}
+	oldR.mu.Lock()
+	oldR.closed = true
+	oldR.mu.Unlock()
+	reply = transportMsg(7, 3)
 	if err := old.Send([][]byte{reply}, oldEP); err != nil {
 		t.Fatal(err)
 	}
@@ -384,8 +397,8 @@ func TestHandOverRelayed(t *testing.T) {
 	if s := sent[1]; s.to != newIn || string(s.p) != string(reply) {
 		t.Fatalf("the new relay sent %x to %v, want the old device's %x to %v", s.p, s.to, reply, newIn)
 	}
-	if n := len(oldR.await(t, 1)); n != 1 {
-		t.Fatalf("the old relay (closed with its weftd) sent %d datagrams, want only the one before the hand-over", n)
+	if n := len(oldR.await(t, 2)); n != 2 {
+		t.Fatalf("the old relay, closed, sent %d datagrams, want the 2 from before", n)
 	}
 	// A stand-in the relay does not know stays with the device it came to.
 	if !nb.Deliver(transportMsg(oldIdx, 3), netip.MustParseAddrPort("127.0.0.1:3003")) {
